@@ -1,0 +1,64 @@
+"""Small shared building blocks: activations by name, the two-layer MLP, stochastic depth."""
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+
+__all__ = ["ACTIVATIONS", "make_act", "Mlp", "DropPath", "drop_path_rates"]
+
+ACTIVATIONS: dict[str, type[nn.Module]] = {
+    "gelu": nn.GELU,
+    "relu": nn.ReLU,
+    "tanh": nn.Tanh,
+    "silu": nn.SiLU,
+    "identity": nn.Identity,
+}
+
+
+def make_act(name: str) -> nn.Module:
+    try:
+        return ACTIVATIONS[name]()
+    except KeyError:
+        raise ValueError(f"unknown activation {name!r}; choose one of {sorted(ACTIVATIONS)}") from None
+
+
+class Mlp(nn.Module):
+    """fc2(drop(φ(fc1(x)))) on the last dimension: in -> hidden -> out."""
+
+    def __init__(self, in_features: int, hidden: int, out_features: int, act: str = "gelu", drop: float = 0.0):
+        super().__init__()
+        self.fc1 = nn.Linear(in_features, hidden)
+        self.act = make_act(act)
+        self.drop1 = nn.Dropout(drop) if drop > 0 else nn.Identity()
+        self.fc2 = nn.Linear(hidden, out_features)
+        self.drop2 = nn.Dropout(drop) if drop > 0 else nn.Identity()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.drop2(self.fc2(self.drop1(self.act(self.fc1(x)))))
+
+
+class DropPath(nn.Module):
+    """Stochastic depth: zero a residual branch per sample with probability ``p`` (rescaled)."""
+
+    def __init__(self, p: float = 0.0):
+        super().__init__()
+        if not 0.0 <= p < 1.0:
+            raise ValueError(f"drop_path rate must be in [0, 1), got {p}")
+        self.p = p
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.p == 0.0 or not self.training:
+            return x
+        keep = 1.0 - self.p
+        mask = x.new_empty((x.shape[0],) + (1,) * (x.ndim - 1)).bernoulli_(keep)
+        return x * mask / keep
+
+    def extra_repr(self) -> str:
+        return f"p={self.p}"
+
+
+def drop_path_rates(max_rate: float, depth: int) -> list[float]:
+    """Stochastic-depth rates rising linearly from 0 (first block) to ``max_rate`` (last)."""
+    if depth == 1:
+        return [0.0]
+    return [max_rate * i / (depth - 1) for i in range(depth)]

@@ -1,0 +1,259 @@
+"""MLP-Mixer, S-Mixer and their random-permuted (RP) variants, all built from PK mixing layers.
+
+Tokens are stored as (B, S, C) row-major tensors. Every mixing sublayer is a
+:class:`~mlplab.layers.pk.PKMixing`: token mixing has J1 = J2 = I with groups = columns (n1 = C,
+n2 = S), channel mixing has J1 = J_c, J2 = J_cᵀ with groups = rows (n1 = S, n2 = C) (SPEC §2,
+Prop. 3.2). An RP block replaces those J's by independent uniformly random permutations, drawn
+at construction from ``seed`` and stored in the state dict.
+
+Block (MLP-Mixer):  U = X + TokenMLP(LN(X)),  Y = U + ChannelMLP(LN(U)).
+Block (S-Mixer):    U = X + φ(W LN(X)),       Y = U + φ(LN(U) V).
+With ``norm=False`` / ``skip=False`` the LNs / skips are removed (the theory form
+H = φ(φ(W X) V) of the S-Mixer is ``norm=False, skip=False``).
+The first block maps S0 -> S tokens; its skip path is then a learned W̃ ∈ R^{S×S0} (SkipLayer).
+"""
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+import torch.nn as nn
+
+from ..layers.common import DropPath, Mlp, drop_path_rates, make_act
+from ..layers.pk import PKMixing, random_perm
+from ..layers.stem import PatchEmbed, check_patch_size
+from ..layers.vec import commutation_perm, invert_perm
+from .registry import register_model
+
+__all__ = ["MixerConfig", "Mixer", "MixerBlock", "build_mixer", "MIXER_PRESETS"]
+
+
+@dataclass
+class MixerConfig:
+    image_size: int = 32
+    in_chans: int = 3
+    patch_size: int = 4
+    num_tokens: int | None = None  # S; None -> S0 = (image_size / patch_size)²
+    hidden_dim: int = 64  # C
+    expansion: float = 1.0  # γ: token hidden = round(γS), channel hidden = round(γC)
+    token_hidden: int | None = None  # D_S (overrides γ for the token MLP)
+    channel_hidden: int | None = None  # D_C (overrides γ for the channel MLP)
+    depth: int = 8  # L
+    num_classes: int = 10
+    block: Literal["mlp", "s"] = "mlp"  # MLP-Mixer block or single-layer S-Mixer block
+    rp_blocks: Literal["all", "none"] | tuple[int, ...] = "none"  # random-permuted blocks
+    seed: int = 0  # seed of the RP permutations
+    act: str = "gelu"
+    norm: bool = True  # LayerNorm before each mixing sublayer (and before the head)
+    skip: bool = True  # residual connections
+    skip_layer: bool | None = None  # learned first-block skip W̃; None -> when S != S0
+    drop_rate: float = 0.0  # dropout inside the MLPs
+    drop_path_rate: float = 0.0  # stochastic depth, rising linearly to this over the blocks
+    zero_head: bool = True  # zero-initialised classifier (as in the original Mixer)
+    norm_eps: float = 1e-5
+
+
+def _rp_block_set(cfg: MixerConfig) -> frozenset[int]:
+    if cfg.rp_blocks == "all":
+        return frozenset(range(cfg.depth))
+    if cfg.rp_blocks == "none":
+        return frozenset()
+    bad = [b for b in cfg.rp_blocks if not 0 <= b < cfg.depth]
+    if bad:
+        raise ValueError(f"rp_blocks {bad} out of range for depth={cfg.depth}; use indices 0..{cfg.depth - 1}")
+    return frozenset(cfg.rp_blocks)
+
+
+def _layer_generator(seed: int, block: int, sub: int) -> torch.Generator:
+    """Each mixing layer has its own stream, so a block's permutations do not depend on which
+    other blocks are RP."""
+    return torch.Generator().manual_seed(seed * 1_000_003 + 2 * block + sub)
+
+
+def _hidden(explicit: int | None, expansion: float, n: int, what: str) -> int:
+    h = explicit if explicit is not None else int(round(expansion * n))
+    if h < 1:
+        raise ValueError(f"{what} hidden width is {h}; raise expansion or set it explicitly")
+    return h
+
+
+class MixerBlock(nn.Module):
+    """One Mixer block: token-mixing then channel-mixing sublayer, each a PK mixing layer."""
+
+    def __init__(
+        self,
+        tokens_in: int,
+        tokens: int,
+        dim: int,
+        cfg: MixerConfig,
+        rp: bool,
+        index: int,
+        drop_path: float,
+        skip_layer: bool,
+    ):
+        super().__init__()
+        self.index = index
+        self.rp = rp
+        self.use_norm = cfg.norm
+        self.use_skip = cfg.skip
+        self.tokens_in, self.tokens, self.dim = tokens_in, tokens, dim
+        eps = cfg.norm_eps
+        self.norm1 = nn.LayerNorm(dim, eps=eps) if cfg.norm else nn.Identity()
+        self.norm2 = nn.LayerNorm(dim, eps=eps) if cfg.norm else nn.Identity()
+        if cfg.block == "mlp":
+            d_s = _hidden(cfg.token_hidden, cfg.expansion, tokens, "token-MLP")
+            d_c = _hidden(cfg.channel_hidden, cfg.expansion, dim, "channel-MLP")
+            token_fn: nn.Module = Mlp(tokens_in, d_s, tokens, cfg.act, cfg.drop_rate)
+            channel_fn: nn.Module = Mlp(dim, d_c, dim, cfg.act, cfg.drop_rate)
+        else:
+            token_fn = nn.Sequential(nn.Linear(tokens_in, tokens), make_act(cfg.act))
+            channel_fn = nn.Sequential(nn.Linear(dim, dim), make_act(cfg.act))
+        m_in, m = tokens_in * dim, tokens * dim
+        if rp:
+            # one stream per sublayer: J1 then J2 of token mixing, J1 then J2 of channel mixing
+            g_tok, g_ch = _layer_generator(cfg.seed, index, 0), _layer_generator(cfg.seed, index, 1)
+            perms = [random_perm(m_in, g_tok), random_perm(m, g_tok), random_perm(m, g_ch), random_perm(m, g_ch)]
+            tok_in, tok_out, ch_in, ch_out = perms
+        else:
+            tok_in = tok_out = None  # token mixing: J1 = J2 = I, groups are the columns of X
+            ch_in = commutation_perm(tokens, dim)  # channel mixing: J1 = J_c ...
+            ch_out = invert_perm(commutation_perm(tokens, dim))  # ... and J2 = J_cᵀ
+        # token mixing: n1 = C groups of n2 = S_in entries -> S entries
+        self.token_mixing = PKMixing(token_fn, (tokens_in, dim), (tokens, dim), dim, tokens_in, tokens, tok_in, tok_out)
+        # channel mixing: n1 = S groups of n2 = C entries -> C entries
+        self.channel_mixing = PKMixing(channel_fn, (tokens, dim), (tokens, dim), tokens, dim, dim, ch_in, ch_out)
+        self.skip_proj = nn.Linear(tokens_in, tokens, bias=False) if skip_layer else None
+        if self.skip_proj is None and tokens_in != tokens and cfg.skip:
+            raise ValueError("a block that changes the token count needs the skip layer")
+        self.drop_path = DropPath(drop_path)
+
+    def _skip(self, x: torch.Tensor) -> torch.Tensor:  # (B, S_in, C) -> (B, S, C)
+        if self.skip_proj is None:
+            return x
+        return self.skip_proj(x.transpose(1, 2)).transpose(1, 2)  # W̃ X
+
+    def forward(self, x: torch.Tensor, feats: dict | None = None) -> torch.Tensor:
+        t = self.token_mixing(self.norm1(x))
+        if feats is not None:
+            feats[f"blocks.{self.index}.token"] = t
+        x = self._skip(x) + self.drop_path(t) if self.use_skip else t
+        c = self.channel_mixing(self.norm2(x))
+        if feats is not None:
+            feats[f"blocks.{self.index}.channel"] = c
+        return x + self.drop_path(c) if self.use_skip else c
+
+
+class Mixer(nn.Module):
+    """MLP-Mixer / S-Mixer / RP-Mixer: per-patch stem, L blocks, LN, token average, linear head."""
+
+    def __init__(self, cfg: MixerConfig):
+        super().__init__()
+        s0 = check_patch_size(cfg.image_size, cfg.patch_size)
+        S = cfg.num_tokens if cfg.num_tokens is not None else s0
+        C = cfg.hidden_dim
+        for what, v in (("num_tokens (S)", S), ("hidden_dim (C)", C), ("depth (L)", cfg.depth),
+                        ("num_classes", cfg.num_classes), ("in_chans", cfg.in_chans)):
+            if v < 1:
+                raise ValueError(f"{what} must be >= 1, got {v}")
+        if cfg.expansion <= 0:
+            raise ValueError(f"expansion (gamma) must be > 0, got {cfg.expansion}")
+        if not 0.0 <= cfg.drop_rate < 1.0:
+            raise ValueError(f"drop_rate must be in [0, 1), got {cfg.drop_rate}")
+        self.cfg = cfg
+        self.num_patches, self.num_tokens, self.hidden_dim = s0, S, C
+        self.rp_blocks = _rp_block_set(cfg)
+        skip_layer = cfg.skip_layer if cfg.skip_layer is not None else S != s0
+        if S != s0 and not skip_layer and cfg.skip:
+            raise ValueError(f"num_tokens={S} differs from the {s0} patches: the first block needs skip_layer=True")
+        self.stem = PatchEmbed(cfg.image_size, cfg.patch_size, cfg.in_chans, C)
+        dpr = drop_path_rates(cfg.drop_path_rate, cfg.depth)
+        self.blocks = nn.ModuleList(
+            MixerBlock(s0 if i == 0 else S, S, C, cfg, i in self.rp_blocks, i, dpr[i], skip_layer and i == 0 and cfg.skip)
+            for i in range(cfg.depth)
+        )
+        self.norm = nn.LayerNorm(C, eps=cfg.norm_eps) if cfg.norm else nn.Identity()
+        self.head = nn.Linear(C, cfg.num_classes)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        for name, mod in self.named_modules():
+            if isinstance(mod, nn.Linear) and mod is not self.head:
+                if name.startswith("stem"):
+                    nn.init.trunc_normal_(mod.weight, std=(1.0 / mod.in_features) ** 0.5)  # lecun normal
+                else:
+                    nn.init.xavier_uniform_(mod.weight)
+                if mod.bias is not None:
+                    nn.init.zeros_(mod.bias)
+        if self.cfg.zero_head:
+            nn.init.zeros_(self.head.weight)
+            nn.init.zeros_(self.head.bias)
+
+    def forward_features(self, x: torch.Tensor, feats: dict | None = None) -> torch.Tensor:
+        x = self.stem(x)  # (B, S0, C)
+        if feats is not None:
+            feats["stem"] = x
+        for blk in self.blocks:
+            x = blk(x, feats)  # (B, S, C)
+        return self.norm(x)
+
+    def forward_head(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
+        x = x.mean(dim=1)  # global average over tokens: (B, C)
+        return x if pre_logits else self.head(x)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.forward_head(self.forward_features(x))
+
+    def forward_intermediates(self, x: torch.Tensor) -> tuple[torch.Tensor, "OrderedDict[str, torch.Tensor]"]:
+        """Logits and every mixing sublayer's output just before its skip connection, by name
+        (``blocks.{i}.token``, ``blocks.{i}.channel``), plus ``stem`` and ``pre_logits``."""
+        feats: OrderedDict[str, torch.Tensor] = OrderedDict()
+        h = self.forward_features(x, feats)
+        feats["pre_logits"] = self.forward_head(h, pre_logits=True)
+        return self.head(feats["pre_logits"]), feats
+
+
+def build_mixer(cfg: MixerConfig) -> Mixer:
+    return Mixer(cfg)
+
+
+# Published MLP-Mixer sizes (Tolstikhin et al. 2021, Table 1): patch, C, L, D_S, D_C.
+MIXER_PRESETS: dict[str, tuple[int, int, int, int, int]] = {
+    "mixer_s32": (32, 512, 8, 256, 2048),
+    "mixer_s16": (16, 512, 8, 256, 2048),
+    "mixer_b32": (32, 768, 12, 384, 3072),
+    "mixer_b16": (16, 768, 12, 384, 3072),
+    "mixer_l32": (32, 1024, 24, 512, 4096),
+    "mixer_l16": (16, 1024, 24, 512, 4096),
+    "mixer_h14": (14, 1280, 32, 640, 5120),
+}
+
+for _name, (_p, _c, _l, _ds, _dc) in MIXER_PRESETS.items():
+    register_model(
+        _name, family="mlp_mixer", config_cls=MixerConfig, builder=build_mixer,
+        description=f"published MLP-Mixer {_name[6:].upper()}: P={_p}, C={_c}, L={_l}, D_S={_ds}, D_C={_dc}, 224x224",
+        image_size=224, in_chans=3, num_classes=1000, patch_size=_p, hidden_dim=_c, depth=_l,
+        token_hidden=_ds, channel_hidden=_dc, block="mlp",
+    )
+
+register_model(
+    "mlp_mixer", family="mlp_mixer", config_cls=MixerConfig, builder=build_mixer,
+    description="custom MLP-Mixer (S, C, γ or D_S/D_C, L); 32x32x3, patch 4 by default",
+    block="mlp", hidden_dim=64, expansion=2.0, depth=3,
+)
+register_model(
+    "s_mixer", family="mlp_mixer", config_cls=MixerConfig, builder=build_mixer,
+    description="S-Mixer: single-layer token and channel mixing (the idealised Mixer)",
+    block="s", hidden_dim=64, depth=8,
+)
+register_model(
+    "rp_mlp_mixer", family="mlp_mixer", config_cls=MixerConfig, builder=build_mixer,
+    description="random-permuted MLP-Mixer (rp_blocks chooses which blocks)",
+    block="mlp", hidden_dim=64, expansion=2.0, depth=3, rp_blocks="all",
+)
+register_model(
+    "rp_s_mixer", family="mlp_mixer", config_cls=MixerConfig, builder=build_mixer,
+    description="random-permuted S-Mixer (rp_blocks chooses which blocks)",
+    block="s", hidden_dim=64, depth=8, rp_blocks="all",
+)
