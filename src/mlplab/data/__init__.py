@@ -1,0 +1,22 @@
+"""Datasets (one table), download + verify, on-device loading and batched augmentation.
+
+    from mlplab.data import load_dataset, DeviceLoader, build_augment, AugmentConfig
+    train = load_dataset("cifar10", "train")            # ImageData: uint8 (N, 3, 32, 32), int64 labels
+    aug = build_augment(AugmentConfig(crop_padding=4, hflip=True), train.info)
+    loader = DeviceLoader(train.images, train.labels, 128, augment=aug, device="cuda", seed=0)
+    for x, y in loader: ...                              # x float normalised, y int64 or (B, K)
+"""
+from .table import DATASETS, DataFile, DatasetInfo, FASHION_MNIST_DEBIAN_DIR, get_info
+from .download import ChecksumError, DataError, cache_dir, download_file, safe_extract, verify_checksum
+from .datasets import ImageData, holdout_split, load_dataset, make_synthetic, resize_images
+from .augment import Augment, AugmentConfig, build_augment
+from .autoaugment import AutoAugment, RandAugment, parse_randaugment
+from .loader import DataConfig, DeviceLoader, ImageFolderDataset, StreamingLoader, make_loaders
+
+__all__ = [
+    "DATASETS", "DataFile", "DatasetInfo", "FASHION_MNIST_DEBIAN_DIR", "get_info",
+    "ChecksumError", "DataError", "cache_dir", "download_file", "safe_extract", "verify_checksum",
+    "ImageData", "holdout_split", "load_dataset", "make_synthetic", "resize_images",
+    "Augment", "AugmentConfig", "build_augment", "AutoAugment", "RandAugment", "parse_randaugment",
+    "DataConfig", "DeviceLoader", "ImageFolderDataset", "StreamingLoader", "make_loaders",
+]

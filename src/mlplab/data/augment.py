@@ -1,0 +1,267 @@
+"""Batched augmentation on the device, with per-sample randomness (airbench's habit).
+
+Pipeline of ``Augment.__call__`` on a uint8 batch (B, ch, H, W):
+
+1. random crop with zero padding (per-sample offsets, one gather),
+2. horizontal flip (per-sample mask),
+3. AutoAugment or RandAugment (per-sample sub-policies / ops, grouped by op),
+4. normalise ``(x / 255 - mean) / std``,
+5. random erasing (timm "pixel" mode: per-sample rectangle filled with N(0, 1) noise),
+6. mixup / cutmix (timm ``Mixup`` semantics) and label smoothing -> soft targets (B, K).
+
+All random numbers come from the ``torch.Generator`` passed in (CPU), so a batch is a pure
+function of (images, labels, generator state). Beta draws use a numpy Generator seeded from it.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, fields
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import torch
+
+from .autoaugment import AutoAugment, RandAugment, parse_randaugment
+
+__all__ = ["AugmentConfig", "Augment", "build_augment", "random_crop", "random_hflip", "one_hot",
+           "mix_batch", "erasing_masks", "random_erasing", "normalize"]
+
+Tensor = torch.Tensor
+
+
+@dataclass
+class AugmentConfig:
+    """The ``augment`` section of a run config. Defaults = no augmentation."""
+
+    crop_padding: int = 0  # pixels of zero padding for the random crop (CIFAR recipe: 4)
+    hflip: bool = False  # random horizontal flip with probability 0.5
+    mixup: float = 0.0  # mixup Beta(alpha, alpha); 0 = off
+    cutmix: float = 0.0  # cutmix Beta(alpha, alpha); 0 = off
+    mix_switch_prob: float = 0.5  # with both on: probability of cutmix instead of mixup
+    mix_prob: float = 1.0  # probability that a batch (or sample, mix_mode="elem") is mixed
+    mix_mode: str = "batch"  # "batch": one lam/box per batch (timm default); "elem": per sample
+    random_erasing: float = 0.0  # probability per sample
+    autoaugment: str = "none"  # "none" | "cifar10" | "imagenet"
+    randaugment: str = ""  # timm string, e.g. "rand-m9-mstd0.5-inc1"; "" = off
+    label_smoothing: float = 0.0  # timm-style: off = eps / K, on = 1 - eps + eps / K
+
+    def __post_init__(self) -> None:
+        if self.crop_padding < 0:
+            raise ValueError(f"augment.crop_padding must be >= 0, got {self.crop_padding}")
+        for name in ("mixup", "cutmix"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"augment.{name} must be >= 0, got {getattr(self, name)}")
+        for name in ("mix_switch_prob", "mix_prob", "random_erasing", "label_smoothing"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"augment.{name} must be in [0, 1], got {getattr(self, name)}")
+        if self.autoaugment not in ("none", "cifar10", "imagenet"):
+            raise ValueError(f"augment.autoaugment must be 'none', 'cifar10' or 'imagenet', got {self.autoaugment!r}")
+        if self.mix_mode not in ("batch", "elem"):
+            raise ValueError(f"augment.mix_mode must be 'batch' or 'elem', got {self.mix_mode!r}")
+        if self.randaugment:
+            parse_randaugment(self.randaugment)
+        if self.randaugment and self.autoaugment != "none":
+            raise ValueError("choose either augment.autoaugment or augment.randaugment, not both")
+
+    @property
+    def soft_targets(self) -> bool:
+        """True when the loader returns soft targets (B, K) instead of int64 labels."""
+        return self.mixup > 0 or self.cutmix > 0 or self.label_smoothing > 0
+
+
+def normalize(x: Tensor, mean: Sequence[float], std: Sequence[float]) -> Tensor:
+    """``(x / 255 - mean) / std`` per channel, for x in [0, 255]."""
+    m = torch.as_tensor(mean, dtype=x.dtype, device=x.device).view(1, -1, 1, 1) * 255
+    s = torch.as_tensor(std, dtype=x.dtype, device=x.device).view(1, -1, 1, 1) * 255
+    return (x - m) / s
+
+
+def random_crop(x: Tensor, padding: int, generator: torch.Generator, *, return_offsets: bool = False):
+    """Per-sample random crops of the zero-padded batch, all gathered with one ``gather``.
+
+    Offsets (dy, dx) are uniform in [0, 2 * padding]; an output pixel (i, j) of sample b is
+    padded[b, :, dy_b + i, dx_b + j], so crops never read outside the padded image.
+    """
+    if padding <= 0:
+        return (x, torch.zeros(len(x), 2, dtype=torch.long)) if return_offsets else x
+    b, c, h, w = x.shape
+    hp, wp = h + 2 * padding, w + 2 * padding
+    padded = torch.nn.functional.pad(x, (padding,) * 4).reshape(b, c, hp * wp)  # (B, ch, Hp*Wp)
+    off = torch.randint(0, 2 * padding + 1, (b, 2), generator=generator)
+    offd = off.to(x.device)
+    window = (torch.arange(h, device=x.device)[:, None] * wp + torch.arange(w, device=x.device)).view(1, h * w)
+    idx = (window + (offd[:, 0] * wp + offd[:, 1]).view(b, 1)).view(b, 1, h * w).expand(b, c, h * w)
+    out = padded.gather(2, idx).view(b, c, h, w)
+    return (out, off) if return_offsets else out
+
+
+def random_hflip(x: Tensor, generator: torch.Generator, p: float = 0.5, *, return_mask: bool = False):
+    mask = torch.rand(len(x), generator=generator) < p
+    out = torch.where(mask.to(x.device).view(-1, 1, 1, 1), x.flip(-1), x)
+    return (out, mask) if return_mask else out
+
+
+def one_hot(y: Tensor, num_classes: int, smoothing: float = 0.0, dtype=torch.float32) -> Tensor:
+    """Soft targets (B, K): ``1 - eps + eps/K`` on the label, ``eps/K`` elsewhere (timm)."""
+    off = smoothing / num_classes
+    t = torch.full((len(y), num_classes), off, dtype=dtype, device=y.device)
+    return t.scatter_(1, y.view(-1, 1), 1.0 - smoothing + off)
+
+
+def _np_rng(generator: torch.Generator) -> np.random.Generator:
+    return np.random.default_rng(int(torch.randint(0, 2**62, (1,), generator=generator)))
+
+
+def _boxes(lam: np.ndarray, h: int, w: int, rng: np.random.Generator) -> np.ndarray:
+    """timm ``rand_bbox``: side ratio sqrt(1 - lam), centre uniform, clipped. (n, 4) y0,y1,x0,x1."""
+    cut = np.sqrt(1.0 - lam)
+    ch, cw = (h * cut).astype(int), (w * cut).astype(int)
+    cy, cx = rng.integers(0, h, size=lam.shape), rng.integers(0, w, size=lam.shape)
+    return np.stack([np.clip(cy - ch // 2, 0, h), np.clip(cy + ch // 2, 0, h),
+                     np.clip(cx - cw // 2, 0, w), np.clip(cx + cw // 2, 0, w)], -1)
+
+
+def mix_batch(x: Tensor, target: Tensor, generator: torch.Generator, *, mixup_alpha: float = 0.0,
+              cutmix_alpha: float = 0.0, switch_prob: float = 0.5, mix_prob: float = 1.0,
+              mode: str = "batch") -> tuple[Tensor, Tensor, Tensor]:
+    """Mixup / CutMix against the reversed batch (timm ``Mixup``); returns (x, target, lam (B,)).
+
+    ``mode="batch"``: one coin, one lam and one box for the batch; ``"elem"``: per sample.
+    Cutmix's lam is corrected to the clipped box's area. ``target`` is soft (B, K).
+    """
+    b, _, h, w = x.shape
+    rng = _np_rng(generator)
+    n = 1 if mode == "batch" else b
+    use_cut = np.zeros(n, bool)
+    if mixup_alpha > 0 and cutmix_alpha > 0:
+        use_cut = rng.random(n) < switch_prob
+    elif cutmix_alpha > 0:
+        use_cut = np.ones(n, bool)
+    lam = np.where(use_cut, rng.beta(max(cutmix_alpha, 1e-8), max(cutmix_alpha, 1e-8), n),
+                   rng.beta(max(mixup_alpha, 1e-8), max(mixup_alpha, 1e-8), n))
+    lam = np.where(rng.random(n) < mix_prob, lam, 1.0)
+    boxes = _boxes(lam, h, w, rng)
+    area = (boxes[:, 1] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 2])
+    lam = np.where(use_cut, 1.0 - area / (h * w), lam)
+    if mode == "batch":
+        lam, use_cut, boxes = np.repeat(lam, b), np.repeat(use_cut, b), np.repeat(boxes, b, 0)
+    lam_t = torch.as_tensor(lam, dtype=x.dtype, device=x.device)
+    xf = x.flip(0)
+    bx = torch.as_tensor(boxes, device=x.device)
+    ar_h, ar_w = torch.arange(h, device=x.device), torch.arange(w, device=x.device)
+    inside = (((ar_h >= bx[:, 0:1]) & (ar_h < bx[:, 1:2]))[:, :, None]
+              & ((ar_w >= bx[:, 2:3]) & (ar_w < bx[:, 3:4]))[:, None, :])  # (B, H, W)
+    cut_t = torch.as_tensor(use_cut, device=x.device)
+    mixed = torch.where(inside[:, None] & cut_t.view(-1, 1, 1, 1), xf, x)
+    blend = lam_t.view(-1, 1, 1, 1) * x + (1 - lam_t.view(-1, 1, 1, 1)) * xf
+    out = torch.where(cut_t.view(-1, 1, 1, 1), mixed, blend)
+    tgt = lam_t.view(-1, 1) * target + (1 - lam_t.view(-1, 1)) * target.flip(0)
+    return out, tgt, lam_t
+
+
+def erasing_masks(b: int, h: int, w: int, prob: float, generator: torch.Generator, *, min_area: float = 0.02,
+                  max_area: float = 1 / 3, min_aspect: float = 0.3, attempts: int = 10) -> Tensor:
+    """Per-sample erasing rectangles (B, H, W) bool, timm ``RandomErasing`` geometry.
+
+    Each erased sample takes the first of ``attempts`` (area, aspect) draws that fits.
+    """
+    area = (min_area + (max_area - min_area) * torch.rand(b, attempts, generator=generator)) * h * w
+    la, lb = math.log(min_aspect), math.log(1 / min_aspect)
+    aspect = torch.exp(la + (lb - la) * torch.rand(b, attempts, generator=generator))
+    eh = torch.sqrt(area * aspect).round().long()
+    ew = torch.sqrt(area / aspect).round().long()
+    ok = (eh < h) & (ew < w) & (eh > 0) & (ew > 0)
+    first = ok.long().argmax(1)
+    fits = ok.any(1) & (torch.rand(b, generator=generator) < prob)
+    eh = eh.gather(1, first[:, None]).squeeze(1)
+    ew = ew.gather(1, first[:, None]).squeeze(1)
+    top = (torch.rand(b, generator=generator) * (h - eh + 1)).long().clamp(max=h - 1)
+    left = (torch.rand(b, generator=generator) * (w - ew + 1)).long().clamp(max=w - 1)
+    r, c = torch.arange(h), torch.arange(w)
+    rows = (r >= top[:, None]) & (r < (top + eh)[:, None])
+    cols = (c >= left[:, None]) & (c < (left + ew)[:, None])
+    return rows[:, :, None] & cols[:, None, :] & fits.view(-1, 1, 1)
+
+
+def random_erasing(x: Tensor, prob: float, generator: torch.Generator, value: float | None = None) -> Tensor:
+    """Erase one rectangle per selected sample of a *normalised* batch with N(0, 1) noise
+    (timm "pixel" mode), or with the constant ``value``."""
+    b, c, h, w = x.shape
+    mask = erasing_masks(b, h, w, prob, generator).to(x.device)[:, None]
+    if value is None:
+        fill = torch.randn(x.shape, generator=generator).to(x.device, x.dtype)
+    else:
+        fill = torch.full_like(x, value)
+    return torch.where(mask, fill, x)
+
+
+class Augment:
+    """The configured augmentation as one callable: ``aug(x_uint8, y, generator) -> (x, y)``.
+
+    ``x`` comes back float, normalised; ``y`` is int64 (B,) or soft targets (B, K) when
+    mixup / cutmix / label smoothing is on (``self.soft_targets``).
+    """
+
+    def __init__(self, cfg: AugmentConfig, num_classes: int, mean: Sequence[float], std: Sequence[float]):
+        self.cfg = cfg
+        self.num_classes = num_classes
+        self.mean, self.std = tuple(mean), tuple(std)
+        fill = float(np.mean(self.mean) * 255)  # geometric ops fill with the mean: 0 after normalising
+        self.policy = None
+        if cfg.autoaugment != "none":
+            self.policy = AutoAugment(cfg.autoaugment, fill=fill)
+        elif cfg.randaugment:
+            self.policy = RandAugment(cfg.randaugment, fill=fill)
+        if cfg.soft_targets and num_classes <= 0:
+            raise ValueError("soft targets (mixup/cutmix/label smoothing) need num_classes > 0")
+
+    @property
+    def soft_targets(self) -> bool:
+        return self.cfg.soft_targets
+
+    def __call__(self, x: Tensor, y: Tensor, generator: torch.Generator, mean: Sequence[float] | None = None,
+                 std: Sequence[float] | None = None) -> tuple[Tensor, Tensor]:
+        c = self.cfg
+        if c.crop_padding:  # geometry on the uint8 batch: a quarter of the memory traffic
+            x = random_crop(x, c.crop_padding, generator)
+        if c.hflip:
+            x = random_hflip(x, generator)
+        x = x.float()
+        if self.policy is not None:
+            x = self.policy(x, generator)
+        x = normalize(x, self.mean if mean is None else mean, self.std if std is None else std)
+        if c.random_erasing > 0:
+            x = random_erasing(x, c.random_erasing, generator)
+        if c.soft_targets:
+            t = one_hot(y, self.num_classes, c.label_smoothing)
+            if c.mixup > 0 or c.cutmix > 0:
+                x, t, _ = mix_batch(x, t, generator, mixup_alpha=c.mixup, cutmix_alpha=c.cutmix,
+                                    switch_prob=c.mix_switch_prob, mix_prob=c.mix_prob, mode=c.mix_mode)
+            y = t
+        return x, y
+
+    def __repr__(self) -> str:
+        return f"Augment({asdict(self.cfg)}, num_classes={self.num_classes})"
+
+
+def build_augment(cfg: AugmentConfig | Mapping[str, Any] | None, info: Any = None, *,
+                  num_classes: int | None = None, mean: Sequence[float] | None = None,
+                  std: Sequence[float] | None = None) -> Augment:
+    """Build the batch augmentation for a dataset (``info``: a ``DatasetInfo``, for K/mean/std).
+
+    ``cfg`` may be an ``AugmentConfig``, a dict of its fields (unknown keys are an error) or None.
+    """
+    if cfg is None:
+        cfg = AugmentConfig()
+    elif isinstance(cfg, Mapping):
+        valid = {f.name for f in fields(AugmentConfig)}
+        unknown = set(cfg) - valid
+        if unknown:
+            raise KeyError(f"unknown augment keys {sorted(unknown)}; valid: {sorted(valid)}")
+        cfg = AugmentConfig(**cfg)
+    k = num_classes if num_classes is not None else getattr(info, "num_classes", 0)
+    m = mean if mean is not None else getattr(info, "mean", None)
+    s = std if std is not None else getattr(info, "std", None)
+    if m is None or s is None:
+        raise ValueError("build_augment needs mean/std: pass a DatasetInfo or mean= and std=")
+    return Augment(cfg, k, m, s)

@@ -1,0 +1,275 @@
+"""Loaders: ``DeviceLoader`` (whole dataset on the device as uint8, airbench style) and
+``StreamingLoader`` (decode from disk in worker processes, then the same batched augmentation
+on the device), with one iteration interface and resumable state.
+
+Randomness is derived, not carried: the permutation of epoch ``e`` comes from a generator
+seeded with (seed, e) and the augmentation of batch ``i`` from (seed, e, i). So the state is
+two integers, a resumed run continues identically, and a batch does not depend on how many
+random numbers earlier batches consumed.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator, Mapping, Sequence
+
+import numpy as np
+import torch
+
+from .augment import Augment, AugmentConfig, build_augment, normalize
+from .formats import decode_image, list_image_folder
+
+__all__ = ["DeviceLoader", "StreamingLoader", "ImageFolderDataset", "DataConfig", "make_loaders", "derive_generator"]
+
+Tensor = torch.Tensor
+
+
+def derive_generator(*key: int) -> torch.Generator:
+    """A CPU generator seeded by hashing the integers ``key`` (numpy SeedSequence)."""
+    s = np.random.SeedSequence([int(k) & 0xFFFFFFFF for k in key]).generate_state(2, np.uint32)
+    return torch.Generator().manual_seed(int(s[0]) << 31 | int(s[1]) >> 1)
+
+
+class _Loader:
+    """Shared epoch/position bookkeeping and batch post-processing."""
+
+    def __init__(self, n: int, batch_size: int, *, shuffle: bool, drop_last: bool, augment: Augment | None,
+                 device: str | torch.device | None, seed: int, mean: Sequence[float] | None,
+                 std: Sequence[float] | None, num_classes: int | None):
+        if batch_size <= 0:
+            raise ValueError(f"batch_size must be positive, got {batch_size}")
+        self.n = n
+        self.batch_size = batch_size
+        self.shuffle = shuffle
+        self.drop_last = drop_last
+        self.augment = augment
+        self.device = torch.device(device) if device is not None else torch.device("cpu")
+        self.seed = int(seed)
+        self.mean = tuple(mean) if mean is not None else (augment.mean if augment is not None else None)
+        self.std = tuple(std) if std is not None else (augment.std if augment is not None else None)
+        self.num_classes = num_classes if num_classes is not None else (augment.num_classes if augment else None)
+        self.epoch = 0
+        self.position = 0  # batches of the current epoch already handed out
+
+    def __len__(self) -> int:
+        return self.n // self.batch_size if self.drop_last else math.ceil(self.n / self.batch_size)
+
+    @property
+    def soft_targets(self) -> bool:
+        return self.augment is not None and self.augment.soft_targets
+
+    def order(self, epoch: int | None = None) -> Tensor:
+        """The sample order of ``epoch`` (a permutation when shuffling)."""
+        epoch = self.epoch if epoch is None else epoch
+        if not self.shuffle:
+            return torch.arange(self.n)
+        return torch.randperm(self.n, generator=derive_generator(self.seed, epoch, 0, 0))
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch, self.position = int(epoch), 0
+
+    def state_dict(self) -> dict[str, int]:
+        return {"epoch": self.epoch, "position": self.position, "seed": self.seed, "n": self.n,
+                "batch_size": self.batch_size}
+
+    def load_state_dict(self, state: Mapping[str, int]) -> None:
+        for key in ("n", "batch_size"):
+            if key in state and int(state[key]) != getattr(self, key):
+                raise ValueError(f"loader state has {key}={state[key]}, this loader {getattr(self, key)}")
+        self.epoch, self.position = int(state["epoch"]), int(state["position"])
+        self.seed = int(state.get("seed", self.seed))
+
+    def _finish(self, x: Tensor, y: Tensor, batch_index: int) -> tuple[Tensor, Tensor]:
+        if self.augment is not None:
+            g = derive_generator(self.seed, self.epoch, 1, batch_index)
+            return self.augment(x, y, g, self.mean, self.std)
+        x = x.float()
+        if self.mean is not None and self.std is not None:
+            return normalize(x, self.mean, self.std), y
+        return x / 255.0, y
+
+    def _start(self) -> int:
+        if self.position >= len(self):  # saved right after the last batch of an epoch
+            self.epoch, self.position = self.epoch + 1, 0
+        return self.position
+
+    def _advance(self) -> None:
+        self.position += 1
+
+    def _end_epoch(self) -> None:
+        self.epoch, self.position = self.epoch + 1, 0
+
+
+class DeviceLoader(_Loader):
+    """Iterate ``(x, y)`` over a dataset held on ``device`` as uint8 (N, ch, H, W).
+
+    ``x`` is float (B, ch, H, W), augmented (if ``augment``) and normalised with ``mean``/``std``
+    (defaults: the augment's, i.e. the dataset's). ``y`` is int64 (B,) or soft targets (B, K).
+    Each ``iter()`` runs the rest of the current epoch; ``state_dict()`` after any batch and
+    ``load_state_dict()`` on a fresh loader continue with exactly the same batches.
+    """
+
+    def __init__(self, images: Tensor, labels: Tensor, batch_size: int, *, shuffle: bool = True,
+                 drop_last: bool = False, augment: Augment | None = None, device: str | torch.device | None = None,
+                 seed: int = 0, mean: Sequence[float] | None = None, std: Sequence[float] | None = None,
+                 num_classes: int | None = None):
+        if images.dtype != torch.uint8 or images.ndim != 4:
+            raise ValueError(f"images must be uint8 (N, ch, H, W), got {tuple(images.shape)} {images.dtype}")
+        if len(images) != len(labels):
+            raise ValueError(f"{len(images)} images but {len(labels)} labels")
+        super().__init__(len(images), batch_size, shuffle=shuffle, drop_last=drop_last, augment=augment,
+                         device=device, seed=seed, mean=mean, std=std, num_classes=num_classes)
+        self.images = images.to(self.device)
+        self.labels = labels.to(self.device, torch.long)
+
+    def __iter__(self) -> Iterator[tuple[Tensor, Tensor]]:
+        start = self._start()
+        order = self.order().to(self.device)
+        for i in range(start, len(self)):
+            idx = order[i * self.batch_size:(i + 1) * self.batch_size]
+            x, y = self._finish(self.images[idx], self.labels[idx], i)
+            self._advance()
+            yield x, y
+        self._end_epoch()
+
+
+class ImageFolderDataset(torch.utils.data.Dataset):
+    """``root/<split>/<class>/<image>`` decoded with Pillow to uint8 (ch, size, size).
+
+    Decoding is deterministic (shorter side to ``image_size``, centre crop); all random
+    augmentation happens later on the device, so workers need no random state.
+    """
+
+    def __init__(self, root: str | Path, split: str, image_size: int, in_chans: int = 3,
+                 classes: Sequence[str] | None = None):
+        root = Path(root)
+        if classes is None and split != "train" and (root / "train").is_dir():
+            classes = sorted(d.name for d in (root / "train").iterdir() if d.is_dir())
+        self.paths, labels, self.classes = list_image_folder(root / split, classes)
+        self.labels = torch.from_numpy(labels)
+        self.image_size, self.in_chans = image_size, in_chans
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def __getitem__(self, i: int) -> tuple[Tensor, int]:
+        return torch.from_numpy(decode_image(self.paths[i], self.image_size, self.in_chans)), int(self.labels[i])
+
+
+class StreamingLoader(_Loader):
+    """Same interface as ``DeviceLoader`` for datasets that stay on disk (e.g. ImageNet folders).
+
+    ``dataset[i] -> (uint8 (ch, H, W), label)`` is decoded by ``num_workers`` processes of a
+    ``torch.utils.data.DataLoader`` in this epoch's order; batches go to ``device`` and get the
+    same batched augmentation as ``DeviceLoader``.
+    """
+
+    def __init__(self, dataset: torch.utils.data.Dataset, batch_size: int, *, shuffle: bool = True,
+                 drop_last: bool = False, augment: Augment | None = None, device: str | torch.device | None = None,
+                 seed: int = 0, mean: Sequence[float] | None = None, std: Sequence[float] | None = None,
+                 num_classes: int | None = None, num_workers: int = 4):
+        super().__init__(len(dataset), batch_size, shuffle=shuffle, drop_last=drop_last, augment=augment,
+                         device=device, seed=seed, mean=mean, std=std, num_classes=num_classes)
+        self.dataset = dataset
+        self.num_workers = num_workers
+
+    def __iter__(self) -> Iterator[tuple[Tensor, Tensor]]:
+        start = self._start()
+        stop = len(self) * self.batch_size if self.drop_last else self.n
+        indices = self.order()[start * self.batch_size:stop].tolist()
+        dl = torch.utils.data.DataLoader(self.dataset, batch_size=self.batch_size, sampler=indices,
+                                         num_workers=self.num_workers, pin_memory=self.device.type == "cuda",
+                                         drop_last=False)
+        for i, (x, y) in enumerate(dl, start):
+            x = x.to(self.device, non_blocking=True)
+            y = y.to(self.device, torch.long, non_blocking=True)
+            x, y = self._finish(x, y, i)
+            self._advance()
+            yield x, y
+        self._end_epoch()
+
+
+@dataclass
+class DataConfig:
+    """The ``data`` section of a run config (``make_loaders`` also accepts any object or dict
+    with these names)."""
+
+    name: str = "cifar10"  # a key of mlplab.data.DATASETS
+    root: str = ""  # --data-root; "" = cache ($MLPLAB_DATA or ~/.cache/mlplab/data), then system dirs
+    download: bool = False
+    image_size: int = 0  # resize on load; 0 = native size (image folders need it: 224 default)
+    val_fraction: float = 0.0  # hold out this fraction of train as "val" (deterministic, split_seed)
+    split_seed: int = 0
+    eval_batch_size: int = 0  # 0 = the training batch size
+    streaming: bool = False  # decode from disk with workers instead of holding the set on the device
+    num_workers: int = 4  # StreamingLoader workers
+    num_samples: int = 0  # synthetic only: training samples (0 = default 1024)
+
+
+def _get(cfg: Any, key: str, default: Any) -> Any:
+    if cfg is None:
+        return default
+    if isinstance(cfg, Mapping):
+        return cfg.get(key, default)
+    return getattr(cfg, key, default)
+
+
+def make_loaders(data_cfg: Any, augment_cfg: AugmentConfig | Mapping[str, Any] | None, batch_size: int,
+                 device: str | torch.device | None = None, seed: int = 0) -> dict[str, _Loader | None]:
+    """Train / val / test loaders for a ``DataConfig`` and an ``AugmentConfig``.
+
+    Train: shuffled, augmented, ``drop_last=True``. Val/test: in order, no augmentation (int64
+    labels), all samples. ``val`` is None unless the dataset has a val split or
+    ``val_fraction > 0``. Returns ``{"train", "val", "test", "info"}``.
+    """
+    from .datasets import load_dataset
+    from .table import get_info
+
+    name = _get(data_cfg, "name", "cifar10")
+    root = _get(data_cfg, "root", "") or None
+    download = bool(_get(data_cfg, "download", False))
+    size = int(_get(data_cfg, "image_size", 0) or 0) or None
+    val_fraction = float(_get(data_cfg, "val_fraction", 0.0))
+    split_seed = int(_get(data_cfg, "split_seed", 0))
+    eval_bs = int(_get(data_cfg, "eval_batch_size", 0) or 0) or batch_size
+    info = get_info(name)
+    extra = {}
+    if info.format == "synthetic" and int(_get(data_cfg, "num_samples", 0) or 0):
+        extra["num_samples"] = int(_get(data_cfg, "num_samples", 0))
+
+    if _get(data_cfg, "streaming", False):
+        if info.format != "imagefolder":
+            raise ValueError(f"streaming is implemented for image folders; {name} fits in memory")
+        if root is None:
+            raise ValueError("streaming image folders need data.root")
+        size = size or 224
+        workers = int(_get(data_cfg, "num_workers", 4))
+        train_ds = ImageFolderDataset(root, "train", size, info.in_chans)
+        val_ds = ImageFolderDataset(root, "val", size, info.in_chans, classes=train_ds.classes)
+        k = len(train_ds.classes)
+        aug = build_augment(augment_cfg, info, num_classes=k)
+        train = StreamingLoader(train_ds, batch_size, shuffle=True, drop_last=True, augment=aug, device=device,
+                                seed=seed, num_workers=workers)
+        test = StreamingLoader(val_ds, eval_bs, shuffle=False, augment=None, device=device, seed=seed,
+                               mean=info.mean, std=info.std, num_classes=k, num_workers=workers)
+        return {"train": train, "val": None, "test": test, "info": info}
+
+    common = dict(root=root, download=download, image_size=size, seed=split_seed, **extra)
+    tr = load_dataset(name, "train", val_fraction=val_fraction, **common)
+    info = tr.info
+    te = load_dataset(name, "test", **common)
+    va = None
+    if val_fraction > 0:
+        va = load_dataset(name, "val", val_fraction=val_fraction, **common)
+    elif "val" in info.splits and "test" in info.splits:
+        va = load_dataset(name, "val", **common)
+    aug = build_augment(augment_cfg, info)
+
+    def evaluation(d):
+        return None if d is None else DeviceLoader(d.images, d.labels, eval_bs, shuffle=False, device=device,
+                                                    mean=info.mean, std=info.std, num_classes=info.num_classes)
+
+    train = DeviceLoader(tr.images, tr.labels, batch_size, shuffle=True, drop_last=True, augment=aug,
+                         device=device, seed=seed)
+    return {"train": train, "val": evaluation(va), "test": evaluation(te), "info": info}

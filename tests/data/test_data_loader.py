@@ -1,0 +1,120 @@
+"""DeviceLoader / StreamingLoader: shapes, coverage, determinism, resumable state, make_loaders."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from mlplab.data import (AugmentConfig, DataConfig, DeviceLoader, ImageFolderDataset, StreamingLoader,
+                         build_augment, load_dataset, make_loaders)
+from mlplab.data.formats import png_bytes
+
+
+@pytest.fixture(scope="module")
+def data():
+    return load_dataset("synthetic", "train", image_size=16, num_samples=200, num_classes=5)
+
+
+def collect(loader, n=None):
+    out = []
+    for i, b in enumerate(loader):
+        out.append(b)
+        if n is not None and i + 1 == n:
+            break
+    return out
+
+
+def test_shapes_len_and_drop_last(data):
+    lo = DeviceLoader(data.images, data.labels, 64, shuffle=False, drop_last=False, mean=data.info.mean,
+                      std=data.info.std)
+    assert len(lo) == 4
+    batches = collect(lo)
+    assert [len(x) for x, _ in batches] == [64, 64, 64, 8]
+    x, y = batches[0]
+    assert x.dtype == torch.float32 and x.shape == (64, 3, 16, 16) and y.dtype == torch.int64
+    assert torch.equal(torch.cat([y for _, y in batches]), data.labels)  # in order, every sample
+    expect = (data.images[:64].float() / 255 - 0.5) / 0.35
+    assert torch.allclose(x, expect, atol=1e-5)
+    ld = DeviceLoader(data.images, data.labels, 64, drop_last=True)
+    assert len(ld) == 3 and [len(x) for x, _ in collect(ld)] == [64] * 3
+
+
+def test_shuffle_covers_each_sample_once_and_is_seeded(data):
+    idx = torch.arange(200, dtype=torch.long)  # labels = sample ids
+    lo = DeviceLoader(data.images, idx, 50, seed=3)
+    e0 = torch.cat([y for _, y in collect(lo)])
+    e1 = torch.cat([y for _, y in collect(lo)])
+    assert sorted(e0.tolist()) == list(range(200)) and not torch.equal(e0, e1)
+    assert lo.epoch == 2
+    again = DeviceLoader(data.images, idx, 50, seed=3)
+    assert torch.equal(torch.cat([y for _, y in collect(again)]), e0)
+    other = DeviceLoader(data.images, idx, 50, seed=4)
+    assert not torch.equal(torch.cat([y for _, y in collect(other)]), e0)
+
+
+def test_augmented_batches_soft_targets_and_determinism(data):
+    cfg = AugmentConfig(crop_padding=2, hflip=True, mixup=0.8, cutmix=1.0, label_smoothing=0.1,
+                        random_erasing=0.25, randaugment="rand-m9-mstd0.5-inc1")
+    aug = build_augment(cfg, data.info)
+    a = collect(DeviceLoader(data.images, data.labels, 64, augment=aug, seed=1, drop_last=True))
+    b = collect(DeviceLoader(data.images, data.labels, 64, augment=aug, seed=1, drop_last=True))
+    for (xa, ya), (xb, yb) in zip(a, b):
+        assert torch.equal(xa, xb) and torch.equal(ya, yb)
+        assert ya.shape == (64, 5) and torch.allclose(ya.sum(1), torch.ones(64))
+    assert not torch.equal(a[0][0], a[1][0])
+
+
+@pytest.mark.parametrize("stop_after", [2, 4])  # mid-epoch, and right after an epoch's last batch
+def test_state_dict_resumes_identically(data, stop_after):
+    aug = build_augment(AugmentConfig(crop_padding=2, hflip=True, mixup=0.2), data.info)
+
+    def make():
+        return DeviceLoader(data.images, data.labels, 50, augment=aug, seed=7)
+
+    ref = make()
+    full = collect(ref) + collect(ref)  # two epochs, 8 batches
+    first = make()
+    collect(first, stop_after)
+    state = first.state_dict()
+    assert all(isinstance(v, int) for v in state.values())
+    resumed = make()
+    resumed.load_state_dict(state)
+    rest = collect(resumed)
+    if stop_after == 4:  # the epoch was finished: the next iteration is the whole next epoch
+        assert len(rest) == 4
+    rest += collect(resumed) if len(rest) < 8 - stop_after else []
+    for (xa, ya), (xb, yb) in zip(full[stop_after:], rest):
+        assert torch.equal(xa, xb) and torch.equal(ya, yb)
+    assert len(rest) == 8 - stop_after
+    with pytest.raises(ValueError, match="batch_size"):
+        DeviceLoader(data.images, data.labels, 25).load_state_dict(state)
+
+
+def test_streaming_loader_matches_device_loader(tmp_path):
+    imgs = np.random.default_rng(0).integers(0, 256, (12, 3, 8, 8), dtype=np.uint8)
+    for i in range(12):
+        p = tmp_path / "train" / f"c{i % 3}" / f"{i:02d}.png"
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(png_bytes(imgs[i]))
+    ds = ImageFolderDataset(tmp_path, "train", image_size=8)
+    assert ds.classes == ["c0", "c1", "c2"] and len(ds) == 12
+    ref = load_dataset("imagefolder", "train", root=tmp_path)
+    aug = build_augment(AugmentConfig(crop_padding=2, hflip=True), ref.info)
+    dev = collect(DeviceLoader(ref.images, ref.labels, 5, augment=aug, seed=2))
+    stream = StreamingLoader(ds, 5, augment=aug, seed=2, num_workers=1)
+    got = collect(stream)
+    assert len(got) == len(dev) == 3 and stream.epoch == 1
+    for (xa, ya), (xb, yb) in zip(dev, got):
+        assert torch.equal(xa, xb) and torch.equal(ya, yb)
+
+
+def test_make_loaders_synthetic():
+    cfg = DataConfig(name="synthetic", image_size=16, val_fraction=0.1, num_samples=300, eval_batch_size=128)
+    loaders = make_loaders(cfg, AugmentConfig(crop_padding=2, hflip=True, label_smoothing=0.1), 64, "cpu", seed=0)
+    train, val, test = loaders["train"], loaders["val"], loaders["test"]
+    assert train.n == 270 and val.n == 30 and len(train) == 4  # drop_last for training
+    x, y = next(iter(train))
+    assert x.shape == (64, 3, 16, 16) and y.shape == (64, 10)
+    xv, yv = next(iter(test))
+    assert yv.dtype == torch.int64 and len(xv) == min(128, test.n)
+    assert loaders["info"].num_classes == 10

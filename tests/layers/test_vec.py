@@ -1,0 +1,61 @@
+"""The vec convention of SPEC §1 (column-major) and the permutation index convention."""
+import pytest
+import torch
+
+from mlplab.layers.vec import (
+    commutation_matrix,
+    commutation_perm,
+    invert_perm,
+    perm_matrix,
+    rowmajor_index_of_vec,
+    unvec,
+    vec,
+    vec_index_of_rowmajor,
+)
+
+D = torch.float64
+
+
+def test_vec_pins_column_major():
+    X = torch.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]], dtype=D)  # S = 2 tokens, C = 3 channels
+    assert vec(X).tolist() == [1.0, 4.0, 2.0, 5.0, 3.0, 6.0]
+    assert torch.equal(vec(X), X.T.reshape(-1))
+
+
+@pytest.mark.parametrize("shape", [(4, 3), (2, 5, 3), (2, 3, 1, 4)])
+def test_vec_batched_and_unvec_roundtrip(shape):
+    X = torch.randn(*shape, dtype=D)
+    v = vec(X)
+    assert v.shape == shape[:-2] + (shape[-2] * shape[-1],)
+    assert torch.equal(v, X.transpose(-1, -2).flatten(-2))
+    assert torch.equal(unvec(v, shape[-2], shape[-1]), X)
+
+
+def test_index_maps():
+    S, C = 3, 5
+    X = torch.randn(S, C, dtype=D)
+    flat, v = X.reshape(-1), vec(X)
+    assert torch.equal(flat[rowmajor_index_of_vec(S, C)], v)
+    assert torch.equal(v[vec_index_of_rowmajor(S, C)], flat)
+    assert torch.equal(rowmajor_index_of_vec(S, C)[vec_index_of_rowmajor(S, C)], torch.arange(S * C))
+
+
+def test_permutation_convention():
+    p = torch.tensor([2, 0, 3, 1])
+    v = torch.tensor([10.0, 11.0, 12.0, 13.0], dtype=D)
+    J = perm_matrix(p)
+    assert torch.equal(J @ v, v[p])  # (J v)[k] = v[p[k]]
+    assert torch.equal(J[torch.arange(4), p], torch.ones(4, dtype=D))
+    q = invert_perm(p)
+    assert torch.equal(perm_matrix(q), J.T)
+    assert torch.equal(p[q], torch.arange(4)) and torch.equal(q[p], torch.arange(4))
+
+
+@pytest.mark.parametrize("S, C", [(2, 3), (4, 4), (1, 6), (5, 1)])
+def test_commutation(S, C):
+    X = torch.randn(S, C, dtype=D)
+    assert torch.equal(vec(X)[commutation_perm(S, C)], vec(X.T))
+    Jc = commutation_matrix(S, C)
+    assert torch.equal(Jc @ vec(X), vec(X.T))
+    # J_c for X and for Xᵀ are inverse to each other
+    assert torch.equal(commutation_perm(C, S), invert_perm(commutation_perm(S, C)))
