@@ -1,0 +1,173 @@
+"""Plain MLPs and inverted-bottleneck MLPs (Bachmann et al. 2023, "Scaling MLPs"; SPEC §2).
+
+Input: the image flattened row-major (N, ch·H·W) (images larger than 64×64 are downscaled by
+the data pipeline, not here), a linear embedding to width m, then L blocks, then a linear head.
+
+    standard block    z ↦ LN(σ(W z)),               σ = ReLU, LN after the activation
+    bottleneck block  z ↦ z + W_c σ(W_e LN(z)),     W_e ∈ R^{km×m}, W_c ∈ R^{m×km}, k = 4, σ = GELU
+
+The bottleneck model is named B-L/Wi-m. As in the paper's description there is no LayerNorm
+between the last block and the head (``final_norm=True`` adds one). Published parameter
+counts for 64×64×3 inputs and "11k" classes (B-6/Wi-256 9M ... B-12/Wi-1024 124M) are all
+reproduced, rounded to the nearest million, with num_classes = 10450 (the class count of
+ImageNet-21k winter'21 "11k"; 11230 or 21843 do not reproduce them) — see
+``tests/models/test_mlp_models.py``.
+"""
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+import torch.nn as nn
+
+from ..layers.common import make_act
+from .registry import register_model
+
+__all__ = ["MLPConfig", "PlainMLP", "StandardBlock", "BottleneckBlock", "build_mlp", "SCALING_MLP_PRESETS",
+           "SCALING_MLP_CLASSES"]
+
+SCALING_MLP_CLASSES = 10450  # ImageNet-21k "11k" (winter'21): reproduces the published parameter counts
+
+
+@dataclass
+class MLPConfig:
+    image_size: int = 32
+    in_chans: int = 3
+    num_classes: int = 10
+    width: int = 512  # m
+    depth: int = 4  # L
+    block: Literal["standard", "bottleneck"] = "standard"
+    expansion: float = 4.0  # k of the bottleneck block (hidden width round(k·m))
+    act: str | None = None  # None -> relu (standard) / gelu (bottleneck)
+    drop_rate: float = 0.0  # dropout after the activation (and after W_c in bottleneck blocks)
+    final_norm: bool = False  # LayerNorm before the head
+    norm_eps: float = 1e-5
+
+
+class StandardBlock(nn.Module):
+    """z ↦ LN(σ(W z)) (no skip)."""
+
+    def __init__(self, m: int, act: str, drop: float, eps: float):
+        super().__init__()
+        self.fc = nn.Linear(m, m)
+        self.act = make_act(act)
+        self.drop = nn.Dropout(drop) if drop > 0 else nn.Identity()
+        self.norm = nn.LayerNorm(m, eps=eps)
+
+    def forward(self, z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        out = self.norm(self.drop(self.act(self.fc(z))))
+        return out, out  # (branch, output): no skip, the branch is the output
+
+
+class BottleneckBlock(nn.Module):
+    """z ↦ z + W_c σ(W_e LN(z))."""
+
+    def __init__(self, m: int, hidden: int, act: str, drop: float, eps: float):
+        super().__init__()
+        self.norm = nn.LayerNorm(m, eps=eps)
+        self.fc1 = nn.Linear(m, hidden)  # W_e
+        self.act = make_act(act)
+        self.drop1 = nn.Dropout(drop) if drop > 0 else nn.Identity()
+        self.fc2 = nn.Linear(hidden, m)  # W_c
+        self.drop2 = nn.Dropout(drop) if drop > 0 else nn.Identity()
+
+    def forward(self, z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        b = self.drop2(self.fc2(self.drop1(self.act(self.fc1(self.norm(z))))))
+        return b, z + b
+
+
+class PlainMLP(nn.Module):
+    """Flatten, linear embedding to width m, L standard or bottleneck blocks, linear head."""
+
+    def __init__(self, cfg: MLPConfig):
+        super().__init__()
+        for what, v in (("width (m)", cfg.width), ("depth (L)", cfg.depth), ("num_classes", cfg.num_classes),
+                        ("in_chans", cfg.in_chans), ("image_size", cfg.image_size)):
+            if v < 1:
+                raise ValueError(f"{what} must be >= 1, got {v}")
+        if not 0.0 <= cfg.drop_rate < 1.0:
+            raise ValueError(f"drop_rate must be in [0, 1), got {cfg.drop_rate}")
+        m = cfg.width
+        self.cfg = cfg
+        self.width = self.effective_width = m
+        self.in_features = cfg.in_chans * cfg.image_size ** 2
+        self.stem = nn.Linear(self.in_features, m)
+        if cfg.block == "standard":
+            act = cfg.act or "relu"
+            self.blocks = nn.ModuleList(StandardBlock(m, act, cfg.drop_rate, cfg.norm_eps) for _ in range(cfg.depth))
+        else:
+            hidden = int(round(cfg.expansion * m))
+            if hidden < 1:
+                raise ValueError(f"bottleneck hidden width round(expansion*m) = {hidden}; raise expansion")
+            act = cfg.act or "gelu"
+            self.blocks = nn.ModuleList(
+                BottleneckBlock(m, hidden, act, cfg.drop_rate, cfg.norm_eps) for _ in range(cfg.depth)
+            )
+        self.norm = nn.LayerNorm(m, eps=cfg.norm_eps) if cfg.final_norm else nn.Identity()
+        self.head = nn.Linear(m, cfg.num_classes)
+
+    def forward_features(self, x: torch.Tensor, feats: dict | None = None) -> torch.Tensor:
+        cfg = self.cfg
+        if x.ndim != 4 or x.shape[1:] != (cfg.in_chans, cfg.image_size, cfg.image_size):
+            raise ValueError(
+                f"expected images of shape (N, {cfg.in_chans}, {cfg.image_size}, {cfg.image_size}), "
+                f"got {tuple(x.shape)}; set image_size/in_chans to match the data"
+            )
+        z = self.stem(x.flatten(1))  # (N, ch·H·W) -> (N, m)
+        if feats is not None:
+            feats["stem"] = z
+        for i, blk in enumerate(self.blocks):
+            b, z = blk(z)
+            if feats is not None:
+                feats[f"blocks.{i}"] = b
+        return self.norm(z)
+
+    def forward_head(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
+        return x if pre_logits else self.head(x)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.forward_head(self.forward_features(x))
+
+    def forward_intermediates(self, x: torch.Tensor) -> tuple[torch.Tensor, "OrderedDict[str, torch.Tensor]"]:
+        """Logits and ``stem``, ``blocks.{i}`` (bottleneck: the branch before the skip;
+        standard: the block output), ``pre_logits``."""
+        feats: OrderedDict[str, torch.Tensor] = OrderedDict()
+        h = self.forward_features(x, feats)
+        feats["pre_logits"] = self.forward_head(h, pre_logits=True)
+        return self.head(feats["pre_logits"]), feats
+
+
+def build_mlp(cfg: MLPConfig) -> PlainMLP:
+    return PlainMLP(cfg)
+
+
+register_model(
+    "mlp", family="mlp", config_cls=MLPConfig, builder=build_mlp,
+    description="plain MLP: flatten, embed, blocks z->LN(ReLU(Wz)), linear head; 32x32x3",
+    block="standard", width=512, depth=4,
+)
+register_model(
+    "bottleneck_mlp", family="mlp", config_cls=MLPConfig, builder=build_mlp,
+    description="inverted-bottleneck MLP: blocks z->z+W_c GELU(W_e LN(z)), k=4; 32x32x3",
+    block="bottleneck", width=512, depth=4, expansion=4.0,
+)
+
+# Scaling-MLPs sizes B-L/Wi-m (Bachmann et al. 2023): name -> (L, m, published params in millions)
+SCALING_MLP_PRESETS: dict[str, tuple[int, int, int]] = {
+    "bottleneck_mlp_b6_wi256": (6, 256, 9),
+    "bottleneck_mlp_b12_wi256": (12, 256, 12),
+    "bottleneck_mlp_b6_wi512": (6, 512, 24),
+    "bottleneck_mlp_b12_wi512": (12, 512, 37),
+    "bottleneck_mlp_b6_wi1024": (6, 1024, 74),
+    "bottleneck_mlp_b12_wi1024": (12, 1024, 124),
+}
+
+for _name, (_l, _m, _pub) in SCALING_MLP_PRESETS.items():
+    register_model(
+        _name, family="mlp", config_cls=MLPConfig, builder=build_mlp,
+        description=f"Scaling-MLPs B-{_l}/Wi-{_m} ({_pub}M published): 64x64x3, {SCALING_MLP_CLASSES} classes",
+        block="bottleneck", width=_m, depth=_l, expansion=4.0, image_size=64, in_chans=3,
+        num_classes=SCALING_MLP_CLASSES,
+    )

@@ -1,0 +1,95 @@
+"""FLOPs two ways (analytic walk vs FlopCounterMode), the Mixer count from configs, the table
+and the ``mlplab models`` command."""
+import json
+
+import pytest
+
+import mlplab
+from mlplab import cli
+from mlplab.analysis.cost import (count_flops, count_params, measured_flops, mixer_counts, model_summary,
+                                  models_table, state_bytes)
+from mlplab.layers.masked import SparseLinear
+from mlplab.models.registry import model_config
+
+TOL = 1e-3  # relative; the two counts agree exactly for everything they both see
+
+CASES = [
+    ("mlp_mixer", dict(image_size=8, patch_size=2, hidden_dim=8, depth=2)),
+    ("mlp_mixer", dict(image_size=8, patch_size=2, hidden_dim=8, depth=2, num_tokens=6)),  # skip layer W̃
+    ("rp_mlp_mixer", dict(image_size=8, patch_size=2, hidden_dim=8, depth=2)),
+    ("s_mixer", dict(image_size=8, patch_size=2, hidden_dim=8, depth=2, num_tokens=9)),
+    ("rp_s_mixer", dict(image_size=8, patch_size=2, hidden_dim=8, depth=2)),
+    ("mixer_s32", dict(image_size=64, hidden_dim=16, depth=1, token_hidden=8, channel_hidden=32)),
+    ("sw_mlp", dict(image_size=8, patch_size=2, width=32, depth=2)),
+    ("sw_mlp", dict(image_size=8, patch_size=2, width=30, depth=2)),  # dense stem
+    ("sw_mlp_block", dict(image_size=8, patch_size=2, width=32, depth=2)),
+    ("mlp", dict(image_size=8, width=16, depth=2)),
+    ("bottleneck_mlp", dict(image_size=8, width=16, depth=2)),
+    ("monarch_mlp", dict(image_size=6)),
+    ("monarch_mlp", dict(image_size=6, width=24)),
+    ("kronecker_mlp", dict(image_size=6, width=20)),
+]
+
+
+@pytest.mark.parametrize("name, overrides", CASES)
+def test_analytic_flops_agree_with_flop_counter(name, overrides):
+    model = mlplab.create_model(name, **overrides)
+    c = model.config
+    shape = (c.in_chans, c.image_size, c.image_size)
+    analytic, measured = count_flops(model, shape), measured_flops(model, shape)
+    assert analytic > 0
+    assert abs(analytic - measured) <= TOL * measured, (analytic, measured)
+    assert count_flops(model, (5,) + shape) == analytic  # a batch dimension is per example
+
+
+def test_sparse_storage_counts_nnz_which_the_flop_counter_cannot_see():
+    kw = dict(image_size=8, patch_size=2, width=64, depth=2, density=0.25)
+    masked = mlplab.create_model("sw_mlp", storage="masked", **kw)
+    sparse = mlplab.create_model("sw_mlp", storage="sparse", **kw)
+    layers = [m for m in sparse.modules() if isinstance(m, SparseLinear)]
+    nnz_flops = sum(2 * m.nnz for m in layers)
+    dense_flops = sum(2 * m.in_features * m.out_features for m in layers)
+    assert count_flops(sparse) == count_flops(masked) - dense_flops + nnz_flops
+    assert measured_flops(sparse) == count_flops(sparse) - nnz_flops  # torch.sparse.mm is not counted
+    assert count_params(sparse) == count_params(masked, effective=True)
+    assert state_bytes(sparse) < state_bytes(masked)
+
+
+def test_count_flops_checks_the_input_shape():
+    model = mlplab.create_model("mlp", image_size=8, width=16, depth=1)
+    with pytest.raises(ValueError, match=r"expects inputs of shape \(3, 8, 8\)"):
+        count_flops(model, (3, 32, 32))
+
+
+@pytest.mark.parametrize("name, overrides", [c for c in CASES if model_config(c[0], **c[1]).__class__.__name__ == "MixerConfig"]
+                         + [("mlp_mixer", dict(image_size=8, patch_size=2, hidden_dim=8, depth=2, skip=False, num_tokens=3,
+                                                token_hidden=5, norm=False))])
+def test_mixer_counts_from_config_equal_the_built_model(name, overrides):
+    model = mlplab.create_model(name, **overrides)
+    c = mixer_counts(model.config)
+    assert c["params"] == count_params(model)
+    assert c["flops"] == count_flops(model)
+    assert 4 * c["params"] + 8 * c["buffer_entries"] == state_bytes(model)
+    assert model_summary(name, **overrides) == model_summary(name, build=True, **overrides)
+
+
+def test_models_table_lists_every_registered_model():
+    rows = models_table()
+    assert [r["name"] for r in rows] == mlplab.list_models()
+    for r in rows:
+        assert r["params"] > 0 and r["flops"] > 0 and r["family"] and r["description"]
+    by = {r["name"]: r for r in rows}
+    assert by["mixer_b16"]["params"] == 59_880_472 and by["mixer_b16"]["effective_width"] == 196 * 768
+    assert by["sw_mlp"]["effective_width"] == 1024
+    assert by["sw_mlp"]["effective_params"] < by["sw_mlp"]["params"]
+
+
+def test_models_command(capsys):
+    assert cli.main(["models", "--family", "shallow"]) == 0
+    out = capsys.readouterr().out
+    assert "monarch_mlp" in out and "kronecker_mlp" in out and "FLOPs/ex" in out
+    assert cli.main(["models", "--family", "shallow", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert {r["name"] for r in rows} == {"monarch_mlp", "kronecker_mlp"}
+    assert cli.main(["models", "--family", "nope"]) == 2
+    assert "unknown family" in capsys.readouterr().err
