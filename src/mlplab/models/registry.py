@@ -13,6 +13,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+import torch
 import torch.nn as nn
 
 __all__ = [
@@ -156,7 +157,16 @@ def create_model(name: str, **overrides: Any) -> nn.Module:
     >>> m = create_model("s_mixer", image_size=32, num_tokens=64, hidden_dim=64, depth=2)
     """
     cfg = model_config(name, **overrides)
-    model = get_model_entry(name).builder(cfg)
+    builder = get_model_entry(name).builder
+    seed = getattr(cfg, "seed", None)
+    if seed is None:
+        model = builder(cfg)
+    else:
+        # the config's seed fixes the whole model (weights, permutations, masks), without
+        # disturbing the caller's global RNG stream
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            model = builder(cfg)
     model.model_name = name
     model.config = cfg
     return model
