@@ -18,3 +18,4 @@ from .spectra import (  # noqa: E402,F401
     normalised_spectrum, sample_mixer_weight, sample_sw_weight, spectrum_vs_width, sw_lambda_max_theory,
     sw_lplus,
 )
+from .cost import count_flops, count_params, model_summary, models_table  # noqa: E402,F401

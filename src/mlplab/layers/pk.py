@@ -65,6 +65,15 @@ class PKMixing(nn.Module):
     computed without any gather because they are the normal Mixer's: token mixing
     (J1 = J2 = I, groups are columns -> a transpose) and channel mixing (J1 = J_c, J2 = J_cᵀ,
     groups are rows -> nothing to move). ``mode`` reports which path is used.
+
+    Speed: in ``columns`` mode, when ``inner`` is a plain Linear-activation(-Linear) stack
+    (:class:`~mlplab.layers.common.Mlp` without dropout, or ``Sequential(Linear, act)``), the
+    group map is applied as W X from the left with one batched GEMM per layer
+    (``baddbmm`` with W broadcast over the batch), so neither the input nor the output is
+    transposed. Same function, same parameters; ``fast=False`` forces the generic path
+    (tests pin the two to float64 round-off; ``benchmarks/bench_mixer_step.py`` times both).
+    Under autocast the generic path is kept: measured on AVX2 CPUs, bfloat16 ``bmm`` with a
+    broadcast weight is ~2× slower than one large bfloat16 GEMM on the transposed input.
     """
 
     def __init__(
@@ -78,8 +87,10 @@ class PKMixing(nn.Module):
         perm_in: torch.Tensor | None = None,
         perm_out: torch.Tensor | None = None,
         force_gather: bool = False,
+        fast: bool = True,
     ):
         super().__init__()
+        self.fast = fast
         rows, cols = in_shape
         rows_o, cols_o = out_shape
         m, m_out = rows * cols, rows_o * cols_o
@@ -144,6 +155,10 @@ class PKMixing(nn.Module):
         if self.mode == "rows":
             return self.inner(x)  # groups are rows: f acts on channels directly
         if self.mode == "columns":
+            if self.fast and not torch.is_autocast_enabled(x.device.type):
+                layers = _left_matmul_layers(self.inner)
+                if layers is not None:
+                    return _apply_left(layers, x)  # (B, rows, cols) -> (B, rows', cols)
             y = self.inner(x.transpose(-1, -2))  # (B, cols, rows) -> (B, cols, rows')
             return y.transpose(-1, -2)
         g_in, g_in_inv, g_out, g_out_inv = self._gather
@@ -158,6 +173,62 @@ class PKMixing(nn.Module):
             f"in={self.in_shape}, out={self.out_shape}, n1={self.n1}, n2={self.n2}, "
             f"n2'={self.n2_out}, mode={self.mode}"
         )
+
+
+def _left_matmul_layers(inner: nn.Module) -> list[nn.Module] | None:
+    """The Linear / activation sequence of ``inner`` when it is a plain MLP stack, else None.
+
+    Only stacks whose forward is exactly ``fc2(act(fc1(x)))`` or ``act(fc(x))`` qualify; anything
+    else (dropout in training, hooks, custom modules) takes the generic path.
+    """
+    from .common import Mlp
+
+    if inner._forward_hooks or inner._forward_pre_hooks:
+        return None
+    if isinstance(inner, Mlp):
+        if inner.training and not (isinstance(inner.drop1, nn.Identity) and isinstance(inner.drop2, nn.Identity)):
+            return None
+        mods = [inner.fc1, inner.act, inner.fc2]
+    elif isinstance(inner, nn.Sequential) and len(inner) == 2 and isinstance(inner[0], nn.Linear):
+        mods = [inner[0], inner[1]]
+    elif isinstance(inner, nn.Linear):
+        mods = [inner]
+    else:
+        return None
+    for mod in mods:
+        if mod._forward_hooks or mod._forward_pre_hooks:
+            return None
+        if not isinstance(mod, nn.Linear) and type(mod).forward is not _ELEMENTWISE_OK.get(type(mod)):
+            return None
+    return mods
+
+
+def _elementwise_types() -> dict[type, object]:
+    from .common import ACTIVATIONS
+
+    return {cls: cls.forward for cls in ACTIVATIONS.values()}
+
+
+_ELEMENTWISE_OK = _elementwise_types()
+
+
+def _apply_left(layers: list[nn.Module], x: torch.Tensor) -> torch.Tensor:
+    """f applied to every column of x: Linear(n -> n') becomes W x (+ b) on (B, n, cols).
+
+    ``baddbmm`` with W expanded (stride 0) over the batch multiplies from the left without
+    copying x into (B, cols, n) order, and an activation is entry-wise, so layout is irrelevant.
+    """
+    for mod in layers:
+        if isinstance(mod, nn.Linear):
+            B = x.shape[0]
+            W = mod.weight.unsqueeze(0).expand(B, -1, -1)  # (B, n', n), no copy
+            if mod.bias is None:
+                x = torch.bmm(W, x)
+            else:
+                x = torch.baddbmm(mod.bias.view(1, -1, 1), W, x)  # (B, n', cols)
+        else:
+            x = mod(x)
+    return x
 
 
 class PKLayer(PKMixing):

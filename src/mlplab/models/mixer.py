@@ -22,7 +22,7 @@ import torch
 import torch.nn as nn
 
 from ..layers.common import DropPath, Mlp, drop_path_rates, make_act
-from ..layers.pk import PKMixing, random_perm
+from ..layers.pk import PKMixing, _apply_left, random_perm
 from ..layers.stem import PatchEmbed, check_patch_size
 from ..layers.vec import commutation_perm, invert_perm
 from .registry import register_model
@@ -132,6 +132,9 @@ class MixerBlock(nn.Module):
     def _skip(self, x: torch.Tensor) -> torch.Tensor:  # (B, S_in, C) -> (B, S, C)
         if self.skip_proj is None:
             return x
+        fast = self.token_mixing.fast and not torch.is_autocast_enabled(x.device.type)
+        if fast and not (self.skip_proj._forward_hooks or self.skip_proj._forward_pre_hooks):
+            return _apply_left([self.skip_proj], x)  # W̃ X as one batched GEMM, no transposes
         return self.skip_proj(x.transpose(1, 2)).transpose(1, 2)  # W̃ X
 
     def forward(self, x: torch.Tensor, feats: dict | None = None) -> torch.Tensor:

@@ -1,0 +1,254 @@
+"""Training-step throughput of mlplab's Mixers against timm's MlpMixer and a plain reference.
+
+One step = forward + cross-entropy + backward + optimizer step (SGD-Nesterov or AdamW) on a
+fixed batch of random 32×32×3 images. All candidates of one suite are timed *interleaved*
+(A, B, C, A, B, C, ...) after a warm-up, together with a large GEMM, so that their ratios and
+their share of the machine's matmul rate (MFU) are measured under the same load.
+
+Suites (sizes from the command line):
+  mixer : mlplab ``mlp_mixer``, mlplab ``rp_mlp_mixer``, timm ``MlpMixer`` (same C, S, D_S, D_C, L),
+          and ``reference`` (nn.Linear + transposes, per-patch Linear stem, written below).
+  smixer: mlplab ``s_mixer``, ``rp_s_mixer`` and the reference S-Mixer (timm has none).
+  ``--with-generic`` adds mlplab with its fast paths switched off (``PKMixing.fast = False``):
+  the "before" of the speed work, in the same run (fp32 only: under autocast mlplab takes the
+  generic path itself).
+
+The GEMM rate is that of ``F.linear`` on two n×n fp32 tensors, under CPU autocast for bf16
+(the route the models' matmuls take). On CPUs without AVX512-BF16 bf16 GEMMs are emulated and
+far slower than fp32: compare the two GEMM lines before reading anything into bf16 timings.
+With more runnable threads than cores (a shared machine), every parallel region waits for the
+scheduler; ``--threads 1`` then measures the code rather than the contention.
+
+MFU: model FLOPs per step = 3 × forward matmul FLOPs (torch.utils.flop_counter) × batch,
+divided by the step time and by the GEMM rate measured in the same interleaved loop.
+
+    . .venv/bin/activate
+    PYTHONPATH=src:/tmp/timmlib:../shared/tools/timm-shim python benchmarks/bench_mixer_step.py
+    python benchmarks/bench_mixer_step.py --quick          # smoke run, a minute
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import (  # noqa: E402
+    add_common_args, autocast_ctx, environment, fmt_table, forward_flops, interleaved, setup_torch,
+    summarise, train_step_fn, write_results,
+)
+
+import mlplab  # noqa: E402
+from mlplab.layers.pk import PKMixing  # noqa: E402
+
+
+# --------------------------------------------------------------------------- reference models
+class RefMlp(nn.Module):
+    def __init__(self, d: int, h: int):
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(d, h), nn.Linear(h, d)
+
+    def forward(self, x):
+        return self.fc2(F.gelu(self.fc1(x)))
+
+
+class RefMixerBlock(nn.Module):
+    """x + TokenMLP(LN(x)ᵀ)ᵀ, then x + ChannelMLP(LN(x)); or the single-layer S-Mixer block."""
+
+    def __init__(self, S: int, C: int, ds: int, dc: int, single: bool):
+        super().__init__()
+        self.norm1, self.norm2 = nn.LayerNorm(C), nn.LayerNorm(C)
+        if single:
+            self.tok = nn.Sequential(nn.Linear(S, S), nn.GELU())
+            self.ch = nn.Sequential(nn.Linear(C, C), nn.GELU())
+        else:
+            self.tok, self.ch = RefMlp(S, ds), RefMlp(C, dc)
+
+    def forward(self, x):  # (B, S, C)
+        x = x + self.tok(self.norm1(x).transpose(1, 2)).transpose(1, 2)
+        return x + self.ch(self.norm2(x))
+
+
+class RefMixer(nn.Module):
+    """The straightforward Mixer: per-patch Linear stem, L blocks, LN, token mean, head."""
+
+    def __init__(self, S0: int, C: int, ds: int, dc: int, depth: int, patch: int, single: bool, classes: int = 10):
+        super().__init__()
+        self.patch = patch
+        self.stem = nn.Linear(3 * patch * patch, C)
+        self.blocks = nn.Sequential(*[RefMixerBlock(S0, C, ds, dc, single) for _ in range(depth)])
+        self.norm = nn.LayerNorm(C)
+        self.head = nn.Linear(C, classes)
+
+    def forward(self, x):  # (N, 3, H, W)
+        N, ch, H, W = x.shape
+        P = self.patch
+        x = x.reshape(N, ch, H // P, P, W // P, P).permute(0, 2, 4, 1, 3, 5).reshape(N, -1, ch * P * P)
+        x = self.blocks(self.stem(x))
+        return self.head(self.norm(x).mean(1))
+
+
+def timm_mixer(C: int, ds: int, dc: int, depth: int, patch: int):
+    """timm's MlpMixer with token hidden D_S and channel hidden D_C (timm: int(ratio·C) each)."""
+    from timm.models.mlp_mixer import MlpMixer
+
+    m = MlpMixer(img_size=32, patch_size=patch, num_classes=10, embed_dim=C, num_blocks=depth,
+                 mlp_ratio=(ds / C, dc / C))
+    blk = m.blocks[0]
+    assert blk.mlp_tokens.fc1.out_features == ds and blk.mlp_channels.fc1.out_features == dc, "timm sizes"
+    return m
+
+
+def _nparams(m: nn.Module) -> int:
+    return sum(p.numel() for p in m.parameters())
+
+
+# --------------------------------------------------------------------------- suites
+def build_suite(suite: str, dtype: str, a: argparse.Namespace) -> dict[str, nn.Module]:
+    P = 4
+    S0 = (32 // P) ** 2
+    if suite == "mixer":
+        kw = dict(hidden_dim=a.C, num_tokens=a.S, token_hidden=a.ds, channel_hidden=a.dc, depth=a.depth)
+        if a.S != S0:
+            raise SystemExit(f"timm and the reference need S = S0 = {S0} (patch 4 on 32x32); got S={a.S}")
+        models: dict[str, nn.Module] = {"mlplab": mlplab.create_model("mlp_mixer", **kw)}
+        if a.with_generic and dtype == "fp32":  # under autocast the fast path is off anyway
+            models["mlplab_generic"] = _generic(mlplab.create_model("mlp_mixer", **kw))
+        models["mlplab_rp"] = mlplab.create_model("rp_mlp_mixer", **kw)
+        if not a.no_timm:
+            models["timm"] = timm_mixer(a.C, a.ds, a.dc, a.depth, P)
+        models["reference"] = RefMixer(S0, a.C, a.ds, a.dc, a.depth, P, single=False)
+    elif suite == "smixer":
+        kw = dict(hidden_dim=a.s_dim, num_tokens=S0, depth=a.s_depth)
+        models = {"mlplab": mlplab.create_model("s_mixer", **kw)}
+        if a.with_generic and dtype == "fp32":
+            models["mlplab_generic"] = _generic(mlplab.create_model("s_mixer", **kw))
+        models["mlplab_rp"] = mlplab.create_model("rp_s_mixer", **kw)
+        models["reference"] = RefMixer(S0, a.s_dim, 0, 0, a.s_depth, P, single=True)
+    else:
+        raise SystemExit(f"unknown suite {suite!r}; choose mixer or smixer")
+    counts = {k: _nparams(m) for k, m in models.items()}
+    if len(set(counts.values())) != 1:
+        raise SystemExit(f"candidates differ in size: {counts}")
+    return models
+
+
+def _generic(model: nn.Module) -> nn.Module:
+    for mod in model.modules():
+        if isinstance(mod, PKMixing):
+            mod.fast = False
+    return model
+
+
+def run_suite(suite: str, dtype: str, batch: int, a: argparse.Namespace) -> dict[str, Any]:
+    torch.manual_seed(a.seed)
+    models = build_suite(suite, dtype, a)
+    x = torch.randn(batch, 3, 32, 32)
+    y = torch.randint(0, 10, (batch,))
+    ref_name = "reference"
+    flops = {k: forward_flops(m, x[:1]) for k, m in models.items()}
+    fwd = flops[ref_name]
+    steps = {k: train_step_fn(m, x, y, a.optimizer, dtype) for k, m in models.items()}
+    n = a.gemm_n if dtype == "fp32" else a.gemm_n_bf16
+    ga = torch.randn(n, n)
+    gb = torch.randn(n, n)
+
+    def gemm():  # the model's own route: F.linear on fp32 tensors, autocast to bf16 when bf16
+        with autocast_ctx(dtype):
+            return F.linear(ga, gb)
+
+    cands = dict(steps)
+    cands["gemm"] = gemm
+    print(f"\n[{suite} / {dtype}] batch {batch}, fwd {fwd / 1e6:.1f} MFLOP/example, "
+          f"params {_nparams(models[ref_name]):,}, gemm {n}³; warm-up {a.warmup}, {a.reps} rounds, "
+          f"{a.clock} clock, {torch.get_num_threads()} threads", flush=True)
+    load0 = os.getloadavg()
+    times = interleaved(cands, a.reps, a.warmup, log=lambda s: print(s, flush=True), clock=a.clock)
+    gemm_s = statistics.median(times.pop("gemm"))
+    gemm_gflops = 2 * n**3 / gemm_s / 1e9
+    step_flops = 3 * fwd * batch
+    base = "timm" if "timm" in times else ref_name
+    rows, out = [], {}
+    for k, ts in times.items():
+        med = statistics.median(ts)
+        r = {
+            **summarise(ts),
+            "ms_per_step": 1e3 * med,
+            "images_per_s": batch / med,
+            "fwd_flops_per_example_counted": flops[k],
+            "gflops_per_s": step_flops / med / 1e9,
+            "mfu": step_flops / med / 1e9 / gemm_gflops,
+            "speed_vs_reference": statistics.median(times[ref_name]) / med,
+        }
+        if "timm" in times:
+            r["speed_vs_timm"] = statistics.median(times["timm"]) / med
+        out[k] = r
+    # paired per-round ratios (robust to drift): time(candidate) / time(base) in the same round
+    for k in out:
+        out[k][f"time_ratio_vs_{base}_paired_median"] = statistics.median(
+            t / b for t, b in zip(times[k], times[base]))
+    rp_ratio = statistics.median(r / m for r, m in zip(times["mlplab_rp"], times["mlplab"]))
+    for k, r in out.items():
+        rows.append([k, r["ms_per_step"], r["images_per_s"], r["speed_vs_reference"],
+                     r.get("speed_vs_timm", float("nan")), r["gflops_per_s"], 100 * r["mfu"]])
+    print(fmt_table(["model", "ms/step", "img/s", "speed/ref", "speed/timm", "GFLOP/s", "MFU %"], rows))
+    print(f"GEMM {dtype} {n}³: {gemm_gflops:.1f} GFLOP/s; RP/normal step-time ratio (paired median) "
+          f"{rp_ratio:.3f}; load {load0[0]:.1f} -> {os.getloadavg()[0]:.1f}", flush=True)
+    return {
+        "suite": suite, "dtype": dtype, "batch": batch, "optimizer": a.optimizer, "clock": a.clock,
+        "num_threads": torch.get_num_threads(),
+        "fwd_flops_per_example": fwd, "step_flops": step_flops, "gemm_n": n, "gemm_gflops": gemm_gflops,
+        "rp_over_normal_time_ratio": rp_ratio, "loadavg_start": list(load0), "loadavg_end": list(os.getloadavg()),
+        "times_s": times, "results": out,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_common_args(p, "bench_mixer_step")
+    p.add_argument("--suites", default="mixer,smixer", help="comma list of mixer, smixer")
+    p.add_argument("--dtypes", default="fp32,bf16", help="comma list of fp32, bf16 (CPU autocast)")
+    p.add_argument("--C", type=int, default=256, help="Mixer hidden dim C")
+    p.add_argument("--S", type=int, default=64, help="tokens S (= patches; patch 4 on 32x32)")
+    p.add_argument("--ds", type=int, default=256, help="token-MLP hidden D_S")
+    p.add_argument("--dc", type=int, default=1024, help="channel-MLP hidden D_C")
+    p.add_argument("--depth", type=int, default=8, help="Mixer blocks L")
+    p.add_argument("--batch", type=int, default=256)
+    p.add_argument("--bf16-batch", type=int, default=None, help="batch for bf16 runs (default --batch)")
+    p.add_argument("--s-dim", type=int, default=64, help="S-Mixer C (= S = 64)")
+    p.add_argument("--s-depth", type=int, default=8)
+    p.add_argument("--s-batch", type=int, default=None, help="S-Mixer batch (default --batch)")
+    p.add_argument("--optimizer", default="sgd", choices=["sgd", "adamw"])
+    p.add_argument("--gemm-n", type=int, default=2048)
+    p.add_argument("--gemm-n-bf16", type=int, default=1024)
+    p.add_argument("--with-generic", action="store_true", help="also time mlplab with fast paths off")
+    p.add_argument("--no-timm", action="store_true")
+    a = p.parse_args(argv)
+    if a.quick:
+        a.C, a.ds, a.dc, a.depth, a.batch, a.s_depth = 64, 64, 256, 2, 32, 2
+        a.warmup, a.reps, a.gemm_n, a.gemm_n_bf16 = 1, 3, 512, 256
+    setup_torch(a.threads, a.seed)
+    env = environment()
+    print(f"torch {env['torch']}, {env['num_threads']} threads, {env['processor']} ({env['cpu_capability']}), "
+          f"load {env['loadavg']}")
+    runs = []
+    for suite in a.suites.split(","):
+        for dtype in a.dtypes.split(","):
+            batch = a.batch if suite == "mixer" else (a.s_batch or a.batch)
+            if dtype == "bf16" and a.bf16_batch:
+                batch = a.bf16_batch
+            runs.append(run_suite(suite, dtype, batch, a))
+    write_results(a.out, {"benchmark": "bench_mixer_step", "args": {k: str(v) for k, v in vars(a).items()},
+                          "environment": env, "loadavg_end": list(os.getloadavg()), "runs": runs})
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

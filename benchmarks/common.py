@@ -1,0 +1,229 @@
+"""Shared timing helpers for the benchmarks (not a test suite, not part of the package).
+
+Every comparison here is *interleaved*: after a warm-up, repetition r runs candidate A, then B,
+then C, ..., then repetition r + 1 does the same. On a machine shared with other jobs the load
+drifts over minutes; interleaving exposes every candidate to the same drift, so the ratios of
+the medians stay fair even when the absolute numbers are noisy. The load average and thread
+count are recorded with every result so that a reader can judge that noise.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+__all__ = [
+    "add_common_args",
+    "setup_torch",
+    "environment",
+    "interleaved",
+    "summarise",
+    "gemm_rate",
+    "forward_flops",
+    "autocast_ctx",
+    "train_step_fn",
+    "fmt_table",
+    "write_results",
+    "default_out",
+]
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def default_out(name: str) -> Path:
+    return REPO / "results" / "bench" / f"{name}.json"
+
+
+def add_common_args(p: argparse.ArgumentParser, name: str) -> None:
+    p.add_argument("--out", type=Path, default=default_out(name), help="JSON results path (atomic write)")
+    p.add_argument("--threads", type=int, default=2, help="torch.set_num_threads (default 2)")
+    p.add_argument("--warmup", type=int, default=2, help="untimed rounds of every candidate first")
+    p.add_argument("--reps", type=int, default=5, help="interleaved timed rounds")
+    p.add_argument("--quick", action="store_true", help="tiny sizes and few rounds (smoke run)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--clock", default="wall", choices=["wall", "cpu"],
+                   help="wall time, or process CPU time (fair under contention with --threads 1)")
+
+
+def setup_torch(threads: int, seed: int = 0) -> None:
+    torch.set_num_threads(threads)
+    torch.manual_seed(seed)
+
+
+def environment() -> dict[str, Any]:
+    """What a reader needs to judge the numbers: versions, threads, CPU, load while measuring."""
+    try:
+        cap = torch.backends.cpu.get_cpu_capability()
+    except Exception:  # older torch
+        cap = "unknown"
+    return {
+        "torch": torch.__version__,
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "processor": _cpu_name(),
+        "cpu_capability": cap,
+        "num_threads": torch.get_num_threads(),
+        "cpu_count": os.cpu_count(),
+        "loadavg": list(os.getloadavg()),
+        "time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+
+
+def _cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
+def interleaved(
+    candidates: dict[str, Callable[[], Any]],
+    reps: int,
+    warmup: int,
+    inner: int = 1,
+    log: Callable[[str], None] | None = None,
+    clock: str = "wall",
+) -> dict[str, list[float]]:
+    """Seconds per call of every candidate, measured A, B, C, A, B, C, ... after a warm-up.
+
+    ``inner`` calls are timed together (for very short calls) and divided out.
+    ``clock="cpu"`` uses this process's CPU time (``time.process_time``) instead of wall time:
+    with one thread on an oversubscribed machine it excludes the time spent descheduled, so it
+    measures the code, not the neighbours (with several threads it would count spin-waiting).
+    """
+    if clock not in ("wall", "cpu"):
+        raise ValueError(f"clock must be wall or cpu, got {clock!r}")
+    now = time.perf_counter if clock == "wall" else time.process_time
+    for _ in range(warmup):
+        for fn in candidates.values():
+            fn()
+    times: dict[str, list[float]] = {k: [] for k in candidates}
+    for r in range(reps):
+        for name, fn in candidates.items():
+            t0 = now()
+            for _ in range(inner):
+                fn()
+            times[name].append((now() - t0) / inner)
+        if log is not None:
+            log(f"  rep {r + 1}/{reps}: " + ", ".join(f"{k} {1e3 * v[-1]:.1f} ms" for k, v in times.items())
+                + f"  (load {os.getloadavg()[0]:.1f})")
+    return times
+
+
+def summarise(ts: list[float]) -> dict[str, float]:
+    """Median (the reported number), min and the spread of repeated timings, in seconds."""
+    return {
+        "median_s": statistics.median(ts),
+        "min_s": min(ts),
+        "max_s": max(ts),
+        "iqr_s": (statistics.quantiles(ts, n=4)[2] - statistics.quantiles(ts, n=4)[0]) if len(ts) >= 2 else 0.0,
+        "n": len(ts),
+    }
+
+
+@contextlib.contextmanager
+def autocast_ctx(dtype: str):
+    """``fp32``: nothing; ``bf16``: CPU autocast to bfloat16 (matmuls in bf16, reductions fp32)."""
+    if dtype == "bf16":
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            yield
+    elif dtype == "fp32":
+        yield
+    else:
+        raise ValueError(f"dtype must be fp32 or bf16, got {dtype!r}")
+
+
+def gemm_rate(dtype: str, n: int = 2048, reps: int = 3) -> dict[str, float]:
+    """Large square GEMM rate in GFLOP/s (2n³ FLOPs per product), median of ``reps``.
+
+    ``bf16`` multiplies bfloat16 operands under CPU autocast, as the training steps do.
+    """
+    a = torch.randn(n, n)
+    b = torch.randn(n, n)
+    if dtype == "bf16":
+        a, b = a.bfloat16(), b.bfloat16()
+    a @ b  # warm-up (oneDNN/MKL kernel selection)
+    ts = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        a @ b
+        ts.append(time.perf_counter() - t0)
+    med = statistics.median(ts)
+    return {"n": n, "median_s": med, "gflops": 2 * n**3 / med / 1e9, "best_gflops": 2 * n**3 / min(ts) / 1e9}
+
+
+def forward_flops(model: torch.nn.Module, x: torch.Tensor) -> int:
+    """Forward FLOPs of one call (matmuls, as counted by torch.utils.flop_counter: 2 per MAC)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    was = model.training
+    model.eval()
+    with torch.no_grad(), FlopCounterMode(display=False) as fc:
+        model(x)
+    model.train(was)
+    return int(fc.get_total_flops())
+
+
+def train_step_fn(
+    model: torch.nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    optimizer: str = "sgd",
+    dtype: str = "fp32",
+    lr: float = 1e-3,
+) -> Callable[[], float]:
+    """A closure doing one training step: forward (autocast when bf16), cross-entropy, backward,
+    optimizer step. Parameters stay fp32 (mixed precision), as in a real run."""
+    model.train()
+    if optimizer == "sgd":
+        opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9, nesterov=True)
+    elif optimizer == "adamw":
+        opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.05)
+    else:
+        raise ValueError(f"optimizer must be sgd or adamw, got {optimizer!r}")
+    loss_fn = torch.nn.CrossEntropyLoss()
+
+    def step() -> float:
+        opt.zero_grad(set_to_none=True)
+        with autocast_ctx(dtype):
+            loss = loss_fn(model(x), y)
+        loss.backward()
+        opt.step()
+        return float(loss.detach())
+
+    return step
+
+
+def fmt_table(headers: list[str], rows: list[list[Any]]) -> str:
+    """A plain fixed-width table (strings as given, floats with 4 significant digits)."""
+    def cell(v: Any) -> str:
+        if isinstance(v, float):
+            return f"{v:.4g}"
+        return str(v)
+
+    body = [[cell(v) for v in r] for r in rows]
+    widths = [max(len(h), *(len(r[i]) for r in body)) if body else len(h) for i, h in enumerate(headers)]
+    line = "  ".join(h.ljust(w) for h, w in zip(headers, widths))
+    sep = "  ".join("-" * w for w in widths)
+    out = [line, sep] + ["  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))) for r in body]
+    return "\n".join(out)
+
+
+def write_results(path: Path, obj: dict[str, Any]) -> Path:
+    from mlplab.utils.io import atomic_write_json
+
+    p = atomic_write_json(path, obj)
+    print(f"wrote {p}")
+    return p
