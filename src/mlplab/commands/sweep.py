@@ -1,0 +1,82 @@
+"""``mlplab sweep``: run a sweep — an experiment id (at a scale) or a JSON / Python sweep file.
+
+    mlplab sweep fig6 --scale cpu --jobs 2              # the runs of an experiment, no report
+    mlplab sweep my_sweep.json --out runs/lr --jobs 2   # a sweep file
+    mlplab sweep fig5 --scale paper --executor slurm --dry-run
+"""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("sweep", help="an experiment id (see `mlplab reproduce --list`) or a .json/.py sweep file")
+    parser.add_argument("--scale", choices=("smoke", "cpu", "paper"), default="cpu",
+                        help="scale of an experiment id (default: cpu)")
+    parser.add_argument("--dataset", default=None, help="dataset of an experiment id (default: the published one)")
+    parser.add_argument("--jobs", type=int, default=1, help="runs at a time (local: processes; slurm: array parallelism)")
+    parser.add_argument("--executor", choices=("inline", "local", "slurm"), default=None,
+                        help="inline (this process), local (worker processes) or slurm (submitit); "
+                             "default: local when --jobs > 1, else inline")
+    parser.add_argument("--out", default=None, help="output folder (default: runs/experiments/ID-SCALE or runs/sweeps/NAME)")
+    parser.add_argument("--dry-run", action="store_true", help="list the runs and their folders; run nothing")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
+                        help="run-config override for every training run of an experiment id (repeatable)")
+    parser.add_argument("--slurm", action="append", default=[], metavar="KEY=VALUE",
+                        help="submitit parameter for --executor slurm, e.g. slurm_partition=gpu (repeatable)")
+
+
+def _slurm_params(items: list[str]) -> dict:
+    from ..train.config import parse_value
+
+    out = {}
+    for it in items:
+        if "=" not in it:
+            raise ValueError(f"--slurm {it!r}: expected KEY=VALUE")
+        k, v = it.split("=", 1)
+        out[k] = parse_value(v)
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..experiments.registry import default_out_dir, get_experiment, plan_experiment, reproduce
+    from ..experiments.executors import run_sweep
+    from ..experiments.sweep import expand, load_sweep_file
+
+    executor = args.executor or ("local" if args.jobs > 1 else "inline")
+    is_file = Path(args.sweep).suffix in (".json", ".py")
+    if is_file:
+        sweeps = load_sweep_file(args.sweep)
+        out = Path(args.out) if args.out else Path("runs") / "sweeps" / sweeps[0].name
+        stages = [sweeps]
+    else:
+        from ..train.config import parse_overrides
+
+        ov = parse_overrides(args.overrides)
+        exp, sc, plan = plan_experiment(args.sweep, args.scale, args.dataset, check_available=not args.dry_run,
+                                        overrides=ov)
+        out = Path(args.out) if args.out else default_out_dir(exp.id, args.scale)
+        stages = plan.stages
+    if args.dry_run:
+        n = 0
+        for i, stage in enumerate(stages):
+            for sw in stage:
+                specs = expand(sw)
+                print(f"stage {i + 1} sweep {sw.name}: {len(specs)} runs ({sw.task})")
+                for s in specs:
+                    done = (out / sw.name / s.name / "results.json").exists()
+                    print(f"  {'[done] ' if done else ''}{out / sw.name / s.name}")
+                n += len(specs)
+        print(f"{n} runs in {out}")
+        return 0
+    slurm = _slurm_params(args.slurm)
+    if is_file:
+        res = run_sweep(stages[0], out, jobs=args.jobs, executor=executor, slurm=slurm)
+        print(f"{out}: " + ", ".join(f"{v} {k}" for k, v in sorted(res.counts().items())))
+        return 1 if res.failed else 0
+    res = reproduce(get_experiment(args.sweep).id, args.scale, dataset=args.dataset, out_dir=out, jobs=args.jobs,
+                    executor=executor, slurm=slurm, report=False, overrides=ov)
+    print(f"{out}: {len(res['status'])} runs, {len(res['failed'])} failed; `mlplab report {args.sweep} --out {out}` "
+          "aggregates them")
+    return 1 if res["failed"] else 0

@@ -1,0 +1,46 @@
+"""``mlplab train CONFIG [section.key=value ...] [--resume] [--overwrite] [--print-config]``
+
+CONFIG is a named config (``mlplab train --list``) or a JSON file. Overrides use dotted keys
+(``optim.lr=0.1 model.kwargs.depth=4 schedule.epochs=null schedule.steps=500``); values are read
+as JSON, then Python literals, else strings. Under ``torchrun --nproc_per_node=N`` the same
+command trains with DistributedDataParallel.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("config", nargs="?", help="a named config or a JSON file")
+    parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
+                        help="dotted overrides, e.g. optim.lr=0.1 run.name=try1")
+    parser.add_argument("--resume", action="store_true", help="continue the run in its folder from the last checkpoint")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing run folder")
+    parser.add_argument("--print-config", action="store_true", help="print the resolved config as JSON and exit")
+    parser.add_argument("--list", action="store_true", help="list the named configs and exit")
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..train import CONFIGS, make_config, train
+    from ..train.config import to_dict
+    from ..train.presets import DESCRIPTIONS
+
+    if args.list:
+        for name in sorted(CONFIGS):
+            print(f"{name}\n    " + DESCRIPTIONS[name].strip().replace("\n    ", "\n    "))
+        return 0
+    if not args.config:
+        print("mlplab train: error: give a CONFIG (named config or JSON file); --list shows the named ones",
+              file=sys.stderr)
+        return 2
+    if args.resume and args.overwrite:
+        print("mlplab train: error: --resume and --overwrite exclude each other", file=sys.stderr)
+        return 2
+    cfg = make_config(args.config, args.overrides)
+    if args.print_config:
+        print(json.dumps(to_dict(cfg), indent=2))
+        return 0
+    results = train(cfg, resume=args.resume, overwrite=args.overwrite)
+    return 0 if results else 1

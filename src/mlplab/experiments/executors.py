@@ -1,0 +1,373 @@
+"""Run the runs of a sweep: inline (this process), local (N worker processes sharing the cores
+or one GPU each) or slurm (a job array through ``submitit``).
+
+Every run lives in its own folder ``<out>/<sweep>/<run>/``:
+
+- ``spec.json``   what to run (overrides, task), written before the run starts;
+- ``results.json`` written when the run finished — a run that has one is skipped;
+- ``error.txt``   the traceback of a failed run (the other runs go on);
+- ``log.txt``     stdout/stderr of a worker process (local executor).
+
+A killed sweep resumes where it stopped: finished runs are skipped and unfinished ones start
+again in the same folder, where the trainer picks up its checkpoint. ``<out>/<sweep>/summary.json``
+records the status of every run.
+"""
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+from ..utils.io import atomic_write_json, atomic_write_text
+from .sweep import RunSpec, Sweep, expand
+
+__all__ = ["SweepResult", "run_sweep", "run_specs", "execute_run", "available_cores", "EXECUTORS"]
+
+EXECUTORS = ("inline", "local", "slurm")
+
+
+@dataclass
+class SweepResult:
+    """What a sweep did: per run ``done`` (ran now), ``skipped`` (finished before) or ``failed``."""
+
+    out_dir: Path
+    status: dict[str, str] = field(default_factory=dict)
+    errors: dict[str, str] = field(default_factory=dict)
+    run_dirs: dict[str, Path] = field(default_factory=dict)
+
+    @property
+    def failed(self) -> list[str]:
+        return [k for k, v in self.status.items() if v == "failed"]
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed
+
+    def counts(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for v in self.status.values():
+            out[v] = out.get(v, 0) + 1
+        return out
+
+
+def available_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
+
+
+# ---------------------------------------------------------------------------------------------
+# one run
+
+
+def _load_task(task: str):
+    mod, _, fn = task.partition(":")
+    if not fn:
+        raise ValueError(f"task {task!r}: expected 'train' or 'module:function'")
+    return getattr(importlib.import_module(mod), fn)
+
+
+def _train_run(spec: RunSpec, run_dir: Path) -> dict[str, Any]:
+    from ..train import make_config, train  # the trainer writes config/metrics/results.json
+
+    from .recipes import run_dir_overrides
+
+    # meta.* keys label a run for the analysis (Ω, family, ...); they are not config keys.
+    # make_config takes model.kwargs.x keys directly.
+    overrides = {k: v for k, v in spec.overrides.items() if not k.startswith("meta.")}
+    overrides.update(run_dir_overrides(run_dir))
+    cfg = make_config(spec.base, overrides)
+    # resume=True: a run killed earlier continues from its checkpoint (same config required)
+    return train(cfg, resume=True)
+
+
+def execute_run(run_dir: str | os.PathLike) -> str:
+    """Execute the run described by ``<run_dir>/spec.json``; return ``done`` / ``skipped`` / ``failed``.
+
+    A failure writes its traceback to ``<run_dir>/error.txt`` and returns ``failed``;
+    ``KeyboardInterrupt`` / ``SystemExit`` propagate (a killed run simply stays unfinished).
+    """
+    run_dir = Path(run_dir)
+    results = run_dir / "results.json"
+    if results.exists():
+        return "skipped"
+    spec = RunSpec.from_json(json.loads((run_dir / "spec.json").read_text()))
+    err = run_dir / "error.txt"
+    if err.exists():  # a previous attempt failed: keep its trace beside the new attempt
+        os.replace(err, run_dir / "error.previous.txt")
+    threads = os.environ.get("MLPLAB_NUM_THREADS")
+    if threads:
+        import torch
+
+        torch.set_num_threads(int(threads))
+    t0 = time.time()
+    try:
+        if spec.task == "train":
+            res = _train_run(spec, run_dir)
+        else:
+            res = _load_task(spec.task)(dict(spec.overrides), run_dir)
+        if not results.exists():  # analysis tasks (and a trainer that wrote elsewhere)
+            res = dict(res or {})
+            res.setdefault("wall_s", time.time() - t0)
+            if not (run_dir / "config.json").exists():
+                atomic_write_json(run_dir / "config.json", {"task": spec.task, "overrides": spec.overrides})
+            atomic_write_json(results, res)
+        return "done"
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException:
+        atomic_write_text(err, traceback.format_exc())
+        return "failed"
+
+
+def _error_head(run_dir: Path) -> str:
+    err = run_dir / "error.txt"
+    if not err.exists():
+        return ""
+    lines = [ln for ln in err.read_text().strip().splitlines() if ln.strip()]
+    return lines[-1] if lines else ""
+
+
+# ---------------------------------------------------------------------------------------------
+# executors
+
+
+def _run_inline(dirs: list[Path], log, out: dict[Path, str]) -> dict[Path, str]:
+    for i, d in enumerate(dirs):
+        log(f"[{i + 1}/{len(dirs)}] {d.name}")
+        out[d] = execute_run(d)
+    return out
+
+
+def _gpu_count() -> int:
+    if os.environ.get("CUDA_VISIBLE_DEVICES", None) == "":
+        return 0
+    try:
+        import torch
+
+        return torch.cuda.device_count() if torch.cuda.is_available() else 0
+    except Exception:  # pragma: no cover
+        return 0
+
+
+def _run_local(dirs: list[Path], jobs: int, log, out: dict[Path, str]) -> dict[Path, str]:
+    """``jobs`` worker processes (``python -m mlplab.experiments.worker RUN_DIR``) at a time.
+
+    With GPUs each worker sees one (``CUDA_VISIBLE_DEVICES``, round robin over free slots);
+    on CPU the cores are shared: threads per worker = cores // jobs.
+    """
+    ngpu = _gpu_count()
+    threads = max(1, available_cores() // jobs)
+    pending = list(dirs)
+    running: dict[int, tuple[subprocess.Popen, Path, Any]] = {}  # slot -> process
+    done = 0
+    try:
+        while pending or running:
+            for slot in range(jobs):
+                if slot in running or not pending:
+                    continue
+                d = pending.pop(0)
+                env = dict(os.environ)
+                env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads),
+                           MLPLAB_NUM_THREADS=str(threads))
+                if ngpu:
+                    env["CUDA_VISIBLE_DEVICES"] = str(slot % ngpu)
+                logf = open(d / "log.txt", "ab")
+                p = subprocess.Popen([sys.executable, "-m", "mlplab.experiments.worker", str(d)],
+                                     stdout=logf, stderr=subprocess.STDOUT, env=env)
+                running[slot] = (p, d, logf)
+            time.sleep(0.1)
+            for slot, (p, d, logf) in list(running.items()):
+                rc = p.poll()
+                if rc is None:
+                    continue
+                logf.close()
+                del running[slot]
+                done += 1
+                if (d / "results.json").exists():
+                    out[d] = "done"
+                else:
+                    out[d] = "failed"
+                    if not (d / "error.txt").exists():
+                        tail = (d / "log.txt").read_text(errors="replace")[-4000:]
+                        atomic_write_text(d / "error.txt", f"worker exited with code {rc}\n{tail}")
+                log(f"[{done}/{len(dirs)}] {out[d]:7s} {d.name}")
+    except BaseException:
+        for p, d, logf in running.values():  # only the processes this sweep started
+            p.terminate()
+        for p, d, logf in running.values():
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+            logf.close()
+        raise
+    return out
+
+
+def _run_slurm(dirs: list[Path], jobs: int, folder: Path, log, slurm: dict[str, Any] | None,
+               out: dict[Path, str]) -> dict[Path, str]:
+    """One job array through submitit; ``slurm`` are ``update_parameters`` arguments
+    (``cluster="local"`` runs the same path with submitit's local executor, for tests)."""
+    try:
+        import submitit
+    except ImportError as e:
+        raise ImportError(
+            "executor='slurm' needs submitit: pip install 'mlplab[slurm]' (or pip install submitit)"
+        ) from e
+    params = dict(slurm or {})
+    cluster = params.pop("cluster", None)
+    params.setdefault("timeout_min", 24 * 60)
+    params.setdefault("slurm_array_parallelism", jobs)
+    ex = submitit.AutoExecutor(folder=str(folder / ".submitit"), cluster=cluster)
+    ex.update_parameters(**params)
+    handles = ex.map_array(execute_run, [str(d) for d in dirs])
+    for i, (d, h) in enumerate(zip(dirs, handles)):
+        try:
+            out[d] = h.result()
+        except Exception as e:  # the job died before execute_run could record it
+            out[d] = "failed"
+            if not (d / "error.txt").exists():
+                atomic_write_text(d / "error.txt", f"slurm job {h.job_id} failed: {e}\n")
+        log(f"[{i + 1}/{len(dirs)}] {out[d]:7s} {d.name}")
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# sweeps
+
+
+def _prepare(spec: RunSpec, run_dir: Path) -> None:
+    run_dir.mkdir(parents=True, exist_ok=True)
+    p = run_dir / "spec.json"
+    new = spec.to_json()
+    if p.exists():
+        old = json.loads(p.read_text())
+        if old.get("overrides") != json.loads(json.dumps(new["overrides"], default=str)):
+            raise ValueError(
+                f"{run_dir} holds a run with other overrides; use another --out or remove the folder"
+            )
+        return
+    atomic_write_json(p, new)
+
+
+def _term_as_interrupt():
+    """While a sweep runs, SIGTERM (``kill PID``) acts like Ctrl-C: worker processes are stopped
+    and the summary is written. Returns the previous handler (None off the main thread)."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def handler(signum, frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    return signal.signal(signal.SIGTERM, handler)
+
+
+def _key(s: RunSpec) -> str:
+    return f"{s.sweep}/{s.name}" if s.sweep else s.name
+
+
+def run_specs(
+    specs: Sequence[RunSpec],
+    out_dir: str | os.PathLike,
+    *,
+    jobs: int = 1,
+    executor: str = "inline",
+    slurm: dict[str, Any] | None = None,
+    verbose: bool = True,
+) -> SweepResult:
+    """Execute ``specs`` into ``<out_dir>/<spec.sweep>/<spec.name>/`` (see :func:`run_sweep`).
+
+    The result is keyed by ``"<sweep>/<run>"``."""
+    if executor not in EXECUTORS:
+        raise ValueError(f"unknown executor {executor!r}; choose one of {', '.join(EXECUTORS)}")
+    if jobs < 1:
+        raise ValueError(f"jobs must be >= 1, got {jobs}")
+    out_dir = Path(out_dir)
+    log = (lambda msg: print(msg, flush=True)) if verbose else (lambda msg: None)
+    result = SweepResult(out_dir)
+    todo: list[Path] = []
+    for s in specs:
+        d = out_dir / s.sweep / s.name if s.sweep else out_dir / s.name
+        _prepare(s, d)
+        result.run_dirs[_key(s)] = d
+        if (d / "results.json").exists():
+            result.status[_key(s)] = "skipped"
+        else:
+            todo.append(d)
+    if todo:
+        log(f"{len(todo)} run(s) to do, {len(specs) - len(todo)} finished before; executor={executor}, jobs={jobs}")
+    st: dict[Path, str] = {}  # filled as runs end, so an interrupted sweep still records them
+    old_term = _term_as_interrupt()
+    try:
+        if executor == "inline":
+            _run_inline(todo, log, st)
+        elif executor == "local":
+            _run_local(todo, jobs, log, st)
+        else:
+            _run_slurm(todo, jobs, out_dir, log, slurm, st)
+    finally:
+        if old_term is not None:
+            signal.signal(signal.SIGTERM, old_term)
+        by_dir = {d: k for k, d in result.run_dirs.items()}
+        for d, status in st.items():
+            result.status[by_dir[d]] = status
+            if status == "failed":
+                result.errors[by_dir[d]] = _error_head(d)
+        _write_summaries(specs, result, out_dir)
+    if result.failed:
+        log(f"{len(result.failed)} run(s) failed: " + ", ".join(result.failed))
+    return result
+
+
+def _write_summaries(specs: Sequence[RunSpec], result: SweepResult, out_dir: Path) -> None:
+    by_sweep: dict[str, list[RunSpec]] = {}
+    for s in specs:
+        by_sweep.setdefault(s.sweep, []).append(s)
+    for sweep, ss in by_sweep.items():
+        runs = []
+        for s in ss:
+            d = result.run_dirs[_key(s)]
+            status = result.status.get(_key(s))
+            if status is None:  # not reached (the sweep was interrupted)
+                status = "unfinished"
+            error = (result.errors.get(_key(s)) or _error_head(d)) if status == "failed" else ""
+            runs.append({"name": s.name, "status": status, "error": error, "overrides": s.overrides})
+        counts: dict[str, int] = {}
+        for r in runs:
+            counts[r["status"]] = counts.get(r["status"], 0) + 1
+        atomic_write_json((out_dir / sweep if sweep else out_dir) / "summary.json",
+                          {"sweep": sweep, "counts": counts, "runs": runs})
+
+
+def run_sweep(
+    sweep: Sweep | Sequence[Sweep],
+    out_dir: str | os.PathLike,
+    *,
+    jobs: int = 1,
+    executor: str = "inline",
+    slurm: dict[str, Any] | None = None,
+    verbose: bool = True,
+) -> SweepResult:
+    """Run every run of ``sweep`` (or several sweeps) into ``<out_dir>/<sweep.name>/<run>/``.
+
+    Finished runs (``results.json``) are skipped; a failed run writes ``error.txt`` and the
+    others go on; ``<out_dir>/<sweep.name>/summary.json`` lists every run's status.
+    ``executor``: ``inline`` (sequential, in this process), ``local`` (``jobs`` worker
+    processes) or ``slurm`` (job array via submitit; ``slurm`` = ``update_parameters`` kwargs).
+    """
+    sweeps = [sweep] if isinstance(sweep, Sweep) else list(sweep)
+    specs: list[RunSpec] = []
+    for sw in sweeps:
+        specs.extend(expand(sw))
+    return run_specs(specs, out_dir, jobs=jobs, executor=executor, slurm=slurm, verbose=verbose)

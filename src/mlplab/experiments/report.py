@@ -1,0 +1,218 @@
+"""Reports: aggregate an experiment's runs into CSV tables, figures and ``report.md``.
+
+An experiment's ``analyse(runs, manifest) -> Analysis`` decides what the table and figure show
+and which published claims to check; each :class:`Claim` carries the rule that decides it,
+stated in the report, so "did not hold at this scale" is an explicit, checkable outcome.
+"""
+from __future__ import annotations
+
+import math
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+from ..utils.io import atomic_write_json, atomic_write_text
+from .aggregate import RunRecord, load_runs, rows_to_csv
+
+__all__ = ["Claim", "Analysis", "write_report", "markdown_table"]
+
+
+@dataclass
+class Claim:
+    """A published claim, the rule that decides it here, and the outcome (None: undecided)."""
+
+    claim: str
+    rule: str
+    held: bool | None
+    detail: str = ""
+
+    @property
+    def verdict(self) -> str:
+        return {True: "HELD", False: "DID NOT HOLD at this scale", None: "UNDECIDED (too few finished points to apply the rule)"}[self.held]
+
+
+@dataclass
+class Analysis:
+    table: list[dict[str, Any]]  # the main results table -> results.csv
+    columns: list[str] | None = None
+    figures: dict[str, Any] = field(default_factory=dict)  # file stem -> matplotlib figure
+    claims: list[Claim] = field(default_factory=list)
+    published: list[dict[str, Any]] = field(default_factory=list)  # published numbers beside ours
+    tables: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # extra CSVs
+    notes: list[str] = field(default_factory=list)
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, float):
+        if not math.isfinite(v):
+            return "–"
+        a = abs(v)
+        return f"{v:.3g}" if (a != 0 and (a < 0.01 or a >= 1e5)) else f"{v:.4g}" if a < 100 else f"{v:.1f}"
+    if v is None:
+        return "–"
+    return str(v)
+
+
+def markdown_table(rows: Sequence[dict[str, Any]], columns: Sequence[str] | None = None, max_rows: int = 200) -> str:
+    """A Markdown table; ``x`` with ``x_std`` beside it is shown as ``mean ± std``."""
+    if not rows:
+        return "_(no rows)_\n"
+    if columns is None:
+        columns = []
+        for r in rows:
+            for k in r:
+                if k not in columns:
+                    columns.append(k)
+    shown = [c for c in columns if not (c.endswith("_std") and c[:-4] in columns)]
+    lines = ["| " + " | ".join(shown) + " |", "|" + "---|" * len(shown)]
+    for r in rows[:max_rows]:
+        cells = []
+        for c in shown:
+            v = r.get(c)
+            sd = r.get(f"{c}_std")
+            if f"{c}_std" in columns and isinstance(v, (int, float)) and isinstance(sd, (int, float)) \
+                    and (r.get("n", 2) or 0) > 1 and (sd > 0 or "n" in r):
+                cells.append(f"{_fmt(v)} ± {_fmt(r.get(f'{c}_std'))}")
+            else:
+                cells.append(_fmt(v))
+        lines.append("| " + " | ".join(cells) + " |")
+    if len(rows) > max_rows:
+        lines.append(f"\n_({len(rows) - max_rows} more rows in the CSV)_")
+    return "\n".join(lines) + "\n"
+
+
+def _verdict_line(claims: Sequence[Claim]) -> str:
+    if not claims:
+        return "Verdict: no published claim is checked by this experiment (illustration only)."
+    held = sum(c.held is True for c in claims)
+    failed = sum(c.held is False for c in claims)
+    und = sum(c.held is None for c in claims)
+    parts = [f"{held}/{len(claims)} published claim(s) held at this scale"]
+    if failed:
+        parts.append(f"{failed} did not hold")
+    if und:
+        parts.append(f"{und} undecided")
+    return "Verdict: " + ", ".join(parts) + "."
+
+
+def write_report(out_dir: str | Path, verbose: bool = False) -> dict[str, Any]:
+    """Aggregate ``out_dir`` (made by ``reproduce``) into ``results.csv``, figures (PNG + PDF),
+    ``report.md`` and ``verdicts.json``. Returns paths and verdicts."""
+    from .plots import draw, save_figure
+    from .registry import get_experiment, load_manifest
+
+    out_dir = Path(out_dir)
+    manifest = load_manifest(out_dir)
+    exp = get_experiment(manifest["experiment"])
+    runs: list[RunRecord] = load_runs(out_dir)
+    error = None
+    try:
+        analysis: Analysis = exp.analyse(runs, manifest)
+    except Exception:  # the report still says what ran and that analysis failed
+        error = traceback.format_exc()
+        analysis = Analysis(table=[], figures={"figure": draw([], title=f"{exp.id}: analysis failed")},
+                            claims=[], notes=["analysis failed; traceback below"])
+    files: list[Path] = []
+    atomic_write_text(out_dir / "results.csv", rows_to_csv(analysis.table, analysis.columns))
+    files.append(out_dir / "results.csv")
+    for name, rows in analysis.tables.items():
+        atomic_write_text(out_dir / f"{name}.csv", rows_to_csv(rows))
+        files.append(out_dir / f"{name}.csv")
+    if not analysis.figures:
+        analysis.figures = {"figure": draw([], title=exp.id)}
+    for stem, fig in analysis.figures.items():
+        files += save_figure(fig, out_dir / stem)
+    runs_csv = [{"sweep": r.sweep, "run": r.name, "status": r.status, "error": r.error,
+                 **{k: v for k, v in (r.results or {}).items() if not isinstance(v, (list, dict))}} for r in runs]
+    atomic_write_text(out_dir / "runs.csv", rows_to_csv(runs_csv))
+    md = _markdown(exp, manifest, runs, analysis, files, error)
+    atomic_write_text(out_dir / "report.md", md)
+    verdicts = [{"claim": c.claim, "rule": c.rule, "held": c.held, "detail": c.detail} for c in analysis.claims]
+    atomic_write_json(out_dir / "verdicts.json", {"experiment": exp.id, "verdicts": verdicts,
+                                                 "line": _verdict_line(analysis.claims)})
+    if verbose:
+        print(f"report: {out_dir / 'report.md'}")
+        print(_verdict_line(analysis.claims))
+    return {"report": str(out_dir / "report.md"), "files": [str(f) for f in files], "verdicts": verdicts,
+            "error": error}
+
+
+def _markdown(exp, manifest: dict[str, Any], runs: list[RunRecord], a: Analysis, files: list[Path],
+              error: str | None) -> str:
+    sc = manifest.get("scale", {})
+    counts: dict[str, int] = {}
+    for r in runs:
+        counts[r.status] = counts.get(r.status, 0) + 1
+    L = [f"# {exp.id}: {exp.title}", ""]
+    L.append(_verdict_line(a.claims))
+    L.append("")
+    L.append("## What was run")
+    L.append("")
+    L.append(f"- command: `{manifest.get('command', '')}`")
+    L.append(f"- scale: **{sc.get('scale')}**; dataset: **{sc.get('dataset')}**"
+             + (f" (published: {sc.get('requested_dataset')})" if sc.get("requested_dataset") not in (None, sc.get("dataset")) else ""))
+    if sc.get("train_subset") or sc.get("test_subset"):
+        L.append(f"- data: {sc.get('train_subset') or 'all'} training / {sc.get('test_subset') or 'all'} test examples")
+    for sw in manifest.get("sweeps", []):
+        L.append(f"- sweep `{sw['name']}`: {sw['runs']} runs × {sw['epochs']:g} epoch(s), task `{sw['task']}`"
+                 + (f" — {sw['description']}" if sw.get("description") else ""))
+    if manifest.get("settings"):
+        L.append("- settings: " + "; ".join(f"{k} = {v}" for k, v in manifest["settings"].items()))
+    L.append("- runs: " + ", ".join(f"{v} {k}" for k, v in sorted(counts.items())) + f" (of {len(runs)})")
+    if manifest.get("wall_s") is not None:
+        L.append(f"- wall time: {manifest['wall_s'] / 60:.1f} min with {manifest.get('jobs', 1)} job(s), "
+                 f"executor {manifest.get('executor', 'inline')}; estimate was "
+                 f"{manifest.get('cost', {}).get('est_s', 0) / 60:.1f} min")
+    L.append(f"- report written {time.strftime('%Y-%m-%d %H:%M:%S')}")
+    for n in manifest.get("notes", []) + a.notes:
+        L.append(f"- note: {n}")
+    L.append("")
+    L.append("## Published claims and verdicts")
+    L.append("")
+    if not a.claims:
+        L.append("No claim is checked: this experiment is an illustration.")
+    for c in a.claims:
+        L.append(f"- **{c.verdict}** — {c.claim}")
+        L.append(f"  - rule: {c.rule}")
+        if c.detail:
+            L.append(f"  - ours: {c.detail}")
+    L.append("")
+    if a.published:
+        L.append("## Published numbers beside ours")
+        L.append("")
+        L.append(markdown_table(a.published))
+    L.append("## Results")
+    L.append("")
+    L.append(markdown_table(a.table, a.columns))
+    for name, rows in a.tables.items():
+        L.append(f"### {name}")
+        L.append("")
+        L.append(markdown_table(rows, max_rows=40))
+    L.append("## Figures")
+    L.append("")
+    for f in files:
+        if f.suffix == ".png":
+            L.append(f"![{f.stem}]({f.name})")
+    L.append("")
+    L.append("Files: " + ", ".join(f"`{f.name}`" for f in files) + ", `runs.csv`, `verdicts.json`.")
+    failed = [r for r in runs if r.status == "failed"]
+    if failed:
+        L.append("")
+        L.append("## Failed runs")
+        L.append("")
+        for r in failed[:30]:
+            L.append(f"- `{r.sweep}/{r.name}`: {r.error} (see `{r.sweep}/{r.name}/error.txt`)")
+    if error:
+        L.append("")
+        L.append("## Analysis error")
+        L.append("")
+        L.append("```")
+        L.append(error.strip())
+        L.append("```")
+    L.append("")
+    L.append("## About this experiment")
+    L.append("")
+    L.append(exp.doc)
+    return "\n".join(L) + "\n"

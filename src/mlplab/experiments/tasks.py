@@ -1,0 +1,196 @@
+"""Run tasks that are not training: each takes ``(overrides, run_dir)`` and returns a results dict
+(written to ``<run_dir>/results.json`` by the executor). They call the analysis library, so
+spectra, pictures, costs and CKA are sweeps like any other: resumable, parallel, one folder each.
+"""
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+__all__ = ["spectrum_task", "normalised_spectrum_task", "pictures_task", "cost_task", "cka_task",
+           "echo_task", "load_trained_model", "implicit_bias_task"]
+
+
+def echo_task(o: dict[str, Any], run_dir: Path) -> dict[str, Any]:
+    """Returns its overrides as results; for testing sweeps and executors without training.
+
+    ``fail``: raise; ``interrupt``: raise KeyboardInterrupt (a killed sweep) unless
+    ``<run_dir>/checkpoint.txt`` exists, which it writes first (so a resumed run finds it);
+    ``sleep``: seconds to wait."""
+    run_dir = Path(run_dir)
+    if o.get("sleep"):
+        time.sleep(float(o["sleep"]))
+    if o.get("fail"):
+        raise RuntimeError(f"echo_task asked to fail (value={o.get('value')})")
+    resumed = (run_dir / "checkpoint.txt").exists()
+    if o.get("interrupt") and not resumed:
+        (run_dir / "checkpoint.txt").write_text("half done\n")
+        raise KeyboardInterrupt
+    return {"echo": dict(o), "resumed": resumed, "test_acc": float(o.get("acc", 0.5))}
+
+
+def spectrum_task(o: dict[str, Any], run_dir: Path) -> dict[str, Any]:
+    """λ_max of Mixer and SW-MLP weights vs width at fixed Ω (paper Fig. 4 right)."""
+    from ..analysis.spectra import spectrum_vs_width
+
+    rows = spectrum_vs_width(float(o["omega"]), float(o["gamma"]), s_list=[int(s) for s in o["tokens"]],
+                             seeds=range(int(o["seed"]), int(o["seed"]) + int(o.get("seeds", 1))))
+    return {"rows": rows}
+
+
+def normalised_spectrum_task(o: dict[str, Any], run_dir: Path) -> dict[str, Any]:
+    """Normalised singular values of Z = M ⊙ W (paper Fig. S.1): largest vs a."""
+    from ..analysis.spectra import normalised_spectrum
+
+    ns = normalised_spectrum(float(o["a"]), float(o["omega"]), int(o["trials"]), int(o.get("seed", 0)))
+    sv = ns.singular_values
+    nz = sv[sv > 0]
+    hist, edges = np.histogram(nz, bins=60) if nz.size else (np.zeros(0), np.zeros(0))
+    return {"a": ns.a, "omega": ns.omega, "m": ns.m, "p": ns.p, "trials": int(sv.shape[0]),
+            "largest_mean": float(ns.largest.mean()), "largest_std": float(ns.largest.std()),
+            "hist": hist.tolist(), "edges": edges.tolist()}
+
+
+def pictures_task(o: dict[str, Any], run_dir: Path) -> dict[str, Any]:
+    """The three effective weights of paper Fig. S.9, saved as ``weights.npz`` and a figure."""
+    from ..analysis.pictures import effective_weight_arrays
+    from ..utils.io import atomic_save
+
+    arr = effective_weight_arrays(S=int(o["S"]), C=int(o["C"]), seed=int(o.get("seed", 0)))
+    keys = ("sw", "mixer", "rp_mixer")
+
+    def w(tmp: str) -> None:
+        with open(tmp, "wb") as f:
+            np.savez_compressed(f, **{k: arr[k] for k in keys})
+
+    atomic_save(Path(run_dir) / "weights.npz", w)
+    out: dict[str, Any] = {"S": int(o["S"]), "C": int(o["C"]), "m": int(o["S"]) * int(o["C"])}
+    for k in keys:
+        a = arr[k]
+        out[f"density_{k}"] = float(np.count_nonzero(a)) / a.size
+        out[f"sigma_max_{k}"] = float(np.linalg.norm(a, 2))
+    return out
+
+
+def _time_per_epoch(model, in_shape, num_classes: int, batch: int, steps: int, epoch_examples: int) -> tuple[float, float]:
+    """Seconds per training step (forward + backward + SGD update) and the implied epoch time."""
+    import torch
+
+    device = next(model.parameters()).device
+    x = torch.randn(batch, *in_shape, device=device)
+    y = torch.randint(0, num_classes, (batch,), device=device)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
+    model.train()
+
+    def step() -> None:
+        opt.zero_grad(set_to_none=True)
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+
+    step()  # warm-up
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        step()
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    dt = (time.perf_counter() - t0) / steps
+    return dt, dt * math.ceil(epoch_examples / batch)
+
+
+def cost_task(o: dict[str, Any], run_dir: Path) -> dict[str, Any]:
+    """Params, FLOPs, weight memory, peak memory (CUDA) and time per epoch of one model (Table S.3).
+
+    ``model`` and ``kwargs`` build it; time per epoch is measured on ``steps`` training steps of
+    batch ``batch`` and extrapolated to ``epoch_examples`` images (CIFAR: 50 000)."""
+    import torch
+
+    from .. import create_model
+
+    kwargs = dict(o.get("kwargs", {}))
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    model = create_model(o["model"], **kwargs).to(device)
+    cfg = model.config
+    in_shape = (getattr(cfg, "in_chans", 3), getattr(cfg, "image_size", 32), getattr(cfg, "image_size", 32))
+    from ..analysis.cost import count_flops, count_params, state_bytes
+
+    params = count_params(model)
+    params_nonzero = count_params(model, effective=True)  # masked weights counted by their nonzeros
+    weight_bytes = state_bytes(model)
+    flops = count_flops(model, in_shape)
+    flops = float(flops["total"] if isinstance(flops, dict) else flops)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    step_s, epoch_s = _time_per_epoch(model, in_shape, getattr(cfg, "num_classes", 10), int(o.get("batch", 128)),
+                                      int(o.get("steps", 5)), int(o.get("epoch_examples", 50000)))
+    peak = torch.cuda.max_memory_allocated() if device.type == "cuda" else None
+    return {"model": o["model"], "label": o.get("label", o["model"]), "params": params,
+            "params_nonzero": params_nonzero,
+            "weight_MB": weight_bytes / 2**20, "flops_per_example": flops, "step_s": step_s,
+            "epoch_s": epoch_s, "peak_MB": None if peak is None else peak / 2**20, "device": str(device),
+            "batch": int(o.get("batch", 128)), "threads": torch.get_num_threads()}
+
+
+def load_trained_model(run_dir: str | Path):
+    """Rebuild a trained model from its run folder: ``config.json`` + ``checkpoint/model.safetensors``."""
+    from .. import create_model
+    from ..data.table import get_info
+    from ..train.checkpoint import find_checkpoint, load_weights
+    from ..train.config import from_dict
+    from ..train.loop import resolve_model_kwargs
+
+    run_dir = Path(run_dir)
+    cfg = from_dict(json.loads((run_dir / "config.json").read_text()))
+    info = get_info(cfg.data.dataset)
+    if cfg.data.image_size:
+        from dataclasses import replace
+
+        info = replace(info, image_size=(cfg.data.image_size, cfg.data.image_size))
+    model = create_model(cfg.model.name, **resolve_model_kwargs(cfg, info))
+    ck = find_checkpoint(run_dir)
+    if ck is None:
+        raise FileNotFoundError(f"{run_dir} has no checkpoint with model.safetensors")
+    load_weights(model, ck / "model.safetensors")
+    return model.eval(), cfg
+
+
+def cka_task(o: dict[str, Any], run_dir: Path) -> dict[str, Any]:
+    """Mini-batch linear CKA between two trained runs (paper Fig. 2a-c) on test images.
+
+    ``a`` / ``b``: run folders relative to the experiment folder (``run_dir/../..``);
+    ``batches`` × ``batch_size`` test examples."""
+    import torch
+
+    from ..analysis.cka import cka_matrix
+    from ..data import load_dataset
+
+    root = Path(run_dir).parent.parent
+    ma, cfg_a = load_trained_model(root / o["a"])
+    mb, _ = load_trained_model(root / o["b"])
+    data = load_dataset(cfg_a.data.dataset, "test", image_size=cfg_a.data.image_size)
+    n = min(len(data.labels), int(o.get("batches", 10)) * int(o.get("batch_size", 256)))
+    x = data.images[:n].float() / 255.0
+    info = data.info
+    mean = torch.tensor(info.mean, dtype=torch.float32).view(1, -1, 1, 1)
+    std = torch.tensor(info.std, dtype=torch.float32).view(1, -1, 1, 1)
+    x = (x - mean) / std
+    bs = int(o.get("batch_size", 256))
+    batches = [x[i:i + bs] for i in range(0, n, bs) if len(x[i:i + bs]) >= 4]
+    with torch.no_grad():
+        res = cka_matrix(ma, mb, batches)
+    return {**res.to_dict(), "a": o["a"], "b": o["b"]}
+
+
+def implicit_bias_task(o: dict[str, Any], run_dir: Path) -> dict[str, Any]:
+    """Both sides of Prop. 3.3 on a small bilinear regression (SPEC §5), float64."""
+    from ..analysis.implicit_bias import check_implicit_regularisation
+
+    res = check_implicit_regularisation(S=int(o["S"]), C=int(o["C"]), n=int(o.get("n", 64)),
+                                        lam=float(o["lam"]), seed=int(o.get("seed", 0)))
+    return res.to_dict()

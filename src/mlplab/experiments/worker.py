@@ -1,0 +1,24 @@
+"""Worker process of the local executor: ``python -m mlplab.experiments.worker RUN_DIR``.
+
+Runs ``<RUN_DIR>/spec.json`` (see :func:`mlplab.experiments.executors.execute_run`); exit code 0
+when the run finished (or had finished before), 1 when it failed (traceback in ``error.txt``).
+"""
+from __future__ import annotations
+
+import sys
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 1:
+        print("usage: python -m mlplab.experiments.worker RUN_DIR", file=sys.stderr)
+        return 2
+    from .executors import execute_run
+
+    status = execute_run(argv[0])
+    print(f"mlplab worker: {status} {argv[0]}", flush=True)
+    return 0 if status in ("done", "skipped") else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,11 @@
+"""Training: the run config, optimisers and schedules, the loop, checkpoints, several processes.
+
+``train(make_config("fmnist_s_mixer", ["optim.lr=1e-3"]))`` runs one experiment and returns its
+results; ``mlplab train`` is the same from the command line.
+"""
+from .config import RunConfig, config_to_name, from_dict, make_config, parse_overrides, to_dict
+from .loop import NonFiniteError, RunExistsError, evaluate, train
+from .presets import CONFIGS
+
+__all__ = ["RunConfig", "make_config", "from_dict", "to_dict", "parse_overrides", "config_to_name",
+           "train", "evaluate", "NonFiniteError", "RunExistsError", "CONFIGS"]

@@ -1,0 +1,386 @@
+"""The run config: one typed dataclass per section, strict overrides (nanoGPT's configurator).
+
+A run is fully described by a :class:`RunConfig`; it is saved as ``config.json`` in the run folder
+and a resumed run must match it. ``make_config(base, overrides)`` builds one from a named config
+(``mlplab.train.presets``), a JSON file, a dict or another ``RunConfig``, then applies dotted
+overrides (``"optim.lr=0.1"`` from the command line, or ``{"optim.lr": 0.1}``). An unknown key is
+an error that lists the valid ones; a value of the wrong type is an error that names the key.
+
+Durations follow big_vision: the training length is given in exactly one of ``epochs``,
+``steps`` or ``examples``; giving two is refused rather than silently picking one.
+"""
+from __future__ import annotations
+
+import ast
+import copy
+import dataclasses
+import json
+import math
+import re
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from ..data.augment import AugmentConfig
+from ..models.registry import check_config_types, get_model_entry, model_config
+
+__all__ = [
+    "ModelSection",
+    "DataSection",
+    "AugmentConfig",
+    "OptimSection",
+    "ScheduleSection",
+    "RunSection",
+    "RunConfig",
+    "make_config",
+    "load_config",
+    "parse_overrides",
+    "config_to_name",
+    "config_diff",
+    "flatten",
+]
+
+
+@dataclass
+class ModelSection:
+    name: str = "s_mixer"  # a registered model (``mlplab models`` lists them)
+    # create_model overrides; image_size / in_chans / num_classes come from the dataset unless given
+    kwargs: dict = field(default_factory=dict)
+
+
+@dataclass
+class DataSection:
+    dataset: str = "synthetic"  # a key of mlplab.data.DATASETS
+    root: str | None = None  # dataset folder; None -> the data module's default cache
+    download: bool = False
+    image_size: int | None = None  # resize to this (square) on load; None -> native size
+    val_fraction: float = 0.0  # held out of train (seeded); 0 -> periodic evals use the test split
+    train_subset: int | None = None  # use only N training examples (quick runs)
+    test_subset: int | None = None  # use only N test examples
+    subset: Literal["first", "random"] = "first"  # which N: the first N, or a seeded random N
+    on_device: bool | Literal["auto"] = "auto"  # keep the uint8 dataset on the run device
+    num_workers: int = 0  # host threads for datasets decoded on the host (unused for tensor data)
+
+
+@dataclass
+class OptimSection:
+    name: Literal["sgd", "adamw", "lion"] = "sgd"
+    lr: float = 0.02  # peak lr per step (per global batch); no implicit batch-size scaling
+    momentum: float = 0.9  # SGD only
+    nesterov: bool = True  # SGD only
+    weight_decay: float = 0.0  # applied to matrices only (ndim >= 2), never to biases/LN
+    betas: tuple[float, float] = (0.9, 0.999)  # AdamW / LION
+    eps: float = 1e-8  # AdamW
+    grad_clip: float | None = None  # max global grad norm; None -> no clipping
+
+
+@dataclass
+class ScheduleSection:
+    # the training length: exactly one of these three
+    epochs: float | None = None  # passes over the training split
+    steps: int | None = None  # optimiser steps
+    examples: int | None = None  # training examples seen (rounded up to whole steps)
+    warmup_epochs: float | None = None  # linear warmup length, in epochs ...
+    warmup_steps: int | None = None  # ... or in steps (not both)
+    warmup_start_lr: float = 0.0  # lr at step 0 of the warmup
+    min_lr: float = 0.0  # floor of the cosine
+    schedule: Literal["cosine", "constant"] = "cosine"
+
+
+@dataclass
+class RunSection:
+    batch_size: int = 128  # global: split over processes under torchrun
+    eval_batch_size: int | None = None  # None -> 4 x batch_size (capped at 1024)
+    seed: int = 0  # model init, data order, augmentation
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    precision: Literal["auto", "fp32", "bf16"] = "auto"  # auto: bf16 autocast where native
+    compile: bool = False  # torch.compile the model (opt-in)
+    eval_every: int = 1  # epochs between evaluations; 0 -> only the final test
+    checkpoint_every: int = 1  # epochs between checkpoints; 0 -> only at the end
+    nan_check_every: int = 50  # steps between reads of the non-finite flag (one host sync each)
+    out_dir: str = "runs"
+    name: str | None = None  # run folder name; None -> derived from the overrides
+    log: Literal["auto", "bar", "lines", "none"] = "auto"  # auto: a bar on a TTY, else lines
+    tensorboard: bool = True  # write TensorBoard events when tensorboard is installed
+    threads: int | None = None  # torch CPU threads; None -> torch's default
+
+
+@dataclass
+class RunConfig:
+    model: ModelSection = field(default_factory=ModelSection)
+    data: DataSection = field(default_factory=DataSection)
+    augment: AugmentConfig = field(default_factory=AugmentConfig)
+    optim: OptimSection = field(default_factory=OptimSection)
+    schedule: ScheduleSection = field(default_factory=lambda: ScheduleSection(epochs=1))
+    run: RunSection = field(default_factory=RunSection)
+
+    def to_dict(self) -> dict[str, Any]:
+        return to_dict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "RunConfig":
+        return from_dict(d)
+
+    def validate(self) -> "RunConfig":
+        return validate(self)
+
+
+_SECTION_CLS: dict[str, type] = typing.get_type_hints(RunConfig)
+
+# keys that do not change what a run computes: left out of derived names and resume checks
+NON_SEMANTIC = frozenset({"run.log", "run.threads", "run.tensorboard", "run.out_dir", "run.name",
+                          "run.device", "data.root", "data.download", "data.num_workers",
+                          "run.nan_check_every"})
+
+
+def _field_names(cls: type) -> list[str]:
+    return [f.name for f in dataclasses.fields(cls)]
+
+
+def to_dict(cfg: RunConfig) -> dict[str, Any]:
+    """Plain JSON types (tuples become lists)."""
+    return json.loads(json.dumps(dataclasses.asdict(cfg)))
+
+
+def from_dict(d: dict[str, Any]) -> RunConfig:
+    """Inverse of :func:`to_dict`; missing keys take defaults, unknown ones are refused."""
+    if not isinstance(d, dict):
+        raise TypeError(f"a run config must be a dict, got {type(d).__name__}")
+    return validate(_apply_dict(RunConfig(), d))
+
+
+def _apply_dict(cfg: RunConfig, d: dict[str, Any]) -> RunConfig:
+    for sec, values in d.items():
+        if sec not in _SECTION_CLS:
+            raise ValueError(f"unknown config section {sec!r}; valid sections are: {', '.join(_SECTION_CLS)}")
+        if not isinstance(values, dict):
+            raise TypeError(f"config section {sec!r} must be a dict, got {type(values).__name__}")
+        if sec == "schedule" and values:
+            cfg.schedule = ScheduleSection()  # the dict states its own duration
+        for k, v in values.items():
+            _set(cfg, f"{sec}.{k}", v)
+    return cfg
+
+
+def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"optim": {"lr": 1}}`` -> ``{"optim.lr": 1}`` (model.kwargs entries flattened too)."""
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict) and (not prefix or key == "model.kwargs"):
+            out.update(flatten(v, key + "."))
+        else:
+            out[key] = v
+    return out
+
+
+def config_diff(a: RunConfig, b: RunConfig, ignore: frozenset[str] = NON_SEMANTIC) -> dict[str, tuple[Any, Any]]:
+    """Keys whose values differ: ``{key: (a_value, b_value)}``."""
+    fa, fb = flatten(to_dict(a)), flatten(to_dict(b))
+    return {k: (fa.get(k), fb.get(k)) for k in sorted(set(fa) | set(fb))
+            if k not in ignore and fa.get(k) != fb.get(k)}
+
+
+# ----------------------------------------------------------------------------- overrides
+
+def _coerce(value: Any, tp: Any) -> Any:
+    """int -> float where a float is expected; list -> tuple where a tuple is expected."""
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if tp is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if origin is tuple and isinstance(value, list):
+        inner = [a for a in args if a is not Ellipsis]
+        if len(inner) == len(value):
+            return tuple(_coerce(v, a) for v, a in zip(value, inner))
+        if inner:
+            return tuple(_coerce(v, inner[0]) for v in value)
+        return tuple(value)
+    if origin in (typing.Union, types.UnionType) and value is not None:
+        for a in args:
+            if a is float and isinstance(value, int) and not isinstance(value, bool) and int not in args:
+                return float(value)
+            if typing.get_origin(a) is tuple and isinstance(value, list):
+                return _coerce(value, a)
+    return value
+
+
+def _set(cfg: RunConfig, key: str, value: Any) -> None:
+    parts = key.split(".")
+    sec = parts[0]
+    if sec not in _SECTION_CLS:
+        raise ValueError(f"unknown config key {key!r}: valid sections are {', '.join(_SECTION_CLS)}")
+    section = getattr(cfg, sec)
+    if len(parts) == 1:
+        raise ValueError(f"config key {key!r} names a whole section; set one of its fields, "
+                         f"e.g. {sec}.{_field_names(type(section))[0]}=...")
+    name = parts[1]
+    valid = _field_names(type(section))
+    if name not in valid:
+        hint = ""
+        if sec == "model":
+            hint = f" (model hyperparameters go under model.kwargs, e.g. model.kwargs.{name}=...)"
+        raise ValueError(f"unknown config key {key!r}; valid keys in section {sec!r}: "
+                         f"{', '.join(f'{sec}.{v}' for v in valid)}{hint}")
+    if sec == "model" and name == "kwargs" and len(parts) > 2:
+        section.kwargs = {**section.kwargs, ".".join(parts[2:]): value}
+        return
+    if len(parts) > 2:
+        raise ValueError(f"unknown config key {key!r}: {sec}.{name} has no sub-keys")
+    tp = typing.get_type_hints(type(section))[name]
+    setattr(section, name, _coerce(value, tp))
+    try:
+        check_config_types(section, f"config section {sec!r}")
+    except TypeError as e:
+        raise TypeError(f"config key {key!r}: {e}") from None
+
+
+def parse_value(text: str) -> Any:
+    """A command-line value: JSON first (``0.1``, ``true``, ``null``, ``[1,2]``), then a Python
+    literal (``True``, ``None``, ``(0.9, 0.95)``), else the string itself (``adamw``)."""
+    for parse in (json.loads, ast.literal_eval):
+        try:
+            return parse(text)
+        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+            pass
+    return text
+
+
+def parse_overrides(overrides: dict[str, Any] | list[str] | tuple[str, ...] | None) -> dict[str, Any]:
+    if overrides is None:
+        return {}
+    if isinstance(overrides, dict):
+        return dict(overrides)
+    out: dict[str, Any] = {}
+    for item in overrides:
+        if "=" not in item:
+            raise ValueError(f"override {item!r} is not of the form section.key=value (e.g. optim.lr=0.1)")
+        k, v = item.split("=", 1)
+        out[k.strip()] = parse_value(v.strip())
+    return out
+
+
+# ----------------------------------------------------------------------------- validation
+
+def _count_set(*values: Any) -> int:
+    return sum(v is not None for v in values)
+
+
+def validate(cfg: RunConfig) -> RunConfig:
+    """Type checks every section and refuses inconsistent combinations."""
+    for sec in _SECTION_CLS:
+        check_config_types(getattr(cfg, sec), f"config section {sec!r}")
+    s, r, o, d = cfg.schedule, cfg.run, cfg.optim, cfg.data
+    if _count_set(s.epochs, s.steps, s.examples) != 1:
+        raise ValueError(
+            "schedule: give exactly one training length of schedule.epochs, schedule.steps, "
+            f"schedule.examples (got epochs={s.epochs}, steps={s.steps}, examples={s.examples}); "
+            "to switch units, null the other, e.g. schedule.epochs=null schedule.steps=500")
+    if _count_set(s.warmup_epochs, s.warmup_steps) > 1:
+        raise ValueError(f"schedule: give warmup in epochs or steps, not both "
+                         f"(warmup_epochs={s.warmup_epochs}, warmup_steps={s.warmup_steps})")
+    for name, v in (("schedule.epochs", s.epochs), ("schedule.steps", s.steps), ("schedule.examples", s.examples)):
+        if v is not None and not v > 0:
+            raise ValueError(f"{name} must be > 0, got {v}")
+    for name, v in (("schedule.warmup_epochs", s.warmup_epochs), ("schedule.warmup_steps", s.warmup_steps),
+                    ("schedule.min_lr", s.min_lr), ("schedule.warmup_start_lr", s.warmup_start_lr),
+                    ("optim.weight_decay", o.weight_decay), ("run.eval_every", r.eval_every),
+                    ("run.checkpoint_every", r.checkpoint_every), ("data.num_workers", d.num_workers)):
+        if v is not None and v < 0:
+            raise ValueError(f"{name} must be >= 0, got {v}")
+    if not (o.lr > 0 and math.isfinite(o.lr)):
+        raise ValueError(f"optim.lr must be a finite number > 0, got {o.lr}")
+    if s.min_lr > o.lr:
+        raise ValueError(f"schedule.min_lr={s.min_lr} is above optim.lr={o.lr}")
+    if o.grad_clip is not None and o.grad_clip <= 0:
+        raise ValueError(f"optim.grad_clip must be > 0 or null, got {o.grad_clip}")
+    if r.batch_size < 1 or (r.eval_batch_size is not None and r.eval_batch_size < 1):
+        raise ValueError("run.batch_size and run.eval_batch_size must be >= 1")
+    if r.nan_check_every < 1:
+        raise ValueError(f"run.nan_check_every must be >= 1, got {r.nan_check_every}")
+    if not 0.0 <= d.val_fraction < 1.0:
+        raise ValueError(f"data.val_fraction must be in [0, 1), got {d.val_fraction}")
+    for name, v in (("data.train_subset", d.train_subset), ("data.test_subset", d.test_subset),
+                    ("data.image_size", d.image_size), ("run.threads", r.threads)):
+        if v is not None and v < 1:
+            raise ValueError(f"{name} must be >= 1 or null, got {v}")
+    if r.name is not None and (not r.name or "/" in r.name or r.name in (".", "..")):
+        raise ValueError(f"run.name {r.name!r} must be a plain folder name")
+    AugmentConfig(**dataclasses.asdict(cfg.augment))  # its own range checks (__post_init__)
+    # model name and kwargs are checked by the registry (unknown name / key / type -> error)
+    get_model_entry(cfg.model.name)
+    model_config(cfg.model.name, **cfg.model.kwargs)
+    return cfg
+
+
+# ----------------------------------------------------------------------------- names
+
+_SHORT = {"optim.lr": "lr", "optim.name": "opt", "optim.weight_decay": "wd", "run.batch_size": "bs",
+          "schedule.epochs": "ep", "schedule.steps": "steps", "run.seed": "seed", "data.dataset": "data",
+          "model.name": "model", "run.precision": "prec"}
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, (list, tuple)):
+        return "x".join(_fmt(x) for x in v)
+    s = f"{v:g}" if isinstance(v, float) else str(v)
+    return re.sub(r"[^A-Za-z0-9_.+-]", "", s)
+
+
+def config_to_name(base_label: str, overrides: dict[str, Any]) -> str:
+    """A run folder name from the base config and the overrides (scaling_mlps' ``config_to_name``):
+    ``cifar10_s_mixer`` + ``{"optim.lr": 0.1, "model.kwargs.depth": 4}`` ->
+    ``cifar10_s_mixer-depth4-lr0.1``. Keys that do not change the computation are left out."""
+    parts = []
+    for k in sorted(overrides):
+        if k in NON_SEMANTIC:
+            continue
+        short = _SHORT.get(k, k.split(".")[-1])
+        parts.append(f"{short}{_fmt(overrides[k])}")
+    name = "-".join([_fmt(base_label) or "run", *parts])
+    return name[:200]
+
+
+# ----------------------------------------------------------------------------- building
+
+def load_config(base: str | Path) -> tuple[dict[str, Any], str]:
+    """A named config (``mlplab.train.presets.CONFIGS``) or a JSON file -> (dict, label)."""
+    from .presets import CONFIGS
+
+    if isinstance(base, str) and base in CONFIGS:
+        return copy.deepcopy(CONFIGS[base]), base
+    path = Path(base)
+    if path.suffix == ".json" or path.exists():
+        if not path.is_file():
+            raise FileNotFoundError(f"config file {str(path)!r} does not exist")
+        with open(path) as f:
+            d = json.load(f)
+        return d, path.stem
+    raise ValueError(f"unknown config {str(base)!r}: not a named config ({', '.join(sorted(CONFIGS))}) "
+                     "and not a JSON file")
+
+
+def make_config(base: dict | str | Path | RunConfig | None = None,
+                overrides: dict[str, Any] | list[str] | None = None) -> RunConfig:
+    """The resolved config: ``base`` (named config, JSON path, dict or RunConfig; None -> defaults)
+    with dotted ``overrides`` applied in order. ``run.name`` is derived when not given."""
+    label = None
+    if base is None:
+        d: dict[str, Any] = {}
+    elif isinstance(base, RunConfig):
+        d = to_dict(base)
+    elif isinstance(base, dict):
+        d = copy.deepcopy(base)
+    else:
+        d, label = load_config(base)
+    ov = parse_overrides(overrides)
+    # apply the base without validating in between, then the overrides, then validate once
+    cfg = _apply_dict(RunConfig(), d)
+    for k, v in ov.items():
+        _set(cfg, k, v)
+    if cfg.run.name is None:
+        label = label or f"{cfg.data.dataset}_{cfg.model.name}"
+        cfg.run.name = config_to_name(label, ov)
+    return validate(cfg)

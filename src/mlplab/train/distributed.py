@@ -1,0 +1,85 @@
+"""Several processes (``torchrun --nproc_per_node=N``): DistributedDataParallel from env vars.
+
+The same ``mlplab train`` command runs single-process or under torchrun. Under torchrun
+(``WORLD_SIZE`` > 1) the process group is initialised from the environment (nccl on CUDA, gloo
+on CPU), each rank trains on its shard of every epoch's global permutation, rank 0 alone logs and
+writes files, and metrics are all-reduced.
+
+Sharding: every rank draws the same permutation of the training set for epoch e (seed, e) and
+takes the strided slice ``perm[rank::world]``. Batch k of rank r then holds positions
+``k·B + r, k·B + r + world, ...`` of the permutation, so the union over ranks of batch k is exactly
+batch k of a 1-process run with global batch B — and since DDP averages gradients over ranks,
+the two runs take the same steps (up to float summation order).
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+__all__ = ["DistInfo", "init_distributed", "shard_indices", "all_reduce_sum", "barrier", "cleanup"]
+
+
+@dataclass(frozen=True)
+class DistInfo:
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+
+    @property
+    def enabled(self) -> bool:
+        return self.world_size > 1
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+def init_distributed(device_type: str) -> DistInfo:
+    """Join the process group described by torchrun's env vars; a no-op without them."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world <= 1:
+        return DistInfo()
+    rank = int(os.environ["RANK"])
+    local_rank = int(os.environ.get("LOCAL_RANK", rank))
+    if not dist.is_initialized():
+        backend = "nccl" if device_type == "cuda" else "gloo"
+        if device_type == "cuda":
+            torch.cuda.set_device(local_rank)
+        dist.init_process_group(backend=backend)
+    return DistInfo(rank=dist.get_rank(), world_size=dist.get_world_size(), local_rank=local_rank)
+
+
+def shard_indices(n: int, epoch: int, seed: int, info: DistInfo, shuffle: bool = True,
+                  device: torch.device | str = "cpu") -> torch.Tensor:
+    """This rank's indices into the n training examples for ``epoch`` (see module docstring).
+    Every rank gets the same count (the tail that does not divide evenly is left out)."""
+    if shuffle:
+        g = torch.Generator().manual_seed(_mix(seed, epoch))
+        perm = torch.randperm(n, generator=g)
+    else:
+        perm = torch.arange(n)
+    per_rank = n // info.world_size
+    return perm[info.rank::info.world_size][:per_rank].to(device)
+
+
+def _mix(seed: int, epoch: int) -> int:
+    return (seed * 1_000_003 + epoch * 7919 + 12345) % (2**63 - 1)
+
+
+def all_reduce_sum(t: torch.Tensor, info: DistInfo) -> torch.Tensor:
+    if info.enabled:
+        dist.all_reduce(t, op=dist.ReduceOp.SUM)
+    return t
+
+
+def barrier(info: DistInfo) -> None:
+    if info.enabled:
+        dist.barrier()
+
+
+def cleanup(info: DistInfo) -> None:
+    if info.enabled and dist.is_initialized():
+        dist.destroy_process_group()

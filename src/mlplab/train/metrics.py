@@ -1,0 +1,188 @@
+"""Measuring a run: FLOPs per example, the machine's matmul rate, MFU, and where metrics go.
+
+MFU follows nanoGPT's ``estimate_mfu``: achieved FLOP/s = 3 × forward FLOPs × images/s (the
+backward pass costs about twice the forward), divided by what the machine can do. Instead of a
+datasheet peak we *measure* the machine's dense matmul rate once per (device, dtype, threads) at
+the run's precision, so the number is honest on CPUs (where no datasheet applies) and on a
+shared machine.
+"""
+from __future__ import annotations
+
+import functools
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any, TextIO
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+__all__ = ["flops_per_example", "matmul_flops_per_s", "cpu_has_native_bf16", "MetricsWriter", "Progress",
+           "format_count"]
+
+
+def flops_per_example(model: nn.Module, input_shape: tuple[int, ...]) -> float | None:
+    """Forward FLOPs for one example (a multiply-add counts 2).
+
+    Uses ``mlplab.analysis.cost.count_flops`` when that module exists; otherwise counts the
+    ``nn.Linear`` layers with forward hooks (2·in·out per row: the cost of an all-MLP model;
+    norms and activations are left out). Not ``FlopCounterMode``: it imports torch._dynamo,
+    which costs seconds per process."""
+    try:
+        from ..analysis.cost import count_flops  # type: ignore[import-not-found]
+    except ImportError:
+        count_flops = None
+    if count_flops is not None:
+        out = count_flops(model, tuple(input_shape))
+        return float(out["total"] if isinstance(out, dict) else out)
+    total = [0]
+
+    def hook(mod: nn.Module, inputs, output) -> None:
+        rows = inputs[0].numel() // mod.in_features
+        total[0] += 2 * rows * mod.in_features * mod.out_features
+
+    handles = [m.register_forward_hook(hook) for m in model.modules() if isinstance(m, nn.Linear)]
+    p = next(model.parameters())
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            model(torch.zeros((1, *input_shape), device=p.device, dtype=p.dtype))
+    finally:
+        model.train(was_training)
+        for h in handles:
+            h.remove()
+    return float(total[0]) if total[0] else None
+
+
+def cpu_has_native_bf16() -> bool:
+    """True when the CPU multiplies bf16 natively (AVX512-BF16 or AMX). Without it PyTorch
+    emulates bf16 matmuls, which is many times *slower* than fp32 (measured 30x on AVX2)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = f.read()
+    except OSError:
+        return False
+    return " avx512_bf16" in flags or " amx_bf16" in flags
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+@functools.lru_cache(maxsize=None)
+def _matmul_rate(device_str: str, dtype_str: str, threads: int) -> float:
+    device = torch.device(device_str)
+    dtype = getattr(torch, dtype_str)
+    autocast = dtype != torch.float32
+
+    def op(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        # the op a training step runs: nn.Linear on fp32 tensors, under autocast at low precision
+        # (on CPU, autocast's oneDNN bf16 gemm is ~10x faster than `a @ b` on bf16 tensors)
+        with torch.autocast(device.type, dtype=dtype, enabled=autocast):
+            return F.linear(a, b)
+
+    n, n_max = (2048, 8192) if device.type == "cuda" else (256, 1024)
+    g = torch.Generator(device=device).manual_seed(0)  # never touch the global RNG of the run
+    while True:  # grow the matrices until one product takes a measurable time
+        a = torch.randn(n, n, device=device, generator=g)
+        b = torch.randn(n, n, device=device, generator=g)
+        op(a, b)
+        _sync(device)
+        t0 = time.perf_counter()
+        op(a, b)
+        _sync(device)
+        dt = time.perf_counter() - t0
+        if dt > 0.05 or n >= n_max:
+            break
+        n *= 2
+    reps = max(2, min(50, int(0.3 / max(dt, 1e-6))))  # about 0.3 s in all
+    _sync(device)
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        op(a, b)
+    _sync(device)
+    return 2.0 * n**3 * reps / (time.perf_counter() - t0)
+
+
+def matmul_flops_per_s(device: torch.device, dtype: torch.dtype) -> float:
+    """Measured dense matmul FLOP/s on ``device`` at ``dtype`` (cached for the process)."""
+    return _matmul_rate(str(device), str(dtype).replace("torch.", ""), torch.get_num_threads())
+
+
+class MetricsWriter:
+    """Appends one JSON line per record to ``metrics.jsonl`` (flushed each time), and mirrors
+    scalars to TensorBoard when it is installed and wanted."""
+
+    def __init__(self, run_dir: Path, tensorboard: bool = True):
+        self.path = Path(run_dir) / "metrics.jsonl"
+        self._f = open(self.path, "a")
+        self._tb = None
+        if tensorboard:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+            except ImportError:  # tensorboard not installed: metrics.jsonl only
+                SummaryWriter = None
+            if SummaryWriter is not None:
+                self._tb = SummaryWriter(log_dir=str(Path(run_dir) / "tb"))
+
+    def write(self, record: dict[str, Any], step: int) -> None:
+        self._f.write(json.dumps(record) + "\n")
+        self._f.flush()
+        if self._tb is not None:
+            for k, v in record.items():
+                if isinstance(v, (int, float)) and not isinstance(v, bool):
+                    self._tb.add_scalar(k, v, step)
+
+    def close(self) -> None:
+        self._f.close()
+        if self._tb is not None:
+            self._tb.close()
+
+
+class Progress:
+    """A minimal progress bar on a TTY (one line rewritten with ``\\r``), plain lines otherwise.
+
+    ``mode``: "bar", "lines" or "none". Updates cost a host sync only because the caller reads the
+    running loss; the loop calls :meth:`update` at most every ``interval`` seconds."""
+
+    def __init__(self, mode: str, stream: TextIO | None = None, interval: float = 0.5):
+        self.stream = stream or sys.stderr
+        if mode == "auto":
+            mode = "bar" if hasattr(self.stream, "isatty") and self.stream.isatty() else "lines"
+        self.mode = mode
+        self.interval = interval
+        self._last = 0.0
+        self._open = False
+
+    def due(self) -> bool:
+        return self.mode == "bar" and time.perf_counter() - self._last >= self.interval
+
+    def update(self, epoch: int, epochs: int, done: int, total: int, text: str) -> None:
+        self._last = time.perf_counter()
+        width = 24
+        fill = int(width * done / max(total, 1))
+        bar = "#" * fill + "." * (width - fill)
+        self.stream.write(f"\repoch {epoch}/{epochs} [{bar}] {done}/{total} {text}\033[K")
+        self.stream.flush()
+        self._open = True
+
+    def line(self, text: str) -> None:
+        if self.mode == "none":
+            return
+        if self._open:
+            self.stream.write("\r\033[K")
+            self._open = False
+        self.stream.write(text + "\n")
+        self.stream.flush()
+
+
+def format_count(n: float) -> str:
+    for unit, div in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(n) >= div:
+            return f"{n / div:.3g}{unit}"
+    return f"{n:.3g}"
+

@@ -1,0 +1,62 @@
+"""Two CPU processes (torchrun, gloo) train like one process with the same global batch."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from mlplab.train import make_config, train
+from mlplab.train.config import to_dict
+from mlplab.train.distributed import DistInfo, shard_indices
+
+from train_helpers import tiny_overrides
+
+CHILD = """
+import os, sys
+from mlplab.train import make_config, train
+res = train(make_config(sys.argv[1]))
+print("RANK", os.environ["RANK"], res["weights_sha256"], res["world_size"], flush=True)
+"""
+
+
+def test_shards_partition_each_epoch_like_one_global_batch():
+    n, B = 103, 8
+    one = shard_indices(n, 3, 0, DistInfo())
+    two = [shard_indices(n, 3, 0, DistInfo(rank=r, world_size=2)) for r in range(2)]
+    assert len(two[0]) == len(two[1]) == n // 2
+    for k in range(len(two[0]) // (B // 2)):  # batch k of the ranks together = batch k of one process
+        union = torch.cat([t[k * B // 2:(k + 1) * B // 2] for t in two])
+        assert set(union.tolist()) == set(one[k * B:(k + 1) * B].tolist())
+    assert not torch.equal(shard_indices(n, 4, 0, DistInfo()), one)  # a new order every epoch
+
+
+@pytest.mark.slow
+def test_two_gloo_processes_match_one_process(tmp_path, subprocess_env):
+    extra = {"optim.name": "sgd", "optim.lr": 0.05, "optim.nesterov": True, "schedule.epochs": 2,
+             "run.checkpoint_every": 1}
+    cfg = make_config(None, tiny_overrides(tmp_path / "runs", "ddp", **extra))
+    cfg_file = tmp_path / "ddp.json"
+    cfg_file.write_text(json.dumps(to_dict(cfg)))
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+           str(tmp_path / "child.py"), str(cfg_file)]
+    (tmp_path / "child.py").write_text(CHILD)
+    out = subprocess.run(cmd, env=subprocess_env, capture_output=True, text=True, timeout=240)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[:6000]
+    ranks = [line.split() for line in out.stdout.splitlines() if line.startswith("RANK ")]
+    assert sorted(r[1] for r in ranks) == ["0", "1"] and {r[3] for r in ranks} == {"2"}
+    assert ranks[0][2] == ranks[1][2]  # both ranks end with identical weights
+
+    run_dir = Path(cfg.run.out_dir) / "ddp"
+    saved = json.loads((run_dir / "results.json").read_text())
+    assert saved["world_size"] == 2 and saved["weights_sha256"] == ranks[0][2]
+    single = train(make_config(cfg, {"run.name": "single"}))
+    w2 = load_file(str(run_dir / "checkpoint" / "model.safetensors"))
+    w1 = load_file(str(Path(single["run_dir"]) / "checkpoint" / "model.safetensors"))
+    for k in w1:  # same global batches and averaged gradients: equal up to summation order
+        torch.testing.assert_close(w2[k], w1[k], rtol=1e-4, atol=1e-5, msg=k)
+    for a, b in zip(saved["history"], single["history"]):
+        assert a["train_loss"] == pytest.approx(b["train_loss"], rel=1e-4)
+    assert saved["test_acc"] == pytest.approx(single["test_acc"], abs=1 / 128 + 1e-9)

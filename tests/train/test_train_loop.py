@@ -1,0 +1,127 @@
+"""The training loop on tiny synthetic runs: results, files, determinism, NaN guard, run folders."""
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+import mlplab.train.loop as loop
+from mlplab.models import create_model
+from mlplab.train import NonFiniteError, RunExistsError, make_config, train
+from mlplab.train.config import to_dict
+
+DESIGN_KEYS = {"test_acc", "test_top5", "test_loss", "train_loss", "epochs", "steps", "wall_s", "epoch_time_s",
+               "images_per_s", "params", "flops_per_example", "run_dir", "history"}
+
+
+def _weights(run_dir):
+    return load_file(str(run_dir / "checkpoint" / "model.safetensors"))
+
+
+def test_train_writes_run_folder_and_results(tiny):
+    cfg = tiny("a")
+    res = train(cfg)
+    assert DESIGN_KEYS <= set(res)
+    assert res["epochs"] == 3 and res["steps"] == 3 * (256 // 32)
+    assert res["test_acc"] > 0.3  # 10 classes: well above chance after 24 steps
+    assert res["flops_per_example"] > 0 and 0 < res["mfu"] < 1.5
+    run_dir = Path(res["run_dir"])
+    assert json.loads((run_dir / "config.json").read_text()) == to_dict(cfg)
+    saved = json.loads((run_dir / "results.json").read_text())
+    assert saved["test_acc"] == res["test_acc"]
+    lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [r["epoch"] for r in lines] == [1, 2, 3] and "test_acc" in lines[-1]
+    state = torch.load(run_dir / "checkpoint" / "state.pt", weights_only=True)
+    assert state["epoch"] == 3 and state["step"] == 24
+
+
+def test_same_seed_same_result_on_cpu(tiny):
+    a, b = train(tiny("a")), train(tiny("b"))
+    wa, wb = _weights(Path(a["run_dir"])), _weights(Path(b["run_dir"]))
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)
+    assert [h["train_loss"] for h in a["history"]] == [h["train_loss"] for h in b["history"]]
+    c = train(tiny("c", **{"run.seed": 1}))
+    wc = _weights(Path(c["run_dir"]))
+    assert not all(torch.equal(wa[k], wc[k]) for k in wa)
+
+
+def test_non_finite_loss_stops_with_the_step(tiny, monkeypatch):
+    def poisoned(name, **kw):
+        model = create_model(name, **kw)
+        forward, calls = model.forward, [0]
+
+        def fwd(x):
+            out = forward(x)
+            if model.training:
+                calls[0] += 1
+                if calls[0] == 6:  # step 5 (0-based)
+                    out = out * float("nan")
+            return out
+
+        model.forward = fwd
+        return model
+
+    monkeypatch.setattr(loop, "create_model", poisoned)
+    with pytest.raises(NonFiniteError, match=r"non-finite loss or gradient at step 5 \(epoch 0\)"):
+        train(tiny("nan", **{"run.nan_check_every": 3}))
+    assert not (Path(tiny("nan").run.out_dir) / "nan" / "checkpoint").exists()  # none from bad weights
+
+
+def test_grad_norm_check_catches_non_finite_gradients(tiny, monkeypatch):
+    def poisoned(name, **kw):
+        model = create_model(name, **kw)
+        model.head.weight.register_hook(lambda g: g * float("inf"))
+        return model
+
+    monkeypatch.setattr(loop, "create_model", poisoned)
+    with pytest.raises(NonFiniteError, match="at step 0 "):
+        train(tiny("inf", **{"optim.grad_clip": 1.0}))
+
+
+def test_existing_run_folder_is_protected(tiny):
+    cfg = tiny("x")
+    res = train(cfg)
+    with pytest.raises(RunExistsError, match="finished run.*--resume"):
+        train(cfg)
+    again = train(cfg, resume=True)  # finished: nothing to do, same results
+    assert again["test_acc"] == res["test_acc"]
+    assert train(cfg, overwrite=True)["test_acc"] == res["test_acc"]
+
+
+def test_resume_with_a_different_config_is_refused_and_changes_nothing(tiny):
+    cfg = tiny("y")
+    res = train(cfg)
+    run_dir = Path(res["run_dir"])
+    before = {p.name: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
+    with pytest.raises(RunExistsError, match=r"optim\.lr: saved 0\.003, now 0\.01"):
+        train(tiny("y", **{"optim.lr": 0.01}), resume=True)
+    after = {p.name: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
+    assert before == after
+
+
+def test_model_and_dataset_shapes_must_agree(tiny):
+    with pytest.raises(ValueError, match=r"model\.kwargs\.image_size=32 .*data\.image_size=32"):
+        train(tiny("m", **{"model.kwargs.image_size": 32}))
+    with pytest.raises(ValueError, match=r"model\.kwargs\.in_chans=1"):
+        train(tiny("m2", **{"model.kwargs.in_chans": 1}))
+
+
+def test_durations_in_steps_and_examples(tiny):
+    r = train(tiny("s", **{"schedule.epochs": None, "schedule.steps": 10}))
+    assert r["steps"] == 10 and r["epochs"] == 2  # 8 steps per epoch: one full, one partial
+    r = train(tiny("e", **{"schedule.epochs": None, "schedule.examples": 300}))
+    assert r["steps"] == 10  # ceil(300 / 32)
+
+
+def test_soft_targets_val_split_and_rp_buffers(tiny):
+    cfg = tiny("soft", **{"model.name": "rp_s_mixer", "augment.mixup": 0.8, "augment.label_smoothing": 0.1,
+                          "augment.hflip": True, "augment.crop_padding": 1, "data.val_fraction": 0.25,
+                          "optim.name": "lion", "optim.lr": 1e-3, "schedule.epochs": 2})
+    r = train(cfg)
+    assert 0 <= r["val_acc"] <= 1 and "val_loss" in r["history"][-1]
+    w = _weights(Path(r["run_dir"]))
+    perms = [k for k in w if "perm" in k]
+    assert perms, "RP permutations must be saved with the weights"
+    model = create_model("rp_s_mixer", **{**cfg.model.kwargs, "image_size": 8, "in_chans": 3, "num_classes": 10})
+    assert set(w) == set(model.state_dict())

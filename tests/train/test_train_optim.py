@@ -1,0 +1,68 @@
+"""Optimisers and the lr schedule: decay only on matrices, warmup/cosine/floor, LION's update."""
+import math
+
+import pytest
+import torch
+import torch.nn as nn
+
+from mlplab.train.config import OptimSection, ScheduleSection
+from mlplab.train.optim import Lion, build_optimizer, lr_at, param_groups
+
+
+def _model():
+    return nn.Sequential(nn.Linear(4, 8), nn.LayerNorm(8), nn.Linear(8, 2))
+
+
+def test_weight_decay_only_on_matrices():
+    m = _model()
+    groups = param_groups(m, 0.1)
+    decayed = {id(p) for p in groups[0]["params"]}
+    assert groups[0]["weight_decay"] == 0.1 and groups[1]["weight_decay"] == 0.0
+    for name, p in m.named_parameters():
+        assert (id(p) in decayed) == (p.ndim >= 2), name
+
+
+@pytest.mark.parametrize("name", ["sgd", "adamw", "lion"])
+def test_optimisers_step_and_keep_vectors_undecayed(name):
+    torch.manual_seed(0)
+    m = _model()
+    opt = build_optimizer(m, OptimSection(name=name, lr=0.1, weight_decay=0.5))
+    ln_before = m[1].weight.detach().clone()
+    for p in m.parameters():
+        p.grad = torch.zeros_like(p)  # zero gradient: only weight decay can move a parameter
+    opt.step()
+    assert torch.equal(m[1].weight, ln_before)  # LayerNorm scale: no decay
+    if name == "sgd":
+        assert isinstance(opt, torch.optim.SGD) and opt.defaults["nesterov"]
+    if name == "adamw":
+        assert isinstance(opt, torch.optim.AdamW)
+
+
+def test_lion_matches_its_definition():
+    torch.manual_seed(0)
+    p = nn.Parameter(torch.randn(3, 3))
+    g1, g2 = torch.randn(3, 3), torch.randn(3, 3)
+    opt = Lion([p], lr=0.1, betas=(0.9, 0.99), weight_decay=0.01)
+    ref, m = p.detach().clone(), torch.zeros(3, 3)
+    for g in (g1, g2):
+        p.grad = g.clone()
+        opt.step()
+        ref = ref * (1 - 0.1 * 0.01) - 0.1 * torch.sign(0.9 * m + 0.1 * g)
+        m = 0.99 * m + 0.01 * g
+    torch.testing.assert_close(p.detach(), ref, rtol=0, atol=1e-6)
+
+
+def test_schedule_warmup_cosine_floor():
+    s = ScheduleSection(steps=110, warmup_steps=10, warmup_start_lr=1e-4, min_lr=1e-3)
+    peak = 0.1
+    assert lr_at(0, 110, 10, peak, s) == pytest.approx(1e-4)
+    assert lr_at(5, 110, 10, peak, s) == pytest.approx(1e-4 + (peak - 1e-4) / 2)
+    assert lr_at(10, 110, 10, peak, s) == pytest.approx(peak)
+    assert lr_at(109, 110, 10, peak, s) == pytest.approx(1e-3)  # the floor at the last step
+    mid = lr_at(10 + 99 // 2, 110, 10, peak, s)
+    assert 1e-3 < mid < peak
+    lrs = [lr_at(i, 110, 10, peak, s) for i in range(10, 110)]
+    assert all(a >= b for a, b in zip(lrs, lrs[1:]))  # monotone decay after warmup
+    c = ScheduleSection(steps=50, schedule="constant")
+    assert lr_at(49, 50, 0, peak, c) == peak
+    assert math.isclose(lr_at(0, 1, 0, peak, ScheduleSection(steps=1)), peak)
