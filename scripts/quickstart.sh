@@ -5,4 +5,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 . .venv/bin/activate
-exec mlplab reproduce fig7 --scale quick "$@"
+exec mlplab reproduce fig6 --scale cpu --jobs 2 "$@"

@@ -40,3 +40,17 @@ def test_cli_every_listed_command_exists():
     for name, (mod, _) in cli.COMMANDS.items():
         m = importlib.import_module(mod)
         assert callable(m.add_arguments) and callable(m.run), name
+
+
+def test_top_level_entry_points(tmp_path):
+    # the Python functions mirror the CLI subcommands
+    for name in ("effective_mlp", "plan_budget", "models_table", "load_dataset", "make_config",
+                 "reproduce", "run_sweep", "write_report"):
+        assert callable(getattr(mlplab, name)), name
+    cfg = mlplab.make_config("synthetic_tiny", {"run.out_dir": str(tmp_path), "run.log": "none",
+                                                "schedule.epochs": None, "schedule.steps": 2})
+    res = mlplab.train(cfg)  # the package is callable
+    assert res["steps"] == 2
+    assert (tmp_path / res["run_dir"] / "results.json").exists()
+    with pytest.raises(AttributeError):
+        mlplab.no_such_function

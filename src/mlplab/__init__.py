@@ -1,8 +1,34 @@
 """mlplab: build, train, analyse and compare all-MLP vision models.
 
-Nothing runs at import time except model registration.
+Nothing runs at import time except model registration. The entry points below mirror the
+``mlplab`` CLI subcommands; the heavier ones are imported on first use.
 """
+from __future__ import annotations
+
+import importlib
+
 from .models import create_model, list_models, model_config
 
 __version__ = "0.1.0"
-__all__ = ["create_model", "list_models", "model_config", "__version__"]
+
+_LAZY = {
+    "effective_mlp": "mlplab.theory",  # Prop. 3.2: the Mixer as an explicit wide sparse MLP
+    "plan_budget": "mlplab.theory",  # SPEC §3: (S, C) pairs / SW-MLP widths for a budget Ω
+    "models_table": "mlplab.analysis.cost",  # params and FLOPs of every registered model
+    "count_flops": "mlplab.analysis.cost",
+    "load_dataset": "mlplab.data",
+    "make_config": "mlplab.train",
+    "reproduce": "mlplab.experiments",
+    "run_sweep": "mlplab.experiments",
+    "write_report": "mlplab.experiments",
+}
+
+__all__ = ["create_model", "list_models", "model_config", "__version__", "train", *_LAZY]
+
+
+def __getattr__(name: str):
+    if name == "train":  # the package mlplab.train is callable: mlplab.train(cfg) -> results
+        return importlib.import_module("mlplab.train")
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'mlplab' has no attribute {name!r}")

@@ -1,21 +1,59 @@
-"""Analysis: CKA, spectra, weight pictures, implicit regularisation, scaling-law fits, cost."""
+"""Analysis: CKA, spectra, weight pictures, implicit regularisation, scaling-law fits, cost.
 
-# CKA, spectra, pictures, implicit bias, scaling laws (SPEC §4–§7)
-from .cka import CKAResult, MinibatchCKA, cka_matrix, hsic0, hsic1, linear_cka  # noqa: E402,F401
-from .implicit_bias import (  # noqa: E402,F401
-    ImplicitBiasResult, check_implicit_regularisation, lemma_b1, make_bilinear_regression,
-)
-from .pictures import (  # noqa: E402,F401
-    closest_factorisation, effective_weight_arrays, plot_effective_weights, plot_stem_filters,
-    plot_token_mixing_units, save_figure, stem_filter_images, token_mixing_unit_images,
-)
-from .scaling import (  # noqa: E402,F401
-    PUBLISHED_EXPONENTS, ScalingLawFit, compute_budget, compute_optimal_frontier, fit_frontier_exponents,
-    fit_scaling_law, scaling_law,
-)
-from .spectra import (  # noqa: E402,F401
-    NormalisedSpectrum, kron_identity, largest_singular_value, model_weight_spectra, mp_edge,
-    normalised_spectrum, sample_mixer_weight, sample_sw_weight, spectrum_vs_width, sw_lambda_max_theory,
-    sw_lplus,
-)
-from .cost import count_flops, count_params, model_summary, models_table  # noqa: E402,F401
+Submodules are imported on first use (matplotlib and scipy cost seconds to import), so
+``import mlplab.analysis.cost`` stays cheap for the training loop.
+"""
+from __future__ import annotations
+
+import importlib
+
+_EXPORTS = {
+    "CKAResult": "cka",
+    "MinibatchCKA": "cka",
+    "cka_matrix": "cka",
+    "hsic0": "cka",
+    "hsic1": "cka",
+    "linear_cka": "cka",
+    "ImplicitBiasResult": "implicit_bias",
+    "check_implicit_regularisation": "implicit_bias",
+    "lemma_b1": "implicit_bias",
+    "make_bilinear_regression": "implicit_bias",
+    "closest_factorisation": "pictures",
+    "effective_weight_arrays": "pictures",
+    "plot_effective_weights": "pictures",
+    "plot_stem_filters": "pictures",
+    "plot_token_mixing_units": "pictures",
+    "save_figure": "pictures",
+    "stem_filter_images": "pictures",
+    "token_mixing_unit_images": "pictures",
+    "PUBLISHED_EXPONENTS": "scaling",
+    "ScalingLawFit": "scaling",
+    "compute_budget": "scaling",
+    "compute_optimal_frontier": "scaling",
+    "fit_frontier_exponents": "scaling",
+    "fit_scaling_law": "scaling",
+    "scaling_law": "scaling",
+    "NormalisedSpectrum": "spectra",
+    "kron_identity": "spectra",
+    "largest_singular_value": "spectra",
+    "model_weight_spectra": "spectra",
+    "mp_edge": "spectra",
+    "normalised_spectrum": "spectra",
+    "sample_mixer_weight": "spectra",
+    "sample_sw_weight": "spectra",
+    "spectrum_vs_width": "spectra",
+    "sw_lambda_max_theory": "spectra",
+    "sw_lplus": "spectra",
+    "count_flops": "cost",
+    "count_params": "cost",
+    "model_summary": "cost",
+    "models_table": "cost",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

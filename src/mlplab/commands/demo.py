@@ -13,24 +13,11 @@ import time
 import torch
 
 from ..models.registry import create_model, get_model_entry, list_models
-from ..theory.budget import parse_omega, plan_budget
+from ..theory.budget import plan_budget
 from ..theory.effective import effective_mlp
+from .plan import _int_list, _omega
 
 MIXERS = ("s_mixer", "rp_s_mixer")
-
-
-def _int_list(text: str) -> list[int]:
-    try:
-        return [int(t) for t in text.replace(" ", "").split(",") if t]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated whole numbers, got {text!r}") from None
-
-
-def _omega(text: str) -> int:
-    try:
-        return parse_omega(text)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

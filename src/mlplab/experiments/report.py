@@ -30,7 +30,7 @@ class Claim:
 
     @property
     def verdict(self) -> str:
-        return {True: "HELD", False: "DID NOT HOLD at this scale", None: "UNDECIDED (too few finished points to apply the rule)"}[self.held]
+        return {True: "HELD", False: "DID NOT HOLD at this scale", None: "UNDECIDED (too few finished points, or the comparison is within seed noise)"}[self.held]
 
 
 @dataclass

@@ -14,7 +14,6 @@ The first block maps S0 -> S tokens; its skip path is then a learned W̃ ∈ R^{
 """
 from __future__ import annotations
 
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Literal
 
@@ -25,6 +24,7 @@ from ..layers.common import DropPath, Mlp, drop_path_rates, make_act
 from ..layers.pk import PKMixing, _apply_left, random_perm
 from ..layers.stem import PatchEmbed, check_patch_size
 from ..layers.vec import commutation_perm, invert_perm
+from .base import VisionMLP
 from .registry import register_model
 
 __all__ = ["MixerConfig", "Mixer", "MixerBlock", "build_mixer", "MIXER_PRESETS"]
@@ -148,8 +148,12 @@ class MixerBlock(nn.Module):
         return x + self.drop_path(c) if self.use_skip else c
 
 
-class Mixer(nn.Module):
-    """MLP-Mixer / S-Mixer / RP-Mixer: per-patch stem, L blocks, LN, token average, linear head."""
+class Mixer(VisionMLP):
+    """MLP-Mixer / S-Mixer / RP-Mixer: per-patch stem, L blocks, LN, token average, linear head.
+
+    Intermediate features: ``stem``, ``blocks.{i}.token``, ``blocks.{i}.channel`` (each mixing
+    sublayer's output just before its skip), ``pre_logits``.
+    """
 
     def __init__(self, cfg: MixerConfig):
         super().__init__()
@@ -204,17 +208,6 @@ class Mixer(nn.Module):
     def forward_head(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
         x = x.mean(dim=1)  # global average over tokens: (B, C)
         return x if pre_logits else self.head(x)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.forward_head(self.forward_features(x))
-
-    def forward_intermediates(self, x: torch.Tensor) -> tuple[torch.Tensor, "OrderedDict[str, torch.Tensor]"]:
-        """Logits and every mixing sublayer's output just before its skip connection, by name
-        (``blocks.{i}.token``, ``blocks.{i}.channel``), plus ``stem`` and ``pre_logits``."""
-        feats: OrderedDict[str, torch.Tensor] = OrderedDict()
-        h = self.forward_features(x, feats)
-        feats["pre_logits"] = self.forward_head(h, pre_logits=True)
-        return self.head(feats["pre_logits"]), feats
 
 
 def build_mixer(cfg: MixerConfig) -> Mixer:

@@ -15,7 +15,6 @@ ImageNet-21k winter'21 "11k"; 11230 or 21843 do not reproduce them) — see
 """
 from __future__ import annotations
 
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Literal
 
@@ -23,6 +22,7 @@ import torch
 import torch.nn as nn
 
 from ..layers.common import make_act
+from .base import VisionMLP
 from .registry import register_model
 
 __all__ = ["MLPConfig", "PlainMLP", "StandardBlock", "BottleneckBlock", "build_mlp", "SCALING_MLP_PRESETS",
@@ -78,8 +78,12 @@ class BottleneckBlock(nn.Module):
         return b, z + b
 
 
-class PlainMLP(nn.Module):
-    """Flatten, linear embedding to width m, L standard or bottleneck blocks, linear head."""
+class PlainMLP(VisionMLP):
+    """Flatten, linear embedding to width m, L standard or bottleneck blocks, linear head.
+
+    Intermediate features: ``stem``, ``blocks.{i}`` (bottleneck: the branch before the skip;
+    standard: the block output), ``pre_logits``.
+    """
 
     def __init__(self, cfg: MLPConfig):
         super().__init__()
@@ -126,17 +130,6 @@ class PlainMLP(nn.Module):
 
     def forward_head(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
         return x if pre_logits else self.head(x)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.forward_head(self.forward_features(x))
-
-    def forward_intermediates(self, x: torch.Tensor) -> tuple[torch.Tensor, "OrderedDict[str, torch.Tensor]"]:
-        """Logits and ``stem``, ``blocks.{i}`` (bottleneck: the branch before the skip;
-        standard: the block output), ``pre_logits``."""
-        feats: OrderedDict[str, torch.Tensor] = OrderedDict()
-        h = self.forward_features(x, feats)
-        feats["pre_logits"] = self.forward_head(h, pre_logits=True)
-        return self.head(feats["pre_logits"]), feats
 
 
 def build_mlp(cfg: MLPConfig) -> PlainMLP:

@@ -15,7 +15,6 @@ one dense block; choose ``width`` (and ``nblocks``) for such inputs.
 """
 from __future__ import annotations
 
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Literal
 
@@ -25,6 +24,7 @@ import torch.nn as nn
 from ..layers.common import make_act
 from ..layers.kronecker import KroneckerLinear
 from ..layers.monarch import MonarchLinear, closest_factor
+from .base import VisionMLP
 from .registry import register_model
 
 __all__ = ["ShallowConfig", "ShallowMLP", "build_shallow"]
@@ -55,8 +55,12 @@ def _structured(kind: str, n_in: int, n_out: int, nblocks: int | None, bias: boo
     return KroneckerLinear(n_in, n_out, bias=bias)
 
 
-class ShallowMLP(nn.Module):
-    """x ↦ B_c B2 φ(B1 x) with structured B1, B2."""
+class ShallowMLP(VisionMLP):
+    """x ↦ B_c B2 φ(B1 x) with structured B1, B2.
+
+    Intermediate features (no skips: layer outputs): ``stem`` (the flattened input),
+    ``blocks.0`` = φ(B1 x), ``blocks.1`` = B2 φ(B1 x), ``pre_logits``.
+    """
 
     def __init__(self, cfg: ShallowConfig):
         super().__init__()
@@ -92,17 +96,6 @@ class ShallowMLP(nn.Module):
 
     def forward_head(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
         return x if pre_logits else self.head(x)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.forward_head(self.forward_features(x))
-
-    def forward_intermediates(self, x: torch.Tensor) -> tuple[torch.Tensor, "OrderedDict[str, torch.Tensor]"]:
-        """Logits and ``stem`` (the flattened input), ``blocks.0`` = φ(B1 x), ``blocks.1`` = B2 φ(B1 x),
-        ``pre_logits`` (no skips in this model: these are the layer outputs)."""
-        feats: OrderedDict[str, torch.Tensor] = OrderedDict()
-        h = self.forward_features(x, feats)
-        feats["pre_logits"] = self.forward_head(h, pre_logits=True)
-        return self.head(feats["pre_logits"]), feats
 
 
 def build_shallow(cfg: ShallowConfig) -> ShallowMLP:

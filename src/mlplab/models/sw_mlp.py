@@ -32,7 +32,6 @@ and compute the same function (tests check it in float64).
 from __future__ import annotations
 
 import math
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Literal
 
@@ -43,6 +42,7 @@ from ..layers.common import make_act
 from ..layers.masked import MaskedLinear, SparseLinear
 from ..layers.stem import PatchEmbed, check_patch_size
 from ..layers.vec import vec
+from .base import VisionMLP
 from .registry import register_model
 
 __all__ = ["SWMLPConfig", "SWMLP", "SWBlock", "sw_width", "build_sw_mlp", "DEFAULT_SW_WIDTH"]
@@ -121,8 +121,12 @@ class SWBlock(nn.Module):
         return b, x + b
 
 
-class SWMLP(nn.Module):
-    """SW-MLP: stem, vectorise, L sparse blocks with skips, LN, linear head."""
+class SWMLP(VisionMLP):
+    """SW-MLP: stem, vectorise, L sparse blocks with skips, LN, linear head.
+
+    Intermediate features: ``stem``, each block's branch ``blocks.{i}`` (before its skip),
+    ``pre_logits``.
+    """
 
     def __init__(self, cfg: SWMLPConfig):
         super().__init__()
@@ -201,16 +205,6 @@ class SWMLP(nn.Module):
 
     def forward_head(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
         return x if pre_logits else self.head(x)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.forward_head(self.forward_features(x))
-
-    def forward_intermediates(self, x: torch.Tensor) -> tuple[torch.Tensor, "OrderedDict[str, torch.Tensor]"]:
-        """Logits and ``stem``, each block's branch ``blocks.{i}`` (before its skip), ``pre_logits``."""
-        feats: OrderedDict[str, torch.Tensor] = OrderedDict()
-        h = self.forward_features(x, feats)
-        feats["pre_logits"] = self.forward_head(h, pre_logits=True)
-        return self.head(feats["pre_logits"]), feats
 
 
 def build_sw_mlp(cfg: SWMLPConfig) -> SWMLP:

@@ -9,3 +9,14 @@ from .presets import CONFIGS
 
 __all__ = ["RunConfig", "make_config", "from_dict", "to_dict", "parse_overrides", "config_to_name",
            "train", "evaluate", "NonFiniteError", "RunExistsError", "CONFIGS"]
+
+
+class _TrainModule(__import__("types").ModuleType):
+    """``mlplab.train`` is both this package and the function: ``mlplab.train(cfg)`` calls
+    :func:`mlplab.train.loop.train` (a package attribute of the parent cannot be both otherwise)."""
+
+    def __call__(self, cfg, **kwargs):
+        return train(cfg, **kwargs)
+
+
+__import__("sys").modules[__name__].__class__ = _TrainModule

@@ -23,38 +23,12 @@ __all__ = ["flops_per_example", "matmul_flops_per_s", "cpu_has_native_bf16", "Me
            "format_count"]
 
 
-def flops_per_example(model: nn.Module, input_shape: tuple[int, ...]) -> float | None:
-    """Forward FLOPs for one example (a multiply-add counts 2).
+def flops_per_example(model: nn.Module, input_shape: tuple[int, ...]) -> float:
+    """Forward FLOPs for one example (a multiply-add counts 2), from the one analytic counter
+    ``mlplab.analysis.cost.count_flops`` (checked there against ``FlopCounterMode``)."""
+    from ..analysis.cost import count_flops
 
-    Uses ``mlplab.analysis.cost.count_flops`` when that module exists; otherwise counts the
-    ``nn.Linear`` layers with forward hooks (2·in·out per row: the cost of an all-MLP model;
-    norms and activations are left out). Not ``FlopCounterMode``: it imports torch._dynamo,
-    which costs seconds per process."""
-    try:
-        from ..analysis.cost import count_flops  # type: ignore[import-not-found]
-    except ImportError:
-        count_flops = None
-    if count_flops is not None:
-        out = count_flops(model, tuple(input_shape))
-        return float(out["total"] if isinstance(out, dict) else out)
-    total = [0]
-
-    def hook(mod: nn.Module, inputs, output) -> None:
-        rows = inputs[0].numel() // mod.in_features
-        total[0] += 2 * rows * mod.in_features * mod.out_features
-
-    handles = [m.register_forward_hook(hook) for m in model.modules() if isinstance(m, nn.Linear)]
-    p = next(model.parameters())
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.no_grad():
-            model(torch.zeros((1, *input_shape), device=p.device, dtype=p.dtype))
-    finally:
-        model.train(was_training)
-        for h in handles:
-            h.remove()
-    return float(total[0]) if total[0] else None
+    return float(count_flops(model, tuple(input_shape)))
 
 
 def cpu_has_native_bf16() -> bool:

@@ -104,15 +104,16 @@ def fmt_pair(S: Any, C: Any) -> str:
     return f"S={S},C={C}"
 
 
-NEIGHBOUR_RULE = ("the pair with the lowest mean test error (pairs sorted by C) has |log(S/C)| no larger than "
-                  "either neighbouring pair's, or the pair closest to S = C is within one seed-std of the best "
-                  "(statistically tied)")
+NEIGHBOUR_RULE = ("HELD if the pair with the lowest mean test error (pairs sorted by C) has |log(S/C)| no larger "
+                  "than either neighbouring pair's; if it does not, but the pair closest to S = C is within one "
+                  "seed-std of the best (statistically tied), UNDECIDED; otherwise DID NOT HOLD")
 
 
 def neighbour_rule(rows: list[dict[str, Any]], key: str = "test_error") -> tuple[bool | None, str]:
     """fig6-style rule on rows sorted by C (each with S, C, ``key`` and ``key_std``): the argmin
     pair has |log(S/C)| ≤ that of each neighbour (moving away from S = C never helps), or the
-    pair(s) closest to S = C are within max(std of the best, std of that pair) of the best."""
+    pair(s) closest to S = C are within max(std of the best, std of that pair) of the best — a tie
+    is reported as undecided (None), never as the claim holding."""
     rows = [r for r in rows if r.get(key) is not None and math.isfinite(r[key])]
     if len(rows) < 3:
         return None, f"only {len(rows)} finished pairs"
@@ -126,7 +127,8 @@ def neighbour_rule(rows: list[dict[str, Any]], key: str = "test_error") -> tuple
     closest = min((r for r, d in zip(rows, dist) if d <= dmin + 1e-12), key=lambda r: r[key])
     std = lambda r: r.get(f"{key}_std") or 0.0  # noqa: E731
     tied = closest[key] - best[key] <= max(std(best), std(closest))
-    return by_argmin or tied, (f"best pair S={best['S']}, C={best['C']} ({key} {best[key]:.2f} ± {std(best):.2f}); "
+    held = True if by_argmin else (None if tied else False)
+    return held, (f"best pair S={best['S']}, C={best['C']} ({key} {best[key]:.2f} ± {std(best):.2f}); "
                                f"|log(S/C)| = {dist[i]:.2f} vs neighbours {[round(dist[j], 2) for j in nb]}; "
                                f"pair closest to S = C: S={closest['S']}, C={closest['C']} "
                                f"({closest[key]:.2f} ± {std(closest):.2f}, "
