@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 if ! dpkg -s dataset-fashion-mnist >/dev/null 2>&1; then
   if [ "$(id -u)" = 0 ]; then
     (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq dataset-fashion-mnist) \
-      || echo "setup: could not install dataset-fashion-mnist; Fashion-MNIST runs will need --data-root"
+      || echo "setup: could not install dataset-fashion-mnist; Fashion-MNIST runs will need data.root=FOLDER"
   else
     echo "setup: not root; install Debian's dataset-fashion-mnist for the real-data runs"
   fi

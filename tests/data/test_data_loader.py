@@ -1,12 +1,12 @@
-"""DeviceLoader / StreamingLoader: shapes, coverage, determinism, resumable state, make_loaders."""
+"""DeviceLoader / StreamingLoader: shapes, coverage, determinism, resumable state."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 import torch
 
-from mlplab.data import (AugmentConfig, DataConfig, DeviceLoader, ImageFolderDataset, StreamingLoader,
-                         build_augment, load_dataset, make_loaders)
+from mlplab.data import (AugmentConfig, DeviceLoader, ImageFolderDataset, StreamingLoader, build_augment,
+                         load_dataset)
 from mlplab.data.formats import png_bytes
 
 
@@ -106,15 +106,3 @@ def test_streaming_loader_matches_device_loader(tmp_path):
     assert len(got) == len(dev) == 3 and stream.epoch == 1
     for (xa, ya), (xb, yb) in zip(dev, got):
         assert torch.equal(xa, xb) and torch.equal(ya, yb)
-
-
-def test_make_loaders_synthetic():
-    cfg = DataConfig(name="synthetic", image_size=16, val_fraction=0.1, num_samples=300, eval_batch_size=128)
-    loaders = make_loaders(cfg, AugmentConfig(crop_padding=2, hflip=True, label_smoothing=0.1), 64, "cpu", seed=0)
-    train, val, test = loaders["train"], loaders["val"], loaders["test"]
-    assert train.n == 270 and val.n == 30 and len(train) == 4  # drop_last for training
-    x, y = next(iter(train))
-    assert x.shape == (64, 3, 16, 16) and y.shape == (64, 10)
-    xv, yv = next(iter(test))
-    assert yv.dtype == torch.int64 and len(xv) == min(128, test.n)
-    assert loaders["info"].num_classes == 10

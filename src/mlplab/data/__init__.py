@@ -11,12 +11,12 @@ from .download import ChecksumError, DataError, cache_dir, download_file, safe_e
 from .datasets import ImageData, holdout_split, load_dataset, make_synthetic, resize_images
 from .augment import Augment, AugmentConfig, build_augment
 from .autoaugment import AutoAugment, RandAugment, parse_randaugment
-from .loader import DataConfig, DeviceLoader, ImageFolderDataset, StreamingLoader, make_loaders
+from .loader import DeviceLoader, ImageFolderDataset, StreamingLoader
 
 __all__ = [
     "DATASETS", "DataFile", "DatasetInfo", "FASHION_MNIST_DEBIAN_DIR", "get_info",
     "ChecksumError", "DataError", "cache_dir", "download_file", "safe_extract", "verify_checksum",
     "ImageData", "holdout_split", "load_dataset", "make_synthetic", "resize_images",
     "Augment", "AugmentConfig", "build_augment", "AutoAugment", "RandAugment", "parse_randaugment",
-    "DataConfig", "DeviceLoader", "ImageFolderDataset", "StreamingLoader", "make_loaders",
+    "DeviceLoader", "ImageFolderDataset", "StreamingLoader",
 ]

@@ -2,7 +2,7 @@
 
 Where a dataset is looked for, in this order (the first folder that holds the split wins):
 
-1. the explicit ``root`` (``--data-root``): ``root/<folder>`` then ``root`` itself;
+1. the explicit ``root`` (``data.root`` in a run config): ``root/<folder>`` then ``root`` itself;
 2. the cache: ``$MLPLAB_DATA/<folder>`` or ``~/.cache/mlplab/data/<folder>``;
 3. system folders named in the table (``extra_dirs``), e.g. Debian's Fashion-MNIST package at
    ``/usr/share/datasets/fashion-mnist``.
@@ -156,12 +156,12 @@ def _extract_if_needed(info: DatasetInfo, d: Path, split: str, verify: bool) -> 
 def _missing_message(info: DatasetInfo, split: str, dirs: list[Path]) -> str:
     where = "\n  ".join(str(d) for d in dirs)
     if info.format == "imagefolder":
-        how = "point root= (--data-root) at a folder holding train/<class>/<image> and val/<class>/<image>"
+        how = "point root= (data.root=... in a run config) at a folder holding train/<class>/<image> and val/<class>/<image>"
     else:
         names = ", ".join(f.name for f in (info.archives() or info.files))
         urls = ", ".join(u for f in info.archives() for u in f.urls[:1])
         how = (f"pass download=True to fetch {names} from {urls} into {dirs[0] if dirs else cache_dir()}, "
-               f"or pass root= (--data-root) pointing at a folder that holds them")
+               f"or pass root= (data.root=... in a run config) pointing at a folder that holds them")
     return f"dataset {info.name!r} split {split!r} not found; looked in:\n  {where}\nTo get it: {how}"
 
 
@@ -237,7 +237,7 @@ def load_dataset(name: str, split: str, root: str | os.PathLike | None = None, d
             ``"val"`` are a deterministic partition (``seed``) of the official training split.
             Without it, ``"val"`` is the official validation split where one exists. ``"test"``
             on a dataset without public test labels (Tiny ImageNet, image folders) is its ``val``.
-        root: a folder searched first (the CLI's ``--data-root``); downloads go to ``root/<folder>``.
+        root: a folder searched first (``data.root`` in a run config); downloads go to ``root/<folder>``.
         download: fetch missing files from the table's URLs (checksum-verified, atomic).
         image_size: resize on load (int or (H, W)); antialiased bilinear in torch for tensor
             datasets, shorter-side resize + centre crop (Pillow) for image folders.

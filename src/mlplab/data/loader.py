@@ -10,17 +10,16 @@ random numbers earlier batches consumed.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Iterator, Mapping, Sequence
 
 import numpy as np
 import torch
 
-from .augment import Augment, AugmentConfig, build_augment, normalize
+from .augment import Augment, normalize
 from .formats import decode_image, list_image_folder
 
-__all__ = ["DeviceLoader", "StreamingLoader", "ImageFolderDataset", "DataConfig", "make_loaders", "derive_generator"]
+__all__ = ["DeviceLoader", "StreamingLoader", "ImageFolderDataset", "derive_generator"]
 
 Tensor = torch.Tensor
 
@@ -188,88 +187,3 @@ class StreamingLoader(_Loader):
             self._advance()
             yield x, y
         self._end_epoch()
-
-
-@dataclass
-class DataConfig:
-    """The ``data`` section of a run config (``make_loaders`` also accepts any object or dict
-    with these names)."""
-
-    name: str = "cifar10"  # a key of mlplab.data.DATASETS
-    root: str = ""  # --data-root; "" = cache ($MLPLAB_DATA or ~/.cache/mlplab/data), then system dirs
-    download: bool = False
-    image_size: int = 0  # resize on load; 0 = native size (image folders need it: 224 default)
-    val_fraction: float = 0.0  # hold out this fraction of train as "val" (deterministic, split_seed)
-    split_seed: int = 0
-    eval_batch_size: int = 0  # 0 = the training batch size
-    streaming: bool = False  # decode from disk with workers instead of holding the set on the device
-    num_workers: int = 4  # StreamingLoader workers
-    num_samples: int = 0  # synthetic only: training samples (0 = default 1024)
-
-
-def _get(cfg: Any, key: str, default: Any) -> Any:
-    if cfg is None:
-        return default
-    if isinstance(cfg, Mapping):
-        return cfg.get(key, default)
-    return getattr(cfg, key, default)
-
-
-def make_loaders(data_cfg: Any, augment_cfg: AugmentConfig | Mapping[str, Any] | None, batch_size: int,
-                 device: str | torch.device | None = None, seed: int = 0) -> dict[str, _Loader | None]:
-    """Train / val / test loaders for a ``DataConfig`` and an ``AugmentConfig``.
-
-    Train: shuffled, augmented, ``drop_last=True``. Val/test: in order, no augmentation (int64
-    labels), all samples. ``val`` is None unless the dataset has a val split or
-    ``val_fraction > 0``. Returns ``{"train", "val", "test", "info"}``.
-    """
-    from .datasets import load_dataset
-    from .table import get_info
-
-    name = _get(data_cfg, "name", "cifar10")
-    root = _get(data_cfg, "root", "") or None
-    download = bool(_get(data_cfg, "download", False))
-    size = int(_get(data_cfg, "image_size", 0) or 0) or None
-    val_fraction = float(_get(data_cfg, "val_fraction", 0.0))
-    split_seed = int(_get(data_cfg, "split_seed", 0))
-    eval_bs = int(_get(data_cfg, "eval_batch_size", 0) or 0) or batch_size
-    info = get_info(name)
-    extra = {}
-    if info.format == "synthetic" and int(_get(data_cfg, "num_samples", 0) or 0):
-        extra["num_samples"] = int(_get(data_cfg, "num_samples", 0))
-
-    if _get(data_cfg, "streaming", False):
-        if info.format != "imagefolder":
-            raise ValueError(f"streaming is implemented for image folders; {name} fits in memory")
-        if root is None:
-            raise ValueError("streaming image folders need data.root")
-        size = size or 224
-        workers = int(_get(data_cfg, "num_workers", 4))
-        train_ds = ImageFolderDataset(root, "train", size, info.in_chans)
-        val_ds = ImageFolderDataset(root, "val", size, info.in_chans, classes=train_ds.classes)
-        k = len(train_ds.classes)
-        aug = build_augment(augment_cfg, info, num_classes=k)
-        train = StreamingLoader(train_ds, batch_size, shuffle=True, drop_last=True, augment=aug, device=device,
-                                seed=seed, num_workers=workers)
-        test = StreamingLoader(val_ds, eval_bs, shuffle=False, augment=None, device=device, seed=seed,
-                               mean=info.mean, std=info.std, num_classes=k, num_workers=workers)
-        return {"train": train, "val": None, "test": test, "info": info}
-
-    common = dict(root=root, download=download, image_size=size, seed=split_seed, **extra)
-    tr = load_dataset(name, "train", val_fraction=val_fraction, **common)
-    info = tr.info
-    te = load_dataset(name, "test", **common)
-    va = None
-    if val_fraction > 0:
-        va = load_dataset(name, "val", val_fraction=val_fraction, **common)
-    elif "val" in info.splits and "test" in info.splits:
-        va = load_dataset(name, "val", **common)
-    aug = build_augment(augment_cfg, info)
-
-    def evaluation(d):
-        return None if d is None else DeviceLoader(d.images, d.labels, eval_bs, shuffle=False, device=device,
-                                                    mean=info.mean, std=info.std, num_classes=info.num_classes)
-
-    train = DeviceLoader(tr.images, tr.labels, batch_size, shuffle=True, drop_last=True, augment=aug,
-                         device=device, seed=seed)
-    return {"train": train, "val": evaluation(va), "test": evaluation(te), "info": info}
