@@ -3,13 +3,13 @@
 28x28 with patch 4 gives S0 = 49 patches of 16 values; the first block's learned skip W~ maps
 49 -> S = 64 tokens (SPEC §2), so the model is the spec's S = C = 64 S-Mixer. Recipe: the named
 config ``fmnist_s_mixer`` (AdamW lr 1e-2, wd 0.05 on matrices, batch 64, warmup 0.1 epoch, cosine to
-1e-5, no augmentation: in a 5-epoch budget crop+flip slowed convergence; see the config's notes).
+1e-5, random crop with padding 1, 20 epochs; see the config's notes for the recipes tried).
 
-Run:     python benchmarks/bench_train_fmnist.py                  (fp32 full run + bf16 throughput)
+Run:     python benchmarks/bench_train_fmnist.py --threads 2 --bf16-steps 0   (the measured run)
          python benchmarks/bench_train_fmnist.py --epochs 2 --bf16-steps 0   (quicker)
-Took:    ~15 min for the fp32 run on one core of a shared, loaded (loadavg ~8) 2-core EPYC.
-Expect:  89.5% test accuracy at fp32 after 10 epochs (target > 90% not reached yet); bf16 is only faster on CPUs with native bf16
-         (AVX512-BF16/AMX) — without it PyTorch emulates bf16 matmuls and they are many times slower.
+Took:    18.7 min (56 s/epoch, 1125 img/s) on 2 quiet cores of an AVX2 EPYC at fp32.
+Expect:  90.3% test accuracy after 20 epochs (89.5% after 12); bf16 is only faster on CPUs with
+         native bf16 (AVX512-BF16/AMX) — without it PyTorch emulates bf16 matmuls (0.17x here).
 Prints:  test accuracy, wall time per epoch, images/s, achieved FLOP/s and MFU (against the
          measured matmul rate at the same precision), bf16/fp32 speed ratio, and os.getloadavg()
          beside the timings (the machine may be shared: timings are then pessimistic).
