@@ -15,19 +15,20 @@ from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
+from ..train.config import flatten
+
 __all__ = ["RunRecord", "load_runs", "mean_std", "group_runs", "test_error", "rows_to_csv",
            "spearman", "select"]
 
 
-def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for k, v in d.items():
-        key = f"{prefix}{k}"
-        if isinstance(v, dict) and (not prefix or key == "model.kwargs"):
-            out.update(_flatten(v, key + "."))
-        else:
-            out[key] = v
-    return out
+def union_columns(rows: Sequence[dict[str, Any]]) -> list[str]:
+    """Every key of ``rows`` in first-seen order."""
+    columns: list[str] = []
+    for r in rows:
+        for k in r:
+            if k not in columns:
+                columns.append(k)
+    return columns
 
 
 @dataclass
@@ -73,7 +74,7 @@ def load_runs(out_dir: str | Path, sweeps: Sequence[str] | None = None) -> list[
         if sweeps is not None and sweep not in sweeps:
             continue
         cfg = _read_json(d / "config.json")
-        flat = _flatten(cfg) if isinstance(cfg, dict) else {}
+        flat = flatten(cfg) if isinstance(cfg, dict) else {}
         res = _read_json(d / "results.json")
         err = ""
         if res is None and (d / "error.txt").exists():
@@ -156,11 +157,7 @@ def spearman(x: Sequence[float], y: Sequence[float]) -> float:
 def rows_to_csv(rows: Sequence[dict[str, Any]], columns: Sequence[str] | None = None) -> str:
     """CSV text of ``rows`` (columns: given, or the union in first-seen order)."""
     if columns is None:
-        columns = []
-        for r in rows:
-            for k in r:
-                if k not in columns:
-                    columns.append(k)
+        columns = union_columns(rows)
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(columns)

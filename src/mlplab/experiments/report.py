@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..utils.io import atomic_write_json, atomic_write_text
-from .aggregate import RunRecord, load_runs, rows_to_csv
+from .aggregate import RunRecord, load_runs, rows_to_csv, union_columns
 
 __all__ = ["Claim", "Analysis", "write_report", "markdown_table"]
 
@@ -60,11 +60,7 @@ def markdown_table(rows: Sequence[dict[str, Any]], columns: Sequence[str] | None
     if not rows:
         return "_(no rows)_\n"
     if columns is None:
-        columns = []
-        for r in rows:
-            for k in r:
-                if k not in columns:
-                    columns.append(k)
+        columns = union_columns(rows)
     shown = [c for c in columns if not (c.endswith("_std") and c[:-4] in columns)]
     lines = ["| " + " | ".join(shown) + " |", "|" + "---|" * len(shown)]
     for r in rows[:max_rows]:
