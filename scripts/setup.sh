@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Idempotent setup on a fresh machine: Fashion-MNIST (Debian package), a venv in .venv with
 # the local CPU build of torch 2.13.0 (installed first, so nothing pulls another torch), and
-# mlplab itself in editable mode with its test and augmentation extras.
+# mlplab itself in editable mode with its test extras (pytest, submitit for the Slurm path).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -23,5 +23,5 @@ python -m pip install -q --upgrade pip >/dev/null 2>&1 || true
 if ! python -c "import torch, sys; sys.exit(0 if torch.__version__.startswith('2.13.0') else 1)" 2>/dev/null; then
   python -m pip install -q "torch==2.13.0"
 fi
-python -m pip install -q -e ".[test,augment]"
+python -m pip install -q -e ".[test]"
 python -c "import torch, mlplab; print('setup: torch', torch.__version__, '| mlplab', mlplab.__version__)"
