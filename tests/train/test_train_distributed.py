@@ -15,10 +15,12 @@ from mlplab.train.distributed import DistInfo, shard_indices
 from train_helpers import tiny_overrides
 
 CHILD = """
-import os, sys
+import json, os, sys
 from mlplab.train import make_config, train
 res = train(make_config(sys.argv[1]))
-print("RANK", os.environ["RANK"], res["weights_sha256"], res["world_size"], flush=True)
+# each rank reports through its own file: stdout of torchrun's workers is not a reliable channel
+with open(os.path.join(sys.argv[2], "rank" + os.environ["RANK"] + ".json"), "w") as f:
+    json.dump({"rank": os.environ["RANK"], "sha": res["weights_sha256"], "world": res["world_size"]}, f)
 """
 
 
@@ -41,17 +43,19 @@ def test_two_gloo_processes_match_one_process(tmp_path, subprocess_env):
     cfg_file = tmp_path / "ddp.json"
     cfg_file.write_text(json.dumps(to_dict(cfg)))
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-           str(tmp_path / "child.py"), str(cfg_file)]
+           str(tmp_path / "child.py"), str(cfg_file), str(tmp_path)]
     (tmp_path / "child.py").write_text(CHILD)
     out = subprocess.run(cmd, env=subprocess_env, capture_output=True, text=True, timeout=240)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[:6000]
-    ranks = [line.split() for line in out.stdout.splitlines() if line.startswith("RANK ")]
-    assert sorted(r[1] for r in ranks) == ["0", "1"] and {r[3] for r in ranks} == {"2"}
-    assert ranks[0][2] == ranks[1][2]  # both ranks end with identical weights
+    reports = sorted(tmp_path.glob("rank*.json"))
+    assert len(reports) == 2, out.stdout[-2000:] + out.stderr[-4000:]
+    ranks = [json.loads(r.read_text()) for r in reports]
+    assert [r["rank"] for r in ranks] == ["0", "1"] and {r["world"] for r in ranks} == {2}
+    assert ranks[0]["sha"] == ranks[1]["sha"]  # both ranks end with identical weights
 
     run_dir = Path(cfg.run.out_dir) / "ddp"
     saved = json.loads((run_dir / "results.json").read_text())
-    assert saved["world_size"] == 2 and saved["weights_sha256"] == ranks[0][2]
+    assert saved["world_size"] == 2 and saved["weights_sha256"] == ranks[0]["sha"]
     single = train(make_config(cfg, {"run.name": "single"}))
     w2 = load_file(str(run_dir / "checkpoint" / "model.safetensors"))
     w1 = load_file(str(Path(single["run_dir"]) / "checkpoint" / "model.safetensors"))
