@@ -23,7 +23,9 @@ class VisionMLP(nn.Module):
         raise NotImplementedError
 
     def forward_head(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
-        raise NotImplementedError
+        """Pooled features -> logits (``pre_logits``: the features themselves). Families that
+        pool (the Mixer averages over tokens) override this and call it after pooling."""
+        return x if pre_logits else self.head(x)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.forward_head(self.forward_features(x))

@@ -206,8 +206,7 @@ class Mixer(VisionMLP):
         return self.norm(x)
 
     def forward_head(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
-        x = x.mean(dim=1)  # global average over tokens: (B, C)
-        return x if pre_logits else self.head(x)
+        return super().forward_head(x.mean(dim=1), pre_logits)  # average over tokens: (B, C)
 
 
 def build_mixer(cfg: MixerConfig) -> Mixer:

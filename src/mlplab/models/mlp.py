@@ -128,9 +128,6 @@ class PlainMLP(VisionMLP):
                 feats[f"blocks.{i}"] = b
         return self.norm(z)
 
-    def forward_head(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
-        return x if pre_logits else self.head(x)
-
 
 def build_mlp(cfg: MLPConfig) -> PlainMLP:
     return PlainMLP(cfg)

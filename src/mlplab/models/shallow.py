@@ -94,9 +94,6 @@ class ShallowMLP(VisionMLP):
             feats["blocks.1"] = h2
         return h2
 
-    def forward_head(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
-        return x if pre_logits else self.head(x)
-
 
 def build_shallow(cfg: ShallowConfig) -> ShallowMLP:
     return ShallowMLP(cfg)

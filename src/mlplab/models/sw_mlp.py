@@ -203,9 +203,6 @@ class SWMLP(VisionMLP):
                 feats[f"blocks.{blk.index}"] = b
         return self.norm(x)
 
-    def forward_head(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
-        return x if pre_logits else self.head(x)
-
 
 def build_sw_mlp(cfg: SWMLPConfig) -> SWMLP:
     return SWMLP(cfg)
