@@ -9,7 +9,7 @@ Suites (sizes from the command line):
   mixer : mlplab ``mlp_mixer``, mlplab ``rp_mlp_mixer``, timm ``MlpMixer`` (same C, S, D_S, D_C, L),
           and ``reference`` (nn.Linear + transposes, per-patch Linear stem, written below).
   smixer: mlplab ``s_mixer``, ``rp_s_mixer`` and the reference S-Mixer (timm has none).
-  ``--with-generic`` adds mlplab with its fast paths switched off (``PKMixing.fast = False``):
+  ``--with-generic`` adds mlplab computing every PK layer by gathers (``compute_by_definition``):
   the "before" of the speed work, in the same run (fp32 only: under autocast mlplab takes the
   generic path itself).
 
@@ -46,7 +46,7 @@ from common import (  # noqa: E402
 )
 
 import mlplab  # noqa: E402
-from mlplab.layers.pk import PKMixing  # noqa: E402
+from mlplab.layers.pk import compute_by_definition  # noqa: E402
 
 
 # --------------------------------------------------------------------------- reference models
@@ -120,7 +120,7 @@ def build_suite(suite: str, dtype: str, a: argparse.Namespace) -> dict[str, nn.M
             raise SystemExit(f"timm and the reference need S = S0 = {S0} (patch 4 on 32x32); got S={a.S}")
         models: dict[str, nn.Module] = {"mlplab": mlplab.create_model("mlp_mixer", **kw)}
         if a.with_generic and dtype == "fp32":  # under autocast the fast path is off anyway
-            models["mlplab_generic"] = _generic(mlplab.create_model("mlp_mixer", **kw))
+            models["mlplab_generic"] = compute_by_definition(mlplab.create_model("mlp_mixer", **kw))
         models["mlplab_rp"] = mlplab.create_model("rp_mlp_mixer", **kw)
         if not a.no_timm:
             models["timm"] = timm_mixer(a.C, a.ds, a.dc, a.depth, P)
@@ -129,7 +129,7 @@ def build_suite(suite: str, dtype: str, a: argparse.Namespace) -> dict[str, nn.M
         kw = dict(hidden_dim=a.s_dim, num_tokens=S0, depth=a.s_depth)
         models = {"mlplab": mlplab.create_model("s_mixer", **kw)}
         if a.with_generic and dtype == "fp32":
-            models["mlplab_generic"] = _generic(mlplab.create_model("s_mixer", **kw))
+            models["mlplab_generic"] = compute_by_definition(mlplab.create_model("s_mixer", **kw))
         models["mlplab_rp"] = mlplab.create_model("rp_s_mixer", **kw)
         models["reference"] = RefMixer(S0, a.s_dim, 0, 0, a.s_depth, P, single=True)
     else:
@@ -138,13 +138,6 @@ def build_suite(suite: str, dtype: str, a: argparse.Namespace) -> dict[str, nn.M
     if len(set(counts.values())) != 1:
         raise SystemExit(f"candidates differ in size: {counts}")
     return models
-
-
-def _generic(model: nn.Module) -> nn.Module:
-    for mod in model.modules():
-        if isinstance(mod, PKMixing):
-            mod.fast = False
-    return model
 
 
 def run_suite(suite: str, dtype: str, batch: int, a: argparse.Namespace) -> dict[str, Any]:

@@ -22,12 +22,12 @@ def _copy(mod):
 
 
 def _token(S_in, S, C, inner, force=False):
-    return PKMixing(inner, (S_in, C), (S, C), C, S_in, S, force_gather=force).double()
+    return PKMixing(inner, (S_in, C), (S, C), C, S_in, S, arrangement="gather" if force else None).double()
 
 
 def _channel(S, C, inner, force=False):
     return PKMixing(inner, (S, C), (S, C), S, C, C, commutation_perm(S, C),
-                    invert_perm(commutation_perm(S, C)), force_gather=force).double()
+                    invert_perm(commutation_perm(S, C)), arrangement="gather" if force else None).double()
 
 
 @pytest.mark.parametrize("kind, S_in, S, C", [("token", 5, 5, 3), ("token", 6, 4, 3), ("channel", 4, 4, 5)])
@@ -38,11 +38,11 @@ def test_fast_paths_equal_gather_path(kind, S_in, S, C, inner_kind):
     inner = nn.Linear(n2, n2o) if inner_kind == "linear" else Mlp(n2, 7, n2o)
     if kind == "token":
         fast, slow = _token(S_in, S, C, inner), _token(S_in, S, C, _copy(inner), force=True)
-        assert fast.mode == "columns"
+        assert fast.arrangement == "columns"
     else:
         fast, slow = _channel(S, C, inner), _channel(S, C, _copy(inner), force=True)
-        assert fast.mode == "rows"
-    assert slow.mode == "gather"
+        assert fast.arrangement == "rows"
+    assert slow.arrangement == "gather"
     x1 = torch.randn(3, S_in, C, dtype=D, requires_grad=True)
     x2 = x1.detach().clone().requires_grad_(True)
     y1, y2 = fast(x1), slow(x2)
@@ -85,8 +85,8 @@ def test_permutations_survive_state_dict_round_trip():
     g = torch.Generator().manual_seed(4)
     S, C = 4, 3
     a = PKMixing(nn.Linear(C, C), (S, C), (S, C), S, C, C, random_perm(S * C, g), random_perm(S * C, g)).double()
-    b = _channel(S, C, nn.Linear(C, C))  # normal channel mixing: fast "rows" path
-    assert b.mode == "rows"
+    b = _channel(S, C, nn.Linear(C, C))  # given permutations that happen to be the rows arrangement
+    assert b.arrangement == "rows"
     buf = io.BytesIO()
     torch.save(a.state_dict(), buf)
     buf.seek(0)
@@ -94,9 +94,22 @@ def test_permutations_survive_state_dict_round_trip():
     assert "perm_in" in sd and "perm_out" in sd
     b.load_state_dict(sd)
     assert torch.equal(b.perm_in, a.perm_in) and torch.equal(b.perm_out, a.perm_out)
-    assert b.mode == "gather"  # the derived gathers were rebuilt from the loaded permutations
+    assert b.arrangement == "gather"  # the derived gathers were rebuilt from the loaded permutations
     X = torch.randn(2, S, C, dtype=D)
     assert torch.equal(a(X), b(X))
+
+
+def test_fixed_arrangements_store_nothing_and_check_their_shapes():
+    rows = PKMixing(nn.Linear(3, 3), (4, 3), (4, 3), 4, 3, 3, arrangement="rows")
+    cols = PKMixing(nn.Linear(4, 4), (4, 3), (4, 3), 3, 4, 4, arrangement="columns")
+    assert dict(rows.named_buffers()) == {} and dict(cols.named_buffers()) == {}
+    assert torch.equal(rows.j1(), commutation_perm(4, 3)) and torch.equal(cols.j1(), torch.arange(12))
+    with pytest.raises(ValueError, match="arrangement='rows' needs"):
+        PKMixing(nn.Linear(4, 4), (4, 3), (4, 3), 3, 4, 4, arrangement="rows")
+    with pytest.raises(ValueError, match="pass no permutations"):
+        PKMixing(nn.Linear(3, 3), (4, 3), (4, 3), 4, 3, 3, torch.arange(12), arrangement="rows")
+    with pytest.raises(ValueError, match="arrangement must be one of"):
+        PKMixing(nn.Linear(3, 3), (4, 3), (4, 3), 4, 3, 3, arrangement="diagonal")
 
 
 def test_rp_mixer_permutations_saved_with_the_model():
@@ -140,8 +153,8 @@ def test_permute_entries_gradient():
 
 
 def test_dtype_move_keeps_paths():
-    layer = PKMixing(nn.Linear(3, 3), (4, 3), (4, 3), 4, 3, 3, force_gather=True)
+    layer = PKMixing(nn.Linear(3, 3), (4, 3), (4, 3), 4, 3, 3, torch.arange(12), arrangement="gather")
     layer = layer.double()
-    assert layer.mode == "gather" and layer._gather[0].dtype == torch.long
+    assert layer.arrangement == "gather" and layer._gather[0].dtype == torch.long
     x = torch.randn(2, 4, 3, dtype=D)
     assert layer(x).dtype == D

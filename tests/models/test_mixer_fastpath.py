@@ -1,7 +1,8 @@
-"""The speed paths of PKMixing / MixerBlock compute exactly the generic path's function.
+"""The arrangements of PKMixing (rows, columns) compute exactly Definition 5.1 read literally.
 
-Float64, every registered Mixer variant that has a fast path, forward, intermediates and
-parameter gradients; a fast path must also leave ``mode`` and the buffers untouched.
+Float64, every registered Mixer variant, forward, intermediates and parameter gradients against
+the same model switched to the "gather" arrangement (``compute_by_definition``); a normal
+Mixer's state dict holds no permutations, an RP Mixer's holds its free J1, J2.
 """
 import copy
 
@@ -10,18 +11,11 @@ import torch
 import torch.nn as nn
 
 from mlplab import create_model
-from mlplab.layers.common import Mlp
-from mlplab.layers.pk import PKMixing, _left_matmul_layers, permute_entries
+from mlplab.layers.common import LinearAct, Mlp
+from mlplab.layers.pk import PKMixing, compute_by_definition, permute_entries
 from mlplab.layers.vec import invert_perm
 
 TOL = 1e-12
-
-
-def _set_fast(model: nn.Module, fast: bool) -> nn.Module:
-    for mod in model.modules():
-        if isinstance(mod, PKMixing):
-            mod.fast = fast
-    return model
 
 
 def _pair(name: str, **kw):
@@ -29,7 +23,8 @@ def _pair(name: str, **kw):
     fast = create_model(name, **kw).double()
     for p in fast.parameters():  # a non-zero head so that every gradient is informative
         p.data.normal_(0, 0.3)
-    slow = _set_fast(copy.deepcopy(fast), False)
+    slow = compute_by_definition(copy.deepcopy(fast))
+    assert all(m.arrangement == "gather" for m in slow.modules() if isinstance(m, PKMixing))
     return fast, slow
 
 
@@ -43,12 +38,17 @@ CASES = [
 ]
 
 
+@pytest.mark.parametrize("autocast", [False, True])
 @pytest.mark.parametrize("name,kw", CASES)
-def test_fast_path_matches_generic(name, kw):
+def test_arrangements_match_definition(name, kw, autocast):
+    """fp32 takes the left-GEMM columns path, autocast the transposed one; both equal Def. 5.1.
+    (Autocast to float64 is not a thing: the autocast case runs the float64 model with
+    autocast enabled for bf16, where float64 matmuls stay float64.)"""
     fast, slow = _pair(name, **kw)
     x = torch.randn(3, 3, kw["image_size"], kw["image_size"], dtype=torch.float64)
-    lf, ff = fast.forward_intermediates(x)
-    ls, fs = slow.forward_intermediates(x)
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+        lf, ff = fast.forward_intermediates(x)
+        ls, fs = slow.forward_intermediates(x)
     assert list(ff) == list(fs)
     torch.testing.assert_close(lf, ls, rtol=0, atol=TOL)
     for k in ff:
@@ -61,38 +61,49 @@ def test_fast_path_matches_generic(name, kw):
         torch.testing.assert_close(pf.grad, ps.grad, rtol=0, atol=TOL, msg=n)
 
 
-def test_fast_path_is_used_and_structure_kept():
+def test_normal_mixer_arrangements_and_state_dict():
     m = create_model("mlp_mixer", hidden_dim=6, num_tokens=16, depth=1, image_size=16)
-    tok = m.blocks[0].token_mixing
-    assert tok.mode == "columns" and tok.fast
-    assert _left_matmul_layers(tok.inner) == [tok.inner.fc1, tok.inner.act, tok.inner.fc2]
-    assert isinstance(tok.inner, Mlp)
-    assert m.blocks[0].channel_mixing.mode == "rows"
+    tok, ch = m.blocks[0].token_mixing, m.blocks[0].channel_mixing
+    assert tok.arrangement == "columns" and isinstance(tok.inner, Mlp)
+    assert ch.arrangement == "rows"
     sd = m.state_dict()
-    assert "blocks.0.token_mixing.perm_in" in sd and "blocks.0.token_mixing.inner.fc1.weight" in sd
+    assert not any("perm" in k for k in sd), "a normal Mixer stores no permutations"
+    assert "blocks.0.token_mixing.inner.fc1.weight" in sd
+    s = create_model("s_mixer", hidden_dim=4, num_tokens=16, depth=1, image_size=16)
+    assert isinstance(s.blocks[0].token_mixing.inner, LinearAct)
+    assert "blocks.0.token_mixing.inner.0.weight" in s.state_dict()
 
 
-def test_fast_path_declines_dropout_in_training_and_hooks():
-    mlp = Mlp(4, 8, 4, drop=0.1)
-    assert _left_matmul_layers(mlp.train()) is None
-    assert _left_matmul_layers(mlp.eval()) is not None
-    lin = nn.Linear(4, 4)
-    lin.register_forward_hook(lambda *a: None)
-    assert _left_matmul_layers(nn.Sequential(lin, nn.GELU())) is None
-    hooked = Mlp(4, 8, 4)
-    hooked.register_forward_hook(lambda *a: None)
-    assert _left_matmul_layers(hooked) is None
+def test_rp_mixer_stores_only_its_free_permutations():
+    m = create_model("rp_s_mixer", hidden_dim=4, num_tokens=16, depth=3, image_size=16, rp_blocks=(1,))
+    perm_keys = sorted(k for k in m.state_dict() if "perm" in k)
+    assert perm_keys == [f"blocks.1.{s}.{p}" for s in ("channel_mixing", "token_mixing") for p in ("perm_in", "perm_out")]
+    assert m.blocks[1].token_mixing.arrangement == "gather"
 
 
-def test_columns_mode_with_bias_free_linear_matches():
+def test_checkpoints_with_implied_permutations_still_load_and_rp_ones_are_refused():
+    kw = dict(hidden_dim=4, num_tokens=16, depth=1, image_size=16)
+    normal = create_model("s_mixer", **kw)
+    old = dict(normal.state_dict())
+    for name in ("token_mixing", "channel_mixing"):  # what a pre-change checkpoint held
+        mix = getattr(normal.blocks[0], name)
+        old[f"blocks.0.{name}.perm_in"], old[f"blocks.0.{name}.perm_out"] = mix.j1(), mix.j2()
+    create_model("s_mixer", **kw).load_state_dict(old)  # loads: those J's are the implied ones
+    rp = create_model("rp_s_mixer", **kw).state_dict()
+    with pytest.raises(RuntimeError, match="free permutations"):
+        create_model("s_mixer", **kw).load_state_dict(rp)
+    with pytest.raises(RuntimeError, match="Missing key"):
+        create_model("rp_s_mixer", **kw).load_state_dict(normal.state_dict())
+
+
+def test_columns_arrangement_with_bias_free_linear_and_generic_inner():
     torch.manual_seed(1)
-    inner = nn.Linear(5, 7, bias=False).double()
-    pk = PKMixing(inner, (5, 3), (7, 3), 3, 5, 7)
-    assert pk.mode == "columns"
-    x = torch.randn(2, 5, 3, dtype=torch.float64)
-    y = pk(x)
-    pk.fast = False
-    torch.testing.assert_close(y, pk(x), rtol=0, atol=TOL)
+    for inner in (nn.Linear(5, 7, bias=False).double(), nn.Sequential(nn.Linear(5, 7), nn.Tanh()).double()):
+        pk = PKMixing(inner, (5, 3), (7, 3), 3, 5, 7)
+        assert pk.arrangement == "columns"
+        x = torch.randn(2, 5, 3, dtype=torch.float64)
+        y = pk(x)
+        torch.testing.assert_close(y, compute_by_definition(pk)(x), rtol=0, atol=TOL)
 
 
 def test_permute_entries_gather_backward_is_exact():

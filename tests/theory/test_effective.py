@@ -2,6 +2,8 @@
 import pytest
 import torch
 
+from mlplab.layers.pk import compute_by_definition
+
 import mlplab
 from mlplab.layers.vec import vec
 from mlplab.theory import EffectiveMLP, effective_mlp
@@ -91,6 +93,7 @@ def test_mlp_block_hidden_layer_is_vec_of_the_hidden_matrix():
     """J_h is chosen so the hidden vector is vec(φ(LN(U) W3)) (S × γC) for channel mixing and
     vec(φ(W1 LN(X))) for token mixing (it cancels either way)."""
     model = _model("mlp_mixer", num_tokens=5, hidden_dim=3, expansion=2.0, depth=1)
+    compute_by_definition(model)  # the hidden matrix as Def. 5.1 groups it (token MLP on Xᵀ rows)
     x = _images(model)
     seen = {}
     blk = model.blocks[0]

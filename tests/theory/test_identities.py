@@ -147,5 +147,5 @@ def test_corollary_3_4_smixer_without_activation_is_monarch(S, C):
     # and the whole model is that one linear map between stem and pooling
     x = torch.randn(3, 3, 8, 8, dtype=D)
     assert (model(x) - eff(x)).abs().max().item() <= 1e-12
-    assert torch.equal(blk.channel_mixing.perm_in, commutation_perm(S, C))
-    assert torch.equal(blk.channel_mixing.perm_out, invert_perm(commutation_perm(S, C)))
+    assert torch.equal(blk.channel_mixing.j1(), commutation_perm(S, C))
+    assert torch.equal(blk.channel_mixing.j2(), invert_perm(commutation_perm(S, C)))

@@ -177,6 +177,7 @@ def mixer_counts(cfg: MixerConfig) -> dict[str, int]:
     C, K = cfg.hidden_dim, cfg.num_classes
     c0 = cfg.in_chans * cfg.patch_size ** 2
     skip_layer = (cfg.skip_layer if cfg.skip_layer is not None else S != s0) and cfg.skip
+    rp = set(range(cfg.depth)) if cfg.rp_blocks == "all" else set() if cfg.rp_blocks == "none" else set(cfg.rp_blocks)
     params = c0 * C + C + C * K + K + (2 * C if cfg.norm else 0)
     flops = 2 * s0 * c0 * C + 2 * C * K
     buffers = 0
@@ -194,7 +195,8 @@ def mixer_counts(cfg: MixerConfig) -> dict[str, int]:
         if skip_layer and i == 0:
             params += s_in * S
             flops += 2 * C * s_in * S
-        buffers += s_in * C + 3 * S * C  # perm_in/perm_out of the token and channel PK layers
+        if i in rp:  # an RP block stores J1, J2 of its token and channel PK layers
+            buffers += s_in * C + 3 * S * C
     return {"params": params, "flops": flops, "buffer_entries": buffers, "effective_width": S * C}
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-__all__ = ["ACTIVATIONS", "make_act", "Mlp", "DropPath", "drop_path_rates"]
+__all__ = ["ACTIVATIONS", "make_act", "Mlp", "LinearAct", "left_linear", "left_gemm_pays", "DropPath", "drop_path_rates"]
 
 ACTIVATIONS: dict[str, type[nn.Module]] = {
     "gelu": nn.GELU,
@@ -35,6 +35,40 @@ class Mlp(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.drop2(self.fc2(self.drop1(self.act(self.fc1(x)))))
+
+    def forward_columns(self, x: torch.Tensor) -> torch.Tensor:
+        """The same map applied to every column of x (B, in, cols) -> (B, out, cols), as left GEMMs."""
+        return self.drop2(left_linear(self.fc2, self.drop1(self.act(left_linear(self.fc1, x)))))
+
+
+class LinearAct(nn.Sequential):
+    """φ(W x + b): the single-layer group map of the S-Mixer (a Sequential, so its parameters
+    are named ``0.weight``/``0.bias``)."""
+
+    def __init__(self, in_features: int, out_features: int, act: str = "gelu"):
+        super().__init__(nn.Linear(in_features, out_features), make_act(act))
+
+    def forward_columns(self, x: torch.Tensor) -> torch.Tensor:
+        """φ(W X + b) on every column of x (B, in, cols) -> (B, out, cols), as a left GEMM."""
+        return self[1](left_linear(self[0], x))
+
+
+def left_gemm_pays(x: torch.Tensor) -> bool:
+    """Whether to apply column maps to ``x`` as left GEMMs (fp32) rather than on its transpose.
+
+    In fp32 one ``baddbmm`` with W broadcast over the batch multiplies from the left without
+    copying x into (B, cols, n) order (1.04-1.18× faster S-Mixer steps, AVX2 and AVX512 CPUs).
+    Under autocast, reduced-precision batched GEMMs with a broadcast operand were slower than
+    one large GEMM on the transposed input, on both CPUs measured."""
+    return not torch.is_autocast_enabled(x.device.type)
+
+
+def left_linear(linear: nn.Linear, x: torch.Tensor) -> torch.Tensor:
+    """``linear`` applied to every column of x as one left GEMM: W X (+ b), (B, n, cols) -> (B, n', cols)."""
+    W = linear.weight.unsqueeze(0).expand(x.shape[0], -1, -1)  # (B, n', n), no copy
+    if linear.bias is None:
+        return torch.bmm(W, x)
+    return torch.baddbmm(linear.bias.view(1, -1, 1), W, x)
 
 
 class DropPath(nn.Module):

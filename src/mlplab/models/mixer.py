@@ -20,10 +20,9 @@ from typing import Literal
 import torch
 import torch.nn as nn
 
-from ..layers.common import DropPath, Mlp, drop_path_rates, make_act
-from ..layers.pk import PKMixing, _apply_left, random_perm
+from ..layers.common import DropPath, LinearAct, Mlp, drop_path_rates, left_gemm_pays, left_linear
+from ..layers.pk import PKMixing, random_perm
 from ..layers.stem import PatchEmbed, check_patch_size
-from ..layers.vec import commutation_perm, invert_perm
 from .base import VisionMLP
 from .registry import register_model
 
@@ -108,22 +107,22 @@ class MixerBlock(nn.Module):
             token_fn: nn.Module = Mlp(tokens_in, d_s, tokens, cfg.act, cfg.drop_rate)
             channel_fn: nn.Module = Mlp(dim, d_c, dim, cfg.act, cfg.drop_rate)
         else:
-            token_fn = nn.Sequential(nn.Linear(tokens_in, tokens), make_act(cfg.act))
-            channel_fn = nn.Sequential(nn.Linear(dim, dim), make_act(cfg.act))
+            token_fn = LinearAct(tokens_in, tokens, cfg.act)
+            channel_fn = LinearAct(dim, dim, cfg.act)
         m_in, m = tokens_in * dim, tokens * dim
         if rp:
             # one stream per sublayer: J1 then J2 of token mixing, J1 then J2 of channel mixing
             g_tok, g_ch = _layer_generator(cfg.seed, index, 0), _layer_generator(cfg.seed, index, 1)
             perms = [random_perm(m_in, g_tok), random_perm(m, g_tok), random_perm(m, g_ch), random_perm(m, g_ch)]
-            tok_in, tok_out, ch_in, ch_out = perms
+            tok = dict(perm_in=perms[0], perm_out=perms[1])
+            ch = dict(perm_in=perms[2], perm_out=perms[3])
         else:
-            tok_in = tok_out = None  # token mixing: J1 = J2 = I, groups are the columns of X
-            ch_in = commutation_perm(tokens, dim)  # channel mixing: J1 = J_c ...
-            ch_out = invert_perm(commutation_perm(tokens, dim))  # ... and J2 = J_cᵀ
+            tok = dict(arrangement="columns")  # token mixing: J1 = J2 = I, groups are the columns of X
+            ch = dict(arrangement="rows")  # channel mixing: J1 = J_c, J2 = J_cᵀ, groups are the rows
         # token mixing: n1 = C groups of n2 = S_in entries -> S entries
-        self.token_mixing = PKMixing(token_fn, (tokens_in, dim), (tokens, dim), dim, tokens_in, tokens, tok_in, tok_out)
+        self.token_mixing = PKMixing(token_fn, (tokens_in, dim), (tokens, dim), dim, tokens_in, tokens, **tok)
         # channel mixing: n1 = S groups of n2 = C entries -> C entries
-        self.channel_mixing = PKMixing(channel_fn, (tokens, dim), (tokens, dim), tokens, dim, dim, ch_in, ch_out)
+        self.channel_mixing = PKMixing(channel_fn, (tokens, dim), (tokens, dim), tokens, dim, dim, **ch)
         self.skip_proj = nn.Linear(tokens_in, tokens, bias=False) if skip_layer else None
         if self.skip_proj is None and tokens_in != tokens and cfg.skip:
             raise ValueError("a block that changes the token count needs the skip layer")
@@ -132,10 +131,9 @@ class MixerBlock(nn.Module):
     def _skip(self, x: torch.Tensor) -> torch.Tensor:  # (B, S_in, C) -> (B, S, C)
         if self.skip_proj is None:
             return x
-        fast = self.token_mixing.fast and not torch.is_autocast_enabled(x.device.type)
-        if fast and not (self.skip_proj._forward_hooks or self.skip_proj._forward_pre_hooks):
-            return _apply_left([self.skip_proj], x)  # W̃ X as one batched GEMM, no transposes
-        return self.skip_proj(x.transpose(1, 2)).transpose(1, 2)  # W̃ X
+        if left_gemm_pays(x):
+            return left_linear(self.skip_proj, x)  # W̃ X as one left GEMM
+        return self.skip_proj(x.transpose(1, 2)).transpose(1, 2)  # W̃ X on the transpose
 
     def forward(self, x: torch.Tensor, feats: dict | None = None) -> torch.Tensor:
         t = self.token_mixing(self.norm1(x))

@@ -7,8 +7,8 @@ H = φ(φ(W X) V) is the MLP
 
 of width m = S·C, whose weights I_C ⊗ W and J_cᵀ(I_S ⊗ Vᵀ)J_c = Vᵀ ⊗ I_S have densities 1/C and
 1/S (SPEC §1). Every mixing sublayer of :class:`mlplab.models.mixer.Mixer` is a PK layer
-(Def. 5.1) and becomes the sparse matrix J2 (I_{n1} ⊗ W) J1 built from its own ``perm_in`` /
-``perm_out`` buffers, so RP blocks are covered by the same code. In an MLP block the two layers
+(Def. 5.1) and becomes the sparse matrix J2 (I_{n1} ⊗ W) J1 built from its ``j1()`` /
+``j2()`` permutations, so RP blocks are covered by the same code. In an MLP block the two layers
 are J_h (I ⊗ W1) J1 and J2 (I ⊗ W2) J_hᵀ: any hidden permutation J_h cancels (the activation is
 entry-wise); we pick the one for which the hidden vector is vec of the Mixer's hidden matrix
 (J_h = I for token mixing, J_h = J_cᵀ of the S×γC hidden matrix for channel mixing, and I for an
@@ -404,7 +404,7 @@ def _hidden_perm(mix: PKMixing, hidden: int) -> torch.Tensor:
     J_cᵀ of the (n1 × hidden) matrix when the layer ends with J2 = J_cᵀ (channel mixing),
     identity otherwise (token mixing, RP)."""
     n1 = mix.n1
-    p_out = mix.perm_out.cpu()
+    p_out = mix.j2().cpu()
     if not _is_identity(p_out) and torch.equal(p_out, invert_perm(commutation_perm(n1, mix.n2_out))):
         return invert_perm(commutation_perm(n1, hidden))
     return torch.arange(n1 * hidden)
@@ -420,7 +420,7 @@ def _pk_ops(mix: PKMixing, prefix: str, kind: str, label: str, rp: bool, dtype: 
                          f"does not match the PK grouping n2={mix.n2}, n2'={mix.n2_out}")
     n1 = mix.n1
     ops: list = []
-    p_in = mix.perm_in.cpu()
+    p_in = mix.j1().cpu()
     n_acts = sum(t == "act" for t, _ in chain)
     k = a = 0
     for t, mod in chain:
@@ -429,7 +429,7 @@ def _pk_ops(mix: PKMixing, prefix: str, kind: str, label: str, rp: bool, dtype: 
             ops.append(Activation(f"{prefix}.act" if n_acts == 1 else f"{prefix}.act{a}", mod))
             continue
         last = k == len(linears) - 1
-        p_out = mix.perm_out.cpu() if last else _hidden_perm(mix, mod.out_features)
+        p_out = mix.j2().cpu() if last else _hidden_perm(mix, mod.out_features)
         A = pk_matrix(mod.weight.detach().to(dtype), n1, p_in, p_out)
         bias = None
         if mod.bias is not None:
