@@ -9,6 +9,8 @@ Suites (sizes from the command line):
   mixer : mlplab ``mlp_mixer``, mlplab ``rp_mlp_mixer``, timm ``MlpMixer`` (same C, S, D_S, D_C, L),
           and ``reference`` (nn.Linear + transposes, per-patch Linear stem, written below).
   smixer: mlplab ``s_mixer``, ``rp_s_mixer`` and the reference S-Mixer (timm has none).
+  ``--compile`` adds both mlplab models under ``torch.compile`` (normal and RP), so eager and
+  compiled, normal and RP are timed in the same interleaved rounds.
   ``--with-generic`` adds mlplab computing every PK layer by gathers (``compute_by_definition``):
   the "before" of the speed work, in the same run (fp32 only: under autocast mlplab takes the
   generic path itself).
@@ -41,7 +43,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import (  # noqa: E402
-    add_common_args, autocast_ctx, environment, fmt_table, forward_flops, interleaved, setup_torch,
+    add_common_args, autocast_ctx, describe, environment, fmt_table, forward_flops, interleaved, setup_torch,
     summarise, train_step_fn, write_results,
 )
 
@@ -122,6 +124,9 @@ def build_suite(suite: str, dtype: str, a: argparse.Namespace) -> dict[str, nn.M
         if a.with_generic and dtype == "fp32":  # under autocast the fast path is off anyway
             models["mlplab_generic"] = compute_by_definition(mlplab.create_model("mlp_mixer", **kw))
         models["mlplab_rp"] = mlplab.create_model("rp_mlp_mixer", **kw)
+        if a.compile:
+            models["mlplab_compiled"] = torch.compile(mlplab.create_model("mlp_mixer", **kw))
+            models["mlplab_rp_compiled"] = torch.compile(mlplab.create_model("rp_mlp_mixer", **kw))
         if not a.no_timm:
             models["timm"] = timm_mixer(a.C, a.ds, a.dc, a.depth, P)
         models["reference"] = RefMixer(S0, a.C, a.ds, a.dc, a.depth, P, single=False)
@@ -131,6 +136,9 @@ def build_suite(suite: str, dtype: str, a: argparse.Namespace) -> dict[str, nn.M
         if a.with_generic and dtype == "fp32":
             models["mlplab_generic"] = compute_by_definition(mlplab.create_model("s_mixer", **kw))
         models["mlplab_rp"] = mlplab.create_model("rp_s_mixer", **kw)
+        if a.compile:
+            models["mlplab_compiled"] = torch.compile(mlplab.create_model("s_mixer", **kw))
+            models["mlplab_rp_compiled"] = torch.compile(mlplab.create_model("rp_s_mixer", **kw))
         models["reference"] = RefMixer(S0, a.s_dim, 0, 0, a.s_depth, P, single=True)
     else:
         raise SystemExit(f"unknown suite {suite!r}; choose mixer or smixer")
@@ -146,7 +154,8 @@ def run_suite(suite: str, dtype: str, batch: int, a: argparse.Namespace) -> dict
     x = torch.randn(batch, 3, 32, 32)
     y = torch.randint(0, 10, (batch,))
     ref_name = "reference"
-    flops = {k: forward_flops(m, x[:1]) for k, m in models.items()}
+    flops = {k: forward_flops(m, x[:1]) for k, m in models.items() if not k.endswith("_compiled")}
+    flops.update({k: flops[k[:-len("_compiled")]] for k in models if k.endswith("_compiled")})
     fwd = flops[ref_name]
     steps = {k: train_step_fn(m, x, y, a.optimizer, dtype) for k, m in models.items()}
     n = a.gemm_n if dtype == "fp32" else a.gemm_n_bf16
@@ -188,17 +197,21 @@ def run_suite(suite: str, dtype: str, batch: int, a: argparse.Namespace) -> dict
         out[k][f"time_ratio_vs_{base}_paired_median"] = statistics.median(
             t / b for t, b in zip(times[k], times[base]))
     rp_ratio = statistics.median(r / m for r, m in zip(times["mlplab_rp"], times["mlplab"]))
+    rp_ratio_c = (statistics.median(r / m for r, m in zip(times["mlplab_rp_compiled"], times["mlplab_compiled"]))
+                  if "mlplab_compiled" in times else None)
     for k, r in out.items():
         rows.append([k, r["ms_per_step"], r["images_per_s"], r["speed_vs_reference"],
                      r.get("speed_vs_timm", float("nan")), r["gflops_per_s"], 100 * r["mfu"]])
     print(fmt_table(["model", "ms/step", "img/s", "speed/ref", "speed/timm", "GFLOP/s", "MFU %"], rows))
     print(f"GEMM {dtype} {n}³: {gemm_gflops:.1f} GFLOP/s; RP/normal step-time ratio (paired median) "
-          f"{rp_ratio:.3f}; load {load0[0]:.1f} -> {os.getloadavg()[0]:.1f}", flush=True)
+          f"{rp_ratio:.3f} eager" + (f", {rp_ratio_c:.3f} compiled" if rp_ratio_c else "") +
+          f"; load {load0[0]:.1f} -> {os.getloadavg()[0]:.1f}", flush=True)
     return {
         "suite": suite, "dtype": dtype, "batch": batch, "optimizer": a.optimizer, "clock": a.clock,
         "num_threads": torch.get_num_threads(),
         "fwd_flops_per_example": fwd, "step_flops": step_flops, "gemm_n": n, "gemm_gflops": gemm_gflops,
-        "rp_over_normal_time_ratio": rp_ratio, "loadavg_start": list(load0), "loadavg_end": list(os.getloadavg()),
+        "rp_over_normal_time_ratio": rp_ratio, "rp_over_normal_time_ratio_compiled": rp_ratio_c,
+        "loadavg_start": list(load0), "loadavg_end": list(os.getloadavg()),
         "times_s": times, "results": out,
     }
 
@@ -223,14 +236,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--gemm-n-bf16", type=int, default=1024)
     p.add_argument("--with-generic", action="store_true", help="also time mlplab with fast paths off")
     p.add_argument("--no-timm", action="store_true")
+    p.add_argument("--compile", action="store_true",
+                   help="also time torch.compile'd mlplab and RP models (compilation happens in the warm-up)")
     a = p.parse_args(argv)
     if a.quick:
         a.C, a.ds, a.dc, a.depth, a.batch, a.s_depth = 64, 64, 256, 2, 32, 2
         a.warmup, a.reps, a.gemm_n, a.gemm_n_bf16 = 1, 3, 512, 256
     setup_torch(a.threads, a.seed)
     env = environment()
-    print(f"torch {env['torch']}, {env['num_threads']} threads, {env['processor']} ({env['cpu_capability']}), "
-          f"load {env['loadavg']}")
+    print(describe(env))
     runs = []
     for suite in a.suites.split(","):
         for dtype in a.dtypes.split(","):

@@ -20,6 +20,8 @@ from typing import Any, Callable
 
 import torch
 
+from mlplab.train.metrics import cpu_has_native_bf16
+
 __all__ = [
     "add_common_args",
     "setup_torch",
@@ -58,6 +60,13 @@ def setup_torch(threads: int, seed: int = 0) -> None:
     torch.manual_seed(seed)
 
 
+def describe(env: dict[str, Any]) -> str:
+    """One line every benchmark prints first: versions, threads, CPU and its bf16 capability, load."""
+    bf16 = "native bf16 (AVX512-BF16/AMX)" if env["native_bf16"] else "NO native bf16 (emulated: slower than fp32)"
+    return (f"torch {env['torch']}, {env['num_threads']} threads, {env['processor']} ({env['cpu_capability']}, "
+            f"{bf16}), load {env['loadavg']}")
+
+
 def environment() -> dict[str, Any]:
     """What a reader needs to judge the numbers: versions, threads, CPU, load while measuring."""
     try:
@@ -70,6 +79,7 @@ def environment() -> dict[str, Any]:
         "platform": platform.platform(),
         "processor": _cpu_name(),
         "cpu_capability": cap,
+        "native_bf16": cpu_has_native_bf16(),  # AVX512-BF16/AMX: decides run.precision=auto on CPU
         "num_threads": torch.get_num_threads(),
         "cpu_count": os.cpu_count(),
         "loadavg": list(os.getloadavg()),

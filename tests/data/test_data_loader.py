@@ -106,3 +106,15 @@ def test_streaming_loader_matches_device_loader(tmp_path):
     assert len(got) == len(dev) == 3 and stream.epoch == 1
     for (xa, ya), (xb, yb) in zip(dev, got):
         assert torch.equal(xa, xb) and torch.equal(ya, yb)
+
+
+def test_indices_select_rows_in_order_without_copying(data):
+    """``indices`` gives the batches of images[indices] (augmentation seeded the same), and the
+    loader keeps the caller's dataset tensor itself, not a per-epoch copy."""
+    idx = torch.randperm(len(data.labels), generator=torch.Generator().manual_seed(3))[:150]
+    aug = build_augment(AugmentConfig(crop_padding=2, hflip=True), data.info)
+    a = DeviceLoader(data.images, data.labels, 32, shuffle=False, drop_last=True, augment=aug, seed=7, indices=idx)
+    b = DeviceLoader(data.images[idx], data.labels[idx], 32, shuffle=False, drop_last=True, augment=aug, seed=7)
+    assert a.images is data.images and len(a) == len(b) == 4
+    for (xa, ya), (xb, yb) in zip(collect(a), collect(b)):
+        assert torch.equal(xa, xb) and torch.equal(ya, yb)

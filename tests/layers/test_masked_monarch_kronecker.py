@@ -43,7 +43,7 @@ def test_sparse_gradcheck_and_batched_input():
     assert torch.autograd.gradcheck(lambda x: b(x), (x,))
     v = b.values.detach().clone().requires_grad_()
     from mlplab.layers.masked import _SparseMatmul
-    assert torch.autograd.gradcheck(lambda x, v: _SparseMatmul.apply(x, v, b.indices, (5, 6)), (x, v))
+    assert torch.autograd.gradcheck(lambda x, v: _SparseMatmul.apply(x, v, b._pattern()), (x, v))
     x3 = torch.randn(2, 3, 6, dtype=f64)
     torch.testing.assert_close(b(x3), x3 @ b.effective_weight().T + b.bias)
 

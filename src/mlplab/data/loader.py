@@ -107,24 +107,32 @@ class DeviceLoader(_Loader):
     (defaults: the augment's, i.e. the dataset's). ``y`` is int64 (B,) or soft targets (B, K).
     Each ``iter()`` runs the rest of the current epoch; ``state_dict()`` after any batch and
     ``load_state_dict()`` on a fresh loader continue with exactly the same batches.
+
+    ``indices`` (optional, int64 on any device) restricts the loader to ``images[indices]``, in
+    that order, without copying the dataset: each batch gathers only its own rows (a training
+    epoch's shard, say). Shuffling then permutes positions within ``indices``.
     """
 
     def __init__(self, images: Tensor, labels: Tensor, batch_size: int, *, shuffle: bool = True,
                  drop_last: bool = False, augment: Augment | None = None, device: str | torch.device | None = None,
                  seed: int = 0, mean: Sequence[float] | None = None, std: Sequence[float] | None = None,
-                 num_classes: int | None = None):
+                 num_classes: int | None = None, indices: Tensor | None = None):
         if images.dtype != torch.uint8 or images.ndim != 4:
             raise ValueError(f"images must be uint8 (N, ch, H, W), got {tuple(images.shape)} {images.dtype}")
         if len(images) != len(labels):
             raise ValueError(f"{len(images)} images but {len(labels)} labels")
-        super().__init__(len(images), batch_size, shuffle=shuffle, drop_last=drop_last, augment=augment,
+        n = len(images) if indices is None else len(indices)
+        super().__init__(n, batch_size, shuffle=shuffle, drop_last=drop_last, augment=augment,
                          device=device, seed=seed, mean=mean, std=std, num_classes=num_classes)
         self.images = images.to(self.device)
         self.labels = labels.to(self.device, torch.long)
+        self.indices = None if indices is None else indices.to(self.device, torch.long)
 
     def __iter__(self) -> Iterator[tuple[Tensor, Tensor]]:
         start = self._start()
         order = self.order().to(self.device)
+        if self.indices is not None:
+            order = self.indices[order]  # positions -> rows of the stored dataset (n int64s, no image copy)
         for i in range(start, len(self)):
             idx = order[i * self.batch_size:(i + 1) * self.batch_size]
             x, y = self._finish(self.images[idx], self.labels[idx], i)

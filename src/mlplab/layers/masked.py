@@ -7,10 +7,10 @@ Two storages compute the same function y = (M ⊙ A) x + b:
   (their gradient is masked out).
 * :class:`SparseLinear` keeps only the nonzeros: ``values`` (nnz,) and their (row, col)
   ``indices`` (2, nnz) int32 (memory ∝ nnz: 12 bytes per nonzero against 5 bytes per entry,
-  float32 + bool, for the masked storage; sparse wins below p ≈ 0.4). Forward and input-gradient are sparse-dense matmuls
-  (``torch.sparse.mm`` on a COO matrix); the value-gradient is a sampled dense-dense product
-  g[:, row]·x[:, col] summed over the batch, computed in chunks so no dense out×in tensor is
-  ever formed.
+  float32 + bool, for the masked storage; sparse wins below p ≈ 0.4). Forward and
+  input-gradient are CSR × dense products (the CSR structures of W and Wᵀ are derived once per
+  mask); the value-gradient is a sampled dense-dense product (gᵀx at the nonzeros only), so no
+  dense out×in tensor is ever formed.
 
 The mask is Bernoulli(p), drawn from seeded generators one block of rows at a time
 (:func:`bernoulli_mask_indices`), so a mask never needs an out×in float tensor and both
@@ -121,38 +121,61 @@ class MaskedLinear(nn.Module):
         return f"in={self.in_features}, out={self.out_features}, density={self.density:.4g}, scale={float(self.scale):.4g}"
 
 
+class _CsrPattern:
+    """The CSR structure of W (out×in) and of Wᵀ for a fixed, row-major sorted (row, col) list,
+    derived once per mask (not per step): ``crow``/``col`` for W, and for Wᵀ ``crow_t``/``col_t``
+    plus ``order_t`` (values of Wᵀ = values[order_t])."""
+
+    def __init__(self, indices: torch.Tensor, out_f: int, in_f: int):
+        rows, cols = indices.long()
+        self.key = (indices.data_ptr(), indices._version, indices.device, out_f, in_f)
+        self.crow = _crow(rows, out_f)
+        self.col = cols
+        self.order_t = torch.argsort(cols * out_f + rows)
+        self.crow_t = _crow(cols[self.order_t], in_f)
+        self.col_t = rows[self.order_t]
+        self.shape = (out_f, in_f)
+
+    def w(self, values: torch.Tensor) -> torch.Tensor:
+        return torch.sparse_csr_tensor(self.crow, self.col, values, self.shape, check_invariants=False)
+
+    def w_t(self, values: torch.Tensor) -> torch.Tensor:
+        return torch.sparse_csr_tensor(self.crow_t, self.col_t, values[self.order_t], self.shape[::-1],
+                                       check_invariants=False)
+
+
+def _crow(sorted_rows: torch.Tensor, n_rows: int) -> torch.Tensor:
+    counts = torch.bincount(sorted_rows, minlength=n_rows)
+    return torch.cat([counts.new_zeros(1), counts.cumsum(0)])
+
+
 class _SparseMatmul(torch.autograd.Function):
-    """y = x Wᵀ for a COO weight given by (indices, values); nothing out×in is formed."""
+    """y = x Wᵀ for a CSR weight given by its pattern and values; nothing out×in is formed.
+
+    Forward and input gradient are CSR × dense products (MKL's sparse BLAS where torch has it);
+    the value gradient gv[k] = Σ_b g[b, row_k] x[b, col_k] is a sampled dense-dense product
+    (``torch.sparse.sampled_addmm``: gᵀx evaluated only at the nonzeros). Replacing COO matmuls,
+    a per-step ``coalesce`` (a sort of all nonzeros) and ``index_select`` gathers with these made
+    the SW-MLP step of ``benchmarks/bench_memory.py`` several times faster (see the README).
+    """
 
     @staticmethod
-    def forward(ctx, x, values, indices, shape):
-        out_f, in_f = shape
-        idx = indices.long()  # stored as int32; torch's COO kernels take int64
-        W = torch.sparse_coo_tensor(idx, values, (out_f, in_f), is_coalesced=True, check_invariants=False)
-        y = torch.sparse.mm(W, x.t()).t()  # (B, out)
-        ctx.save_for_backward(x, values, indices)
-        ctx.shape = shape
-        return y
+    def forward(ctx, x, values, pattern):
+        ctx.save_for_backward(x, values)
+        ctx.pattern = pattern
+        return (pattern.w(values) @ x.t()).t()  # (B, out)
 
     @staticmethod
     def backward(ctx, g):
-        x, values, indices = ctx.saved_tensors
-        out_f, in_f = ctx.shape
-        idx = indices.long()
+        x, values = ctx.saved_tensors
+        pattern = ctx.pattern
         gx = gv = None
         if ctx.needs_input_grad[0]:
-            Wt = torch.sparse_coo_tensor(idx.flip(0), values, (in_f, out_f), check_invariants=False).coalesce()
-            gx = torch.sparse.mm(Wt, g.t()).t()  # (B, in)
+            gx = (pattern.w_t(values) @ g.t()).t()  # (B, in)
         if ctx.needs_input_grad[1]:
-            # sampled dense-dense product: gv[k] = Σ_b g[b, row_k] x[b, col_k], in chunks
-            rows, cols = idx
-            nnz, B = rows.numel(), max(1, g.shape[0])
-            chunk = max(1, (1 << 22) // B)
-            gv = torch.empty_like(values)
-            for s in range(0, nnz, chunk):
-                r, c = rows[s:s + chunk], cols[s:s + chunk]
-                gv[s:s + chunk] = (g.index_select(1, r) * x.index_select(1, c)).sum(0)
-        return gx, gv, None, None
+            zeros = pattern.w(torch.zeros_like(values))
+            gv = torch.sparse.sampled_addmm(zeros, g.t().contiguous(), x.contiguous(), beta=0.0).values()
+        return gx, gv, None
 
 
 class SparseLinear(nn.Module):
@@ -238,10 +261,18 @@ class SparseLinear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         lead = x.shape[:-1]
         x2 = x.reshape(-1, self.in_features)  # (B, in)
-        y = _SparseMatmul.apply(x2, self.values * self.scale, self.indices, (self.out_features, self.in_features))
+        y = _SparseMatmul.apply(x2, self.values * self.scale, self._pattern())
         if self.bias is not None:
             y = y + self.bias
         return y.reshape(*lead, self.out_features)
+
+    def _pattern(self) -> _CsrPattern:
+        """The CSR structure of the mask, rebuilt only when ``indices`` changed (load, move)."""
+        p = getattr(self, "_csr", None)
+        idx = self.indices
+        if p is None or p.key != (idx.data_ptr(), idx._version, idx.device, self.out_features, self.in_features):
+            p = self._csr = _CsrPattern(idx, self.out_features, self.in_features)
+        return p
 
     def extra_repr(self) -> str:
         return f"in={self.in_features}, out={self.out_features}, nnz={self.nnz}, scale={float(self.scale):.4g}"

@@ -75,9 +75,9 @@ def _on_device(flag: bool | str, train: Split, device: torch.device) -> bool:
     return train.images.numel() < 0.3 * free  # uint8: numel bytes; leave room for the model
 
 
-def _loader(images, labels, batch_size, *, augment, device, seed, info, shuffle, drop_last):
+def _loader(images, labels, batch_size, *, augment, device, seed, info, shuffle, drop_last, indices=None):
     return DeviceLoader(images, labels, batch_size, shuffle=shuffle, drop_last=drop_last, augment=augment,
-                        device=device, seed=seed, mean=info.mean, std=info.std)
+                        device=device, seed=seed, mean=info.mean, std=info.std, indices=indices)
 
 
 def train_loader(data: RunData, epoch: int, batch_size: int, seed: int, dist: DistInfo) -> DeviceLoader:
@@ -85,16 +85,13 @@ def train_loader(data: RunData, epoch: int, batch_size: int, seed: int, dist: Di
     augmentation seeded by (seed, epoch, rank). ``batch_size`` is per rank."""
     idx = shard_indices(len(data.train), epoch, seed, dist, device=data.train.images.device)
     aug_seed = (seed * 1_000_003 + epoch * 101 + dist.rank * 7 + 1) % (2**62)
-    return _loader(data.train.images[idx], data.train.labels[idx], batch_size, augment=data.augment,
-                   device=data.train.images.device, seed=aug_seed, info=data.info, shuffle=False, drop_last=True)
+    return _loader(data.train.images, data.train.labels, batch_size, augment=data.augment,
+                   device=data.train.images.device, seed=aug_seed, info=data.info, shuffle=False, drop_last=True,
+                   indices=idx)  # batches gather their rows: no per-epoch copy of the dataset
 
 
 def eval_loader(split: Split, data: RunData, batch_size: int, dist: DistInfo) -> DeviceLoader:
     """Every example exactly once over all ranks (strided shards), no augmentation."""
-    if dist.enabled:
-        idx = torch.arange(dist.rank, len(split), dist.world_size, device=split.images.device)
-        images, labels = split.images[idx], split.labels[idx]
-    else:
-        images, labels = split.images, split.labels
-    return _loader(images, labels, batch_size, augment=None, device=images.device, seed=0, info=data.info,
-                   shuffle=False, drop_last=False)
+    idx = torch.arange(dist.rank, len(split), dist.world_size, device=split.images.device) if dist.enabled else None
+    return _loader(split.images, split.labels, batch_size, augment=None, device=split.images.device, seed=0,
+                   info=data.info, shuffle=False, drop_last=False, indices=idx)

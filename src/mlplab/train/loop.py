@@ -47,6 +47,7 @@ import torch.nn.functional as F
 from ..models.registry import create_model, get_model_entry
 from ..utils.io import atomic_write_json
 from . import checkpoint as ckpt
+from .backend import compile_model, resolve_compile
 from .config import RunConfig, config_diff, from_dict, to_dict, validate
 from .data import RunData, eval_loader, load_run_data, train_loader
 from .distributed import DistInfo, all_reduce_sum, barrier, cleanup, init_distributed
@@ -308,8 +309,8 @@ def _train(cfg: RunConfig, dist: DistInfo, resume: bool, overwrite: bool,
     if dist.enabled:
         train_model = nn.parallel.DistributedDataParallel(
             model, device_ids=[device.index] if device.type == "cuda" else None)
-    if r.compile:
-        train_model = torch.compile(train_model)
+    if resolve_compile(r.compile, device):
+        train_model = compile_model(train_model, device)
 
     use_bf16 = precision == "bf16"
 

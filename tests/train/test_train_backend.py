@@ -1,0 +1,74 @@
+"""Compile policy: auto compiles on CUDA only, an explicit choice is kept, a missing C++ compiler
+falls back to eager with one line, and a compiled run trains to the eager run's result."""
+import io
+
+import pytest
+import torch
+import torch.nn as nn
+
+import mlplab
+from mlplab.train import backend
+from train_helpers import tiny_overrides
+
+
+@pytest.mark.parametrize("choice, device, expect", [
+    ("auto", "cpu", False), ("auto", "cuda", True), (True, "cpu", True), (False, "cuda", False)])
+def test_resolve_compile(choice, device, expect):
+    assert backend.resolve_compile(choice, torch.device(device)) is expect
+
+
+def test_no_cpp_compiler_trains_eagerly(monkeypatch):
+    monkeypatch.setattr(backend, "cpp_compiler", lambda: None)
+    model, out = nn.Linear(2, 2), io.StringIO()
+    assert backend.compile_model(model, torch.device("cpu"), warn=out) is model
+    assert "no C++ compiler" in out.getvalue() and "training eagerly" in out.getvalue()
+
+
+def test_compile_config_values_are_checked():
+    assert mlplab.make_config("synthetic_tiny", ["run.compile=true"]).run.compile is True
+    assert mlplab.make_config("synthetic_tiny", ["run.compile=auto"]).run.compile == "auto"
+    assert mlplab.make_config("synthetic_tiny", {}).run.compile == "auto"
+    with pytest.raises((TypeError, ValueError), match="run.compile"):
+        mlplab.make_config("synthetic_tiny", ["run.compile=sometimes"])
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(backend.cpp_compiler() is None, reason="torch.compile on CPU needs a C++ compiler")
+def test_compiled_run_matches_eager(tmp_path):
+    """Same seed, same data: the compiled step computes the eager step's function (fp32 round-off)."""
+    res = {}
+    for flag in (False, True):
+        cfg = mlplab.make_config(None, tiny_overrides(tmp_path, name=f"c{flag}", **{
+            "run.compile": flag, "schedule.epochs": 1, "model.kwargs.depth": 1}))
+        res[flag] = mlplab.train(cfg)
+    assert res[True]["train_loss"] == pytest.approx(res[False]["train_loss"], rel=1e-4)
+    assert res[True]["test_acc"] == pytest.approx(res[False]["test_acc"], abs=2 / 128)
+
+
+@pytest.mark.parametrize("native, device, cuda_bf16, expect", [
+    (True, "cpu", False, "bf16"),   # AVX512-BF16 / AMX: native bf16 matmuls
+    (False, "cpu", False, "fp32"),  # AVX2 only: bf16 is emulated and slower than fp32
+    (False, "cuda", True, "bf16"),
+    (True, "cuda", False, "fp32"),  # a GPU without bf16: the CPU's flags do not matter
+])
+def test_precision_auto_follows_the_hardware(monkeypatch, native, device, cuda_bf16, expect):
+    from mlplab.train import loop
+
+    monkeypatch.setattr(loop, "cpu_has_native_bf16", lambda: native)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: cuda_bf16)
+    assert loop.resolve_precision("auto", torch.device(device)) == expect
+    assert loop.resolve_precision("fp32", torch.device(device)) == "fp32"
+
+
+@pytest.mark.parametrize("flags, expect", [("fpu avx2 fma", False), ("avx2 avx512f avx512_bf16 x", True),
+                                           ("avx2 amx_bf16 amx_tile", True)])
+def test_native_bf16_read_from_cpu_flags(monkeypatch, tmp_path, flags, expect):
+    import builtins
+
+    from mlplab.train import metrics
+
+    info = tmp_path / "cpuinfo"
+    info.write_text(f"processor\t: 0\nflags\t\t: {flags}\n")
+    real_open = builtins.open
+    monkeypatch.setattr(builtins, "open", lambda f, *a, **k: real_open(info if f == "/proc/cpuinfo" else f, *a, **k))
+    assert metrics.cpu_has_native_bf16() is expect
