@@ -96,7 +96,7 @@ class RunSection:
     seed: int = 0  # model init, data order, augmentation
     device: Literal["auto", "cpu", "cuda"] = "auto"
     precision: Literal["auto", "fp32", "bf16"] = "auto"  # auto: bf16 autocast where native
-    compile: bool | Literal["auto"] = "auto"  # torch.compile; auto: on CUDA only (mlplab.train.backend)
+    compile: bool | Literal["auto"] = "auto"  # torch.compile; auto: CUDA, or long bf16 CPU runs (train.backend)
     eval_every: int = 1  # epochs between evaluations; 0 -> only the final test
     checkpoint_every: int = 1  # epochs between checkpoints; 0 -> only at the end
     nan_check_every: int = 50  # steps between reads of the non-finite flag (one host sync each)

@@ -309,8 +309,9 @@ def _train(cfg: RunConfig, dist: DistInfo, resume: bool, overwrite: bool,
     if dist.enabled:
         train_model = nn.parallel.DistributedDataParallel(
             model, device_ids=[device.index] if device.type == "cuda" else None)
-    if resolve_compile(r.compile, device):
+    if resolve_compile(r.compile, device, precision, total_steps):
         train_model = compile_model(train_model, device)
+    compiled = train_model is not model and not isinstance(train_model, nn.parallel.DistributedDataParallel)
 
     use_bf16 = precision == "bf16"
 
@@ -325,7 +326,8 @@ def _train(cfg: RunConfig, dist: DistInfo, resume: bool, overwrite: bool,
     if dist.is_main:
         progress.line(f"run {run_dir}: {cfg.model.name} {format_count(n_params)} params, "
                       f"{format_count(fpe) if fpe else '?'}FLOP/example, {len(data.train)} train examples, "
-                      f"{total_steps} steps ({steps_per_epoch}/epoch), {device.type} {precision}, "
+                      f"{total_steps} steps ({steps_per_epoch}/epoch), {device.type} {precision}"
+                      f"{' compiled' if compiled else ' eager'}, "
                       f"{dist.world_size} process(es)" + (f", resumed at epoch {start_epoch}" if continuing else ""))
 
     bad = torch.zeros((), dtype=torch.bool, device=device)
@@ -452,7 +454,7 @@ def _train(cfg: RunConfig, dist: DistInfo, resume: bool, overwrite: bool,
         "images_per_s": ips, "params": n_params, "flops_per_example": fpe,
         "flops_per_s": 3.0 * fpe * ips if fpe else None,
         "matmul_flops_per_s": peak, "mfu": 3.0 * fpe * ips / peak if fpe else None,
-        "precision": precision, "device": str(device), "world_size": dist.world_size,
+        "precision": precision, "compiled": compiled, "device": str(device), "world_size": dist.world_size,
         "threads": torch.get_num_threads(), "loadavg": list(os.getloadavg()),
         "weights_sha256": digest, "run_dir": str(run_dir), "history": history,
     }
