@@ -63,7 +63,7 @@ def test_non_finite_loss_stops_with_the_step(tiny, monkeypatch):
         return model
 
     monkeypatch.setattr(loop, "create_model", poisoned)
-    with pytest.raises(NonFiniteError, match=r"non-finite loss or gradient at step 5 \(epoch 0\)"):
+    with pytest.raises(NonFiniteError, match=r"non-finite loss or gradient at step 6 \(epoch 1\)"):
         train(tiny("nan", **{"run.nan_check_every": 3}))
     assert not (Path(tiny("nan").run.out_dir) / "nan" / "checkpoint").exists()  # none from bad weights
 
@@ -75,7 +75,7 @@ def test_grad_norm_check_catches_non_finite_gradients(tiny, monkeypatch):
         return model
 
     monkeypatch.setattr(loop, "create_model", poisoned)
-    with pytest.raises(NonFiniteError, match="at step 0 "):
+    with pytest.raises(NonFiniteError, match="at step 1 "):
         train(tiny("inf", **{"optim.grad_clip": 1.0}))
 
 

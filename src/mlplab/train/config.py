@@ -17,14 +17,15 @@ import dataclasses
 import json
 import math
 import re
-import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from ..data.augment import AugmentConfig
-from ..models.registry import check_config_types, get_model_entry, model_config
+from ..errors import BadInput, BadType
+from ..models.registry import get_model_entry, model_config
+from ..utils.typed import check_types, coerce
 
 __all__ = [
     "ModelSection",
@@ -40,6 +41,8 @@ __all__ = [
     "config_to_name",
     "config_diff",
     "flatten",
+    "Durations",
+    "resolve_durations",
 ]
 
 
@@ -103,7 +106,10 @@ class RunSection:
     out_dir: str = "runs"
     name: str | None = None  # run folder name; None -> derived from the overrides
     log: Literal["auto", "bar", "lines", "none"] = "auto"  # auto: a bar on a TTY, else lines
-    tensorboard: bool = True  # write TensorBoard events when tensorboard is installed
+    divergence_factor: float | None = 100.0  # stop when the training loss exceeds this x ln(classes); null: never
+    tensorboard: bool = False  # also log to TensorBoard (<run>/tb; the "tensorboard" extra)
+    wandb: bool = False  # also log to Weights & Biases, offline unless WANDB_MODE says otherwise (<run>/wandb)
+    wandb_project: str = "mlplab"
     threads: int | None = None  # torch CPU threads; None -> torch's default
 
 
@@ -132,7 +138,7 @@ _SECTION_CLS: dict[str, type] = typing.get_type_hints(RunConfig)
 # keys that do not change what a run computes: left out of derived names and resume checks
 NON_SEMANTIC = frozenset({"run.log", "run.threads", "run.tensorboard", "run.out_dir", "run.name",
                           "run.device", "data.root", "data.download", "data.num_workers",
-                          "run.nan_check_every"})
+                          "run.nan_check_every", "run.divergence_factor", "run.wandb", "run.wandb_project"})
 
 
 def _field_names(cls: type) -> list[str]:
@@ -185,28 +191,6 @@ def config_diff(a: RunConfig, b: RunConfig, ignore: frozenset[str] = NON_SEMANTI
 
 # ----------------------------------------------------------------------------- overrides
 
-def _coerce(value: Any, tp: Any) -> Any:
-    """int -> float where a float is expected; list -> tuple where a tuple is expected."""
-    origin = typing.get_origin(tp)
-    args = typing.get_args(tp)
-    if tp is float and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
-    if origin is tuple and isinstance(value, list):
-        inner = [a for a in args if a is not Ellipsis]
-        if len(inner) == len(value):
-            return tuple(_coerce(v, a) for v, a in zip(value, inner))
-        if inner:
-            return tuple(_coerce(v, inner[0]) for v in value)
-        return tuple(value)
-    if origin in (typing.Union, types.UnionType) and value is not None:
-        for a in args:
-            if a is float and isinstance(value, int) and not isinstance(value, bool) and int not in args:
-                return float(value)
-            if typing.get_origin(a) is tuple and isinstance(value, list):
-                return _coerce(value, a)
-    return value
-
-
 def _set(cfg: RunConfig, key: str, value: Any) -> None:
     parts = key.split(".")
     sec = parts[0]
@@ -230,11 +214,11 @@ def _set(cfg: RunConfig, key: str, value: Any) -> None:
     if len(parts) > 2:
         raise ValueError(f"unknown config key {key!r}: {sec}.{name} has no sub-keys")
     tp = typing.get_type_hints(type(section))[name]
-    setattr(section, name, _coerce(value, tp))
+    setattr(section, name, coerce(value, tp))
     try:
-        check_config_types(section, f"config section {sec!r}")
-    except TypeError as e:
-        raise TypeError(f"config key {key!r}: {e}") from None
+        check_types(section, f"config section {sec!r}")
+    except BadType as e:
+        raise BadType(f"config key {key!r}: {e}") from None
 
 
 def parse_value(text: str) -> Any:
@@ -271,7 +255,7 @@ def _count_set(*values: Any) -> int:
 def validate(cfg: RunConfig) -> RunConfig:
     """Type checks every section and refuses inconsistent combinations."""
     for sec in _SECTION_CLS:
-        check_config_types(getattr(cfg, sec), f"config section {sec!r}")
+        check_types(getattr(cfg, sec), f"config section {sec!r}")
     s, r, o, d = cfg.schedule, cfg.run, cfg.optim, cfg.data
     if _count_set(s.epochs, s.steps, s.examples) != 1:
         raise ValueError(
@@ -298,6 +282,8 @@ def validate(cfg: RunConfig) -> RunConfig:
         raise ValueError(f"optim.grad_clip must be > 0 or null, got {o.grad_clip}")
     if r.batch_size < 1 or (r.eval_batch_size is not None and r.eval_batch_size < 1):
         raise ValueError("run.batch_size and run.eval_batch_size must be >= 1")
+    if r.divergence_factor is not None and not r.divergence_factor > 0:
+        raise ValueError(f"run.divergence_factor must be > 0 or null, got {r.divergence_factor}")
     if r.nan_check_every < 1:
         raise ValueError(f"run.nan_check_every must be >= 1, got {r.nan_check_every}")
     if not 0.0 <= d.val_fraction < 1.0:
@@ -313,6 +299,44 @@ def validate(cfg: RunConfig) -> RunConfig:
     get_model_entry(cfg.model.name)
     model_config(cfg.model.name, **cfg.model.kwargs)
     return cfg
+
+
+# ----------------------------------------------------------------------------- durations
+
+@dataclass(frozen=True)
+class Durations:
+    """A run's length in optimiser steps, resolved against the training split (big_vision habit:
+    the config states it in epochs, steps or examples; the loop only counts steps)."""
+    batch_size: int  # per process
+    eval_batch_size: int  # per process
+    steps_per_epoch: int  # full batches of ``run.batch_size`` in one pass over the split
+    total_steps: int
+    total_epochs: int  # epochs begun; the last may be partial
+    warmup_steps: int  # <= total_steps
+
+
+def resolve_durations(cfg: RunConfig, train_examples: int, world_size: int = 1) -> Durations:
+    """Steps per epoch, total steps/epochs and warmup steps for ``train_examples`` split over
+    ``world_size`` processes, or a :class:`~mlplab.errors.BadInput` saying what to change."""
+    r, s = cfg.run, cfg.schedule
+    if r.batch_size % world_size:
+        raise BadInput(f"run.batch_size={r.batch_size} must be divisible by the {world_size} processes")
+    bs = r.batch_size // world_size
+    eval_bs = max(1, (r.eval_batch_size or min(1024, 4 * r.batch_size)) // world_size)
+    steps_per_epoch = (train_examples // world_size) // bs
+    if steps_per_epoch < 1:
+        raise BadInput(f"the training split has {train_examples} examples, fewer than one batch of "
+                       f"{r.batch_size}; lower run.batch_size")
+    if s.epochs is not None:
+        total_steps = max(1, math.ceil(s.epochs * steps_per_epoch))
+    elif s.steps is not None:
+        total_steps = s.steps
+    else:
+        total_steps = max(1, math.ceil(s.examples / r.batch_size))
+    warmup = round(s.warmup_epochs * steps_per_epoch) if s.warmup_epochs is not None else (s.warmup_steps or 0)
+    return Durations(batch_size=bs, eval_batch_size=eval_bs, steps_per_epoch=steps_per_epoch,
+                     total_steps=total_steps, total_epochs=math.ceil(total_steps / steps_per_epoch),
+                     warmup_steps=min(warmup, total_steps))
 
 
 # ----------------------------------------------------------------------------- names
