@@ -48,7 +48,7 @@ from ..models.registry import create_model, get_model_entry
 from ..utils.io import atomic_write_json
 from . import checkpoint as ckpt
 from .backend import compile_model, resolve_compile
-from .config import Durations, RunConfig, resolve_durations, validate
+from .config import Durations, RunConfig, durations, validate
 from .data import RunData, eval_loader, load_run_data, train_loader
 from .distributed import DistInfo, all_reduce_sum, barrier, cleanup, init_distributed
 from .loggers import open_loggers
@@ -223,7 +223,7 @@ def _prepare(cfg: RunConfig, dist: DistInfo) -> _Run:
               "emulated and several times slower than fp32", file=sys.stderr)
     torch.manual_seed(r.seed)
     data = load_run_data(cfg, device)
-    dur = resolve_durations(cfg, len(data.train), dist.world_size)
+    dur = durations(cfg, len(data.train), dist.world_size)
     model = create_model(cfg.model.name, **resolve_model_kwargs(cfg, data.info)).to(device)
     fpe = flops_per_example(model, tuple(data.train.images.shape[1:]))
     return _Run(cfg, dist, device, precision, data, model, build_optimizer(model, cfg.optim), dur,
@@ -330,7 +330,7 @@ def _train_epoch(run: _Run, epoch: int, state: _Progress, guard: _Guard, progres
     t_epoch = time.perf_counter()
     run.train_model.train()
     params = [p for p in run.model.parameters() if p.requires_grad]
-    loader = train_loader(run.data, epoch, dur.batch_size, cfg.run.seed, dist)
+    loader = train_loader(run.data, epoch, dur.batch_per_rank, cfg.run.seed, dist)
     sums = torch.zeros(2, dtype=torch.float64, device=device)  # loss·n, correct
     seen = 0  # examples this epoch on this rank (host int: no sync)
     steps_this_epoch = min(dur.steps_per_epoch, dur.total_steps - state.step)
@@ -456,7 +456,7 @@ def _train(cfg: RunConfig, dist: DistInfo, resume: bool, overwrite: bool,
                 rec = _train_epoch(run, epoch, state, guard, progress)
                 last = epoch + 1 == dur.total_epochs
                 if (r.eval_every and (epoch + 1) % r.eval_every == 0) or last:
-                    ev = evaluate(run.model, eval_loader(periodic_split, data, dur.eval_batch_size, dist),
+                    ev = evaluate(run.model, eval_loader(periodic_split, data, dur.eval_batch_per_rank, dist),
                                   dist, run.autocast)
                     rec.update({f"{periodic_name}_{k}": v for k, v in ev.items()})
                     if not math.isfinite(ev["loss"]):
@@ -483,7 +483,7 @@ def _train(cfg: RunConfig, dist: DistInfo, resume: bool, overwrite: bool,
             if periodic_name == "test" and state.history and "test_acc" in state.history[-1]:
                 final = {k: state.history[-1][f"test_{k}"] for k in ("acc", "top5", "loss")}  # just evaluated
             else:
-                final = evaluate(run.model, eval_loader(data.test, data, dur.eval_batch_size, dist), dist,
+                final = evaluate(run.model, eval_loader(data.test, data, dur.eval_batch_per_rank, dist), dist,
                                  run.autocast)
             results = _results(run, state, final, run_dir, peak, t_start)
             if dist.is_main:
