@@ -40,6 +40,8 @@ __all__ = [
     "config_to_name",
     "config_diff",
     "flatten",
+    "Durations",
+    "durations",
 ]
 
 
@@ -313,6 +315,47 @@ def validate(cfg: RunConfig) -> RunConfig:
     get_model_entry(cfg.model.name)
     model_config(cfg.model.name, **cfg.model.kwargs)
     return cfg
+
+
+# ----------------------------------------------------------------------------- durations
+
+@dataclass(frozen=True)
+class Durations:
+    """A run's length in optimiser steps, resolved from ``schedule`` and the data (big_vision's
+    durations: epochs, steps or examples, one of them)."""
+
+    batch_per_rank: int  # run.batch_size split over the processes
+    eval_batch_per_rank: int
+    steps_per_epoch: int  # full batches per epoch (the last partial batch is dropped)
+    total_steps: int
+    total_epochs: int  # epochs started; the last one may be partial
+    warmup_steps: int  # never more than total_steps
+
+
+def durations(cfg: RunConfig, n_train: int, world_size: int = 1) -> Durations:
+    """The step arithmetic of a run with ``n_train`` training examples on ``world_size`` processes.
+
+    epochs -> ceil(epochs * steps_per_epoch); examples -> ceil(examples / batch_size); a partial
+    final epoch runs only its remaining steps."""
+    r, s = cfg.run, cfg.schedule
+    if r.batch_size % world_size:
+        raise ValueError(f"run.batch_size={r.batch_size} must be divisible by the {world_size} processes")
+    bs = r.batch_size // world_size
+    eval_bs = max(1, (r.eval_batch_size or min(1024, 4 * r.batch_size)) // world_size)
+    steps_per_epoch = (n_train // world_size) // bs
+    if steps_per_epoch < 1:
+        raise ValueError(f"the training split has {n_train} examples, fewer than one batch of "
+                         f"{r.batch_size}; lower run.batch_size")
+    if s.epochs is not None:
+        total_steps = max(1, math.ceil(s.epochs * steps_per_epoch))
+    elif s.steps is not None:
+        total_steps = s.steps
+    else:
+        total_steps = max(1, math.ceil(s.examples / r.batch_size))
+    warmup = round(s.warmup_epochs * steps_per_epoch) if s.warmup_epochs is not None else (s.warmup_steps or 0)
+    return Durations(batch_per_rank=bs, eval_batch_per_rank=eval_bs, steps_per_epoch=steps_per_epoch,
+                     total_steps=total_steps, total_epochs=math.ceil(total_steps / steps_per_epoch),
+                     warmup_steps=min(warmup, total_steps))
 
 
 # ----------------------------------------------------------------------------- names

@@ -32,12 +32,12 @@ import contextlib
 import dataclasses
 import hashlib
 import json
-import math
 import os
 import shutil
 import sys
 import time
 from pathlib import Path
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
@@ -48,7 +48,7 @@ from ..models.registry import create_model, get_model_entry
 from ..utils.io import atomic_write_json
 from . import checkpoint as ckpt
 from .backend import compile_model, resolve_compile
-from .config import RunConfig, config_diff, from_dict, to_dict, validate
+from .config import Durations, RunConfig, config_diff, durations, from_dict, to_dict, validate
 from .data import RunData, eval_loader, load_run_data, train_loader
 from .distributed import DistInfo, all_reduce_sum, barrier, cleanup, init_distributed
 from .metrics import MetricsWriter, Progress, cpu_has_native_bf16, flops_per_example, format_count, matmul_flops_per_s
@@ -243,198 +243,284 @@ def train(cfg: RunConfig, *, resume: bool = False, overwrite: bool = False,
 
 def _train(cfg: RunConfig, dist: DistInfo, resume: bool, overwrite: bool,
            on_epoch_end: Callable | None) -> dict[str, Any]:
+    """The run, top to bottom: folder, setup, epochs, final test, results."""
     t_start = time.perf_counter()
-    r, s = cfg.run, cfg.schedule
-    device = resolve_device(r.device, dist)
+    device = resolve_device(cfg.run.device, dist)
+    run_dir = Path(cfg.run.out_dir) / cfg.run.name
+    continuing = _open_run_folder(cfg, run_dir, resume, overwrite, dist)
+    if continuing and (run_dir / "results.json").is_file():
+        with open(run_dir / "results.json") as f:
+            return json.load(f)  # finished already: nothing to do
+    run = _setup(cfg, dist, device, run_dir)
+    state = _restore(run) if continuing else TrainState()
+    if dist.is_main:  # after the restore, which may rewrite metrics.jsonl
+        run.writer = MetricsWriter(run_dir, cfg.run.tensorboard)
+    run.announce(state.epoch if continuing else None)
+    guard = FiniteGuard(run, state.step)
+    try:
+        for epoch in range(state.epoch, run.dur.total_epochs):
+            rec = _train_epoch(run, state, epoch, guard)
+            _end_epoch(run, state, epoch, rec, t_start)
+            if on_epoch_end is not None:
+                on_epoch_end(rec)
+        final = _final_test(run, state)
+    finally:
+        if run.writer is not None:
+            run.writer.close()
+    return _write_results(run, state, final, t_start)
+
+
+# ----------------------------------------------------------------------------- setup
+
+@dataclass
+class TrainState:
+    """Where a run is; what a checkpoint restores (with the weights, optimiser and RNG)."""
+
+    epoch: int = 0  # epochs completed
+    step: int = 0  # optimiser steps completed
+    history: list = dataclasses.field(default_factory=list)  # one record per completed epoch
+    wall_before: float = 0.0  # wall seconds spent before this process (resumed runs)
+
+
+@dataclass
+class _Run:
+    """What the epochs of one run share, built once by :func:`_setup`."""
+
+    cfg: RunConfig
+    dist: DistInfo
+    device: torch.device
+    precision: str
+    run_dir: Path
+    data: RunData
+    model: nn.Module  # the bare model (evaluated, checkpointed)
+    train_model: nn.Module  # the model the steps run through (maybe DDP / compiled)
+    compiled: bool
+    optimizer: torch.optim.Optimizer
+    dur: Durations
+    n_params: int
+    fpe: float  # forward FLOPs per example
+    peak: float  # measured matmul FLOP/s at the run's precision
+    progress: Progress
+    writer: MetricsWriter | None = None  # rank 0, opened once the folder is restored
+
+    def autocast(self):
+        if self.precision == "bf16":
+            return torch.autocast(self.device.type, dtype=torch.bfloat16)
+        return contextlib.nullcontext()
+
+    @property
+    def periodic(self) -> tuple[Any, str]:
+        """The split evaluated after epochs: val when held out, else test."""
+        return (self.data.val, "val") if self.data.val is not None else (self.data.test, "test")
+
+    def announce(self, resumed_at: int | None) -> None:
+        if not self.dist.is_main:
+            return
+        d = self.dur
+        self.progress.line(
+            f"run {self.run_dir}: {self.cfg.model.name} {format_count(self.n_params)} params, "
+            f"{format_count(self.fpe) if self.fpe else '?'}FLOP/example, {len(self.data.train)} train examples, "
+            f"{d.total_steps} steps ({d.steps_per_epoch}/epoch), {self.device.type} {self.precision}"
+            f"{' compiled' if self.compiled else ' eager'}, {self.dist.world_size} process(es)"
+            + (f", resumed at epoch {resumed_at}" if resumed_at is not None else ""))
+
+
+def _open_run_folder(cfg: RunConfig, run_dir: Path, resume: bool, overwrite: bool, dist: DistInfo) -> bool:
+    """Check (every rank) and, for a new run, initialise (rank 0) the run folder; returns whether
+    an existing run is continued."""
+    continuing = _check_run_dir(cfg, run_dir, resume, overwrite)
+    barrier(dist)  # every rank has looked before rank 0 writes
+    if not continuing and dist.is_main:
+        _init_run_dir(cfg, run_dir)
+    barrier(dist)
+    return continuing
+
+
+def _setup(cfg: RunConfig, dist: DistInfo, device: torch.device, run_dir: Path) -> _Run:
+    """Data on the device, the model, its optimiser, the durations and the loggers."""
+    r = cfg.run
     precision = resolve_precision(r.precision, device)
     if precision == "bf16" and device.type == "cpu" and not cpu_has_native_bf16() and dist.is_main:
         print("mlplab train: warning: this CPU has no native bf16 (AVX512-BF16/AMX); bf16 matmuls are "
               "emulated and several times slower than fp32", file=sys.stderr)
-    run_dir = Path(r.out_dir) / r.name
-    continuing = _check_run_dir(cfg, run_dir, resume, overwrite)
-    barrier(dist)  # every rank has looked before rank 0 writes
-    if continuing and (run_dir / "results.json").is_file():
-        with open(run_dir / "results.json") as f:
-            return json.load(f)  # finished already: nothing to do
-    if not continuing and dist.is_main:
-        _init_run_dir(cfg, run_dir)
-    barrier(dist)
-
     torch.manual_seed(r.seed)
     data = load_run_data(cfg, device)
-    model_kwargs = resolve_model_kwargs(cfg, data.info)
-    model = create_model(cfg.model.name, **model_kwargs).to(device)
-    n_params = sum(p.numel() for p in model.parameters())
-    in_shape = tuple(data.train.images.shape[1:])
-    fpe = flops_per_example(model, in_shape)
-
-    if r.batch_size % dist.world_size:
-        raise ValueError(f"run.batch_size={r.batch_size} must be divisible by the {dist.world_size} processes")
-    bs = r.batch_size // dist.world_size  # per rank
-    eval_bs = r.eval_batch_size or min(1024, 4 * r.batch_size)
-    eval_bs = max(1, eval_bs // dist.world_size)
-    steps_per_epoch = (len(data.train) // dist.world_size) // bs
-    if steps_per_epoch < 1:
-        raise ValueError(f"the training split has {len(data.train)} examples, fewer than one batch of "
-                         f"{r.batch_size}; lower run.batch_size")
-    if s.epochs is not None:
-        total_steps = max(1, math.ceil(s.epochs * steps_per_epoch))
-    elif s.steps is not None:
-        total_steps = s.steps
-    else:
-        total_steps = max(1, math.ceil(s.examples / r.batch_size))
-    total_epochs = math.ceil(total_steps / steps_per_epoch)
-    warmup = round(s.warmup_epochs * steps_per_epoch) if s.warmup_epochs is not None else (s.warmup_steps or 0)
-    warmup = min(warmup, total_steps)
-
-    optimizer = build_optimizer(model, cfg.optim)
-    start_epoch, step, history, wall_before = 0, 0, [], 0.0
-    if continuing:
-        found = ckpt.find_checkpoint(run_dir)
-        if found is not None:
-            state = ckpt.load_checkpoint(found, model)
-            if len(state["rng"]) != dist.world_size:
-                raise ValueError(f"the checkpoint in {found} was written by {len(state['rng'])} process(es); "
-                                 f"resume it with the same number, not {dist.world_size}")
-            optimizer.load_state_dict(state["optimizer"])
-            start_epoch, step = int(state["epoch"]), int(state["step"])
-            history = list(state["history"])
-            wall_before = float(state["wall_s"])
-            _set_rng_state(state["rng"][dist.rank], device)
-        if dist.is_main:
-            _truncate_metrics(run_dir, start_epoch)
-    barrier(dist)
-
+    model = create_model(cfg.model.name, **resolve_model_kwargs(cfg, data.info)).to(device)
+    dur = durations(cfg, len(data.train), dist.world_size)
     train_model: nn.Module = model
     if dist.enabled:
         train_model = nn.parallel.DistributedDataParallel(
             model, device_ids=[device.index] if device.type == "cuda" else None)
-    if resolve_compile(r.compile, device, precision, total_steps):
+    if resolve_compile(r.compile, device, precision, dur.total_steps):
         train_model = compile_model(train_model, device)
     compiled = train_model is not model and not isinstance(train_model, nn.parallel.DistributedDataParallel)
+    return _Run(
+        cfg=cfg, dist=dist, device=device, precision=precision, run_dir=run_dir, data=data, model=model,
+        train_model=train_model, compiled=compiled, optimizer=build_optimizer(model, cfg.optim), dur=dur,
+        n_params=sum(p.numel() for p in model.parameters()),
+        fpe=flops_per_example(model, tuple(data.train.images.shape[1:])),
+        peak=matmul_flops_per_s(device, torch.bfloat16 if precision == "bf16" else torch.float32),
+        progress=Progress(r.log if dist.is_main else "none"))
 
-    use_bf16 = precision == "bf16"
 
-    def autocast():
-        return torch.autocast(device.type, dtype=torch.bfloat16) if use_bf16 else contextlib.nullcontext()
+def _restore(run: _Run) -> TrainState:
+    """Continue from the run folder's checkpoint (if one was written) and drop metrics logged
+    after it."""
+    state = TrainState()
+    found = ckpt.find_checkpoint(run.run_dir)
+    if found is not None:
+        saved = ckpt.load_checkpoint(found, run.model)
+        if len(saved["rng"]) != run.dist.world_size:
+            raise ValueError(f"the checkpoint in {found} was written by {len(saved['rng'])} process(es); "
+                             f"resume it with the same number, not {run.dist.world_size}")
+        run.optimizer.load_state_dict(saved["optimizer"])
+        state = TrainState(epoch=int(saved["epoch"]), step=int(saved["step"]), history=list(saved["history"]),
+                           wall_before=float(saved["wall_s"]))
+        _set_rng_state(saved["rng"][run.dist.rank], run.device)
+    if run.dist.is_main:
+        _truncate_metrics(run.run_dir, state.epoch)
+    barrier(run.dist)
+    return state
 
-    peak = matmul_flops_per_s(device, torch.bfloat16 if use_bf16 else torch.float32)
-    progress = Progress(r.log if dist.is_main else "none")
-    writer = MetricsWriter(run_dir, r.tensorboard) if dist.is_main else None
-    periodic_split, periodic_name = (data.val, "val") if data.val is not None else (data.test, "test")
-    params = [p for p in model.parameters() if p.requires_grad]
-    if dist.is_main:
-        progress.line(f"run {run_dir}: {cfg.model.name} {format_count(n_params)} params, "
-                      f"{format_count(fpe) if fpe else '?'}FLOP/example, {len(data.train)} train examples, "
-                      f"{total_steps} steps ({steps_per_epoch}/epoch), {device.type} {precision}"
-                      f"{' compiled' if compiled else ' eager'}, "
-                      f"{dist.world_size} process(es)" + (f", resumed at epoch {start_epoch}" if continuing else ""))
 
-    bad = torch.zeros((), dtype=torch.bool, device=device)
-    first_bad = torch.full((), -1, dtype=torch.long, device=device)
-    step_t = torch.full((), step, dtype=torch.long, device=device)
+# ----------------------------------------------------------------------------- one epoch
 
-    def check_finite() -> None:
-        flag = torch.stack([bad.long(), torch.where(first_bad < 0, torch.full_like(first_bad, 2**62), first_bad)])
-        if dist.enabled:
+class FiniteGuard:
+    """The NaN guard (see the module docstring): steps fold their finiteness into device flags;
+    :meth:`check` reads them (one host sync) and raises naming the first bad step."""
+
+    def __init__(self, run: _Run, step: int):
+        self.run = run
+        self.bad = torch.zeros((), dtype=torch.bool, device=run.device)
+        self.first_bad = torch.full((), -1, dtype=torch.long, device=run.device)
+        self.step_t = torch.full((), step, dtype=torch.long, device=run.device)
+
+    def observe(self, ok: torch.Tensor) -> None:
+        """Record one step's finiteness (no sync) and advance the step counter."""
+        self.first_bad = torch.where(~ok & ~self.bad, self.step_t, self.first_bad)
+        self.bad = self.bad | ~ok
+        self.step_t += 1
+
+    def check(self) -> None:
+        never = torch.full_like(self.first_bad, 2**62)
+        flag = torch.stack([self.bad.long(), torch.where(self.first_bad < 0, never, self.first_bad)])
+        if self.run.dist.enabled:
             torch.distributed.all_reduce(flag[:1], op=torch.distributed.ReduceOp.MAX)
             torch.distributed.all_reduce(flag[1:], op=torch.distributed.ReduceOp.MIN)
         b, at = flag.tolist()
         if b:
             where = f"step {at}" if at < 2**62 else "a step on another process"
-            raise NonFiniteError(f"non-finite loss or gradient at {where} (epoch {at // steps_per_epoch}) of "
-                                 f"run {run_dir}; lower optim.lr, add optim.grad_clip, or use run.precision=fp32. "
-                                 f"The last checkpoint (if any) is from before this step.")
+            raise NonFiniteError(f"non-finite loss or gradient at {where} (epoch {at // self.run.dur.steps_per_epoch}) "
+                                 f"of run {self.run.run_dir}; lower optim.lr, add optim.grad_clip, or use "
+                                 "run.precision=fp32. The last checkpoint (if any) is from before this step.")
 
-    try:
-        for epoch in range(start_epoch, total_epochs):
-            t_epoch = time.perf_counter()
-            train_model.train()
-            loader = train_loader(data, epoch, bs, r.seed, dist)
-            sums = torch.zeros(2, dtype=torch.float64, device=device)  # loss·n, correct
-            seen = 0  # examples this epoch on this rank (host int: no sync)
-            steps_this_epoch = min(steps_per_epoch, total_steps - step)
-            for i, (x, y) in enumerate(loader):
-                if i >= steps_this_epoch:
-                    break
-                if x.device != device:
-                    x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-                set_lr(optimizer, lr_at(step, total_steps, warmup, cfg.optim.lr, s))
-                with autocast():
-                    logits = train_model(x)
-                loss = F.cross_entropy(logits.float(), y)
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                ok = torch.isfinite(loss)
-                if cfg.optim.grad_clip is not None:
-                    gnorm = nn.utils.clip_grad_norm_(params, cfg.optim.grad_clip)
-                    ok = ok & torch.isfinite(gnorm)
-                optimizer.step()
-                first_bad = torch.where(~ok & ~bad, step_t, first_bad)
-                bad = bad | ~ok
-                labels = y.argmax(-1) if y.ndim == 2 else y
-                n = len(labels)
-                sums += torch.stack([loss.detach().double() * n, (logits.argmax(-1) == labels).sum().double()])
-                seen += n
-                step += 1
-                step_t += 1
-                if step % r.nan_check_every == 0:
-                    check_finite()
-                if progress.due():  # a TTY only: one sync per 0.5 s to show the running loss
-                    l_, a_ = sums.tolist()
-                    progress.update(epoch + 1, total_epochs, i + 1, steps_this_epoch,
-                                    f"loss {l_ / seen:.4f} acc {a_ / seen:.3f}")
-            check_finite()
-            all_reduce_sum(sums, dist)
-            loss_sum, correct = sums.tolist()
-            seen *= dist.world_size  # every rank runs the same number of equal batches
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)
-            train_time = time.perf_counter() - t_epoch
-            rec: dict[str, Any] = {
-                "epoch": epoch + 1, "step": step, "lr": optimizer.param_groups[0]["lr"],
-                "train_loss": loss_sum / max(seen, 1), "train_acc": correct / max(seen, 1),
-                "train_time_s": train_time, "images_per_s": seen / max(train_time, 1e-9),
-            }
-            last = epoch + 1 == total_epochs
-            if (r.eval_every and (epoch + 1) % r.eval_every == 0) or last:
-                ev = evaluate(model, eval_loader(periodic_split, data, eval_bs, dist), dist, autocast)
-                rec.update({f"{periodic_name}_{k}": v for k, v in ev.items()})
-            rec["epoch_time_s"] = time.perf_counter() - t_epoch
-            if fpe:
-                rec["flops_per_s"] = 3.0 * fpe * rec["images_per_s"]
-                rec["mfu"] = rec["flops_per_s"] / peak
-            history.append(rec)
-            if writer is not None:
-                writer.write(rec, step)
-            if dist.is_main:
-                shown = {k: v for k, v in rec.items() if k.endswith(("loss", "acc"))}
-                progress.line(f"epoch {epoch + 1}/{total_epochs} step {step} " +
-                              " ".join(f"{k} {v:.4f}" for k, v in shown.items()) +
-                              f" {rec['images_per_s']:.0f} img/s {rec['epoch_time_s']:.1f}s" +
-                              (f" mfu {rec['mfu']:.1%}" if "mfu" in rec else ""))
-            if (r.checkpoint_every and (epoch + 1) % r.checkpoint_every == 0) or last:
-                rng = _gather_rng(device, dist)
-                if dist.is_main:
-                    ckpt.save_checkpoint(run_dir, model, {
-                        "epoch": epoch + 1, "step": step, "optimizer": optimizer.state_dict(), "rng": rng,
-                        # the loader's order and augmentation are functions of (seed, epoch, rank)
-                        "loader": {"epoch": epoch + 1, "seed": r.seed, "world_size": dist.world_size},
-                        "history": history, "wall_s": wall_before + time.perf_counter() - t_start,
-                    })
-                barrier(dist)
-            if on_epoch_end is not None:
-                on_epoch_end(rec)
 
-        if periodic_name == "test" and history and "test_acc" in history[-1]:
-            final = {k: history[-1][f"test_{k}"] for k in ("acc", "top5", "loss")}  # just evaluated
-        else:
-            final = evaluate(model, eval_loader(data.test, data, eval_bs, dist), dist, autocast)
-    finally:
-        if writer is not None:
-            writer.close()
+def _train_epoch(run: _Run, state: TrainState, epoch: int, guard: FiniteGuard) -> dict[str, Any]:
+    """One pass of optimiser steps (a partial one at the end of a step-counted run); returns the
+    epoch's training record. Reads device values only every ``run.nan_check_every`` steps."""
+    cfg, dist, dur = run.cfg, run.dist, run.dur
+    t_epoch = time.perf_counter()
+    run.train_model.train()
+    loader = train_loader(run.data, epoch, dur.batch_per_rank, cfg.run.seed, dist)
+    params = [p for p in run.model.parameters() if p.requires_grad]
+    sums = torch.zeros(2, dtype=torch.float64, device=run.device)  # loss·n, correct
+    seen = 0  # examples this epoch on this rank (host int: no sync)
+    steps_this_epoch = min(dur.steps_per_epoch, dur.total_steps - state.step)
+    for i, (x, y) in enumerate(loader):
+        if i >= steps_this_epoch:
+            break
+        if x.device != run.device:
+            x, y = x.to(run.device, non_blocking=True), y.to(run.device, non_blocking=True)
+        set_lr(run.optimizer, lr_at(state.step, dur.total_steps, dur.warmup_steps, cfg.optim.lr, cfg.schedule))
+        with run.autocast():
+            logits = run.train_model(x)
+        loss = F.cross_entropy(logits.float(), y)
+        run.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        ok = torch.isfinite(loss)
+        if cfg.optim.grad_clip is not None:
+            ok = ok & torch.isfinite(nn.utils.clip_grad_norm_(params, cfg.optim.grad_clip))
+        run.optimizer.step()
+        guard.observe(ok)
+        labels = y.argmax(-1) if y.ndim == 2 else y
+        n = len(labels)
+        sums += torch.stack([loss.detach().double() * n, (logits.argmax(-1) == labels).sum().double()])
+        seen += n
+        state.step += 1
+        if state.step % cfg.run.nan_check_every == 0:
+            guard.check()
+        if run.progress.due():  # a TTY only: one sync per 0.5 s to show the running loss
+            l_, a_ = sums.tolist()
+            run.progress.update(epoch + 1, dur.total_epochs, i + 1, steps_this_epoch,
+                                f"loss {l_ / seen:.4f} acc {a_ / seen:.3f}")
+    guard.check()
+    all_reduce_sum(sums, dist)
+    loss_sum, correct = sums.tolist()
+    seen *= dist.world_size  # every rank runs the same number of equal batches
+    if run.device.type == "cuda":
+        torch.cuda.synchronize(run.device)
+    train_time = time.perf_counter() - t_epoch
+    return {"epoch": epoch + 1, "step": state.step, "lr": run.optimizer.param_groups[0]["lr"],
+            "train_loss": loss_sum / max(seen, 1), "train_acc": correct / max(seen, 1),
+            "train_time_s": train_time, "images_per_s": seen / max(train_time, 1e-9),
+            "_t_epoch": t_epoch}
 
-    digest = weights_digest(model)
+
+def _end_epoch(run: _Run, state: TrainState, epoch: int, rec: dict[str, Any], t_start: float) -> None:
+    """After an epoch's steps: evaluate (when due), log, checkpoint (when due)."""
+    r = run.cfg.run
+    t_epoch = rec.pop("_t_epoch")
+    last = epoch + 1 == run.dur.total_epochs
+    if (r.eval_every and (epoch + 1) % r.eval_every == 0) or last:
+        split, name = run.periodic
+        ev = evaluate(run.model, eval_loader(split, run.data, run.dur.eval_batch_per_rank, run.dist), run.dist,
+                      run.autocast)
+        rec.update({f"{name}_{k}": v for k, v in ev.items()})
+    rec["epoch_time_s"] = time.perf_counter() - t_epoch
+    if run.fpe:
+        rec["flops_per_s"] = 3.0 * run.fpe * rec["images_per_s"]
+        rec["mfu"] = rec["flops_per_s"] / run.peak
+    state.history.append(rec)
+    state.epoch = epoch + 1
+    if run.writer is not None:
+        run.writer.write(rec, state.step)
+    if run.dist.is_main:
+        shown = {k: v for k, v in rec.items() if k.endswith(("loss", "acc"))}
+        run.progress.line(f"epoch {epoch + 1}/{run.dur.total_epochs} step {state.step} "
+                          + " ".join(f"{k} {v:.4f}" for k, v in shown.items())
+                          + f" {rec['images_per_s']:.0f} img/s {rec['epoch_time_s']:.1f}s"
+                          + (f" mfu {rec['mfu']:.1%}" if "mfu" in rec else ""))
+    if (r.checkpoint_every and (epoch + 1) % r.checkpoint_every == 0) or last:
+        _save(run, state, t_start)
+
+
+def _save(run: _Run, state: TrainState, t_start: float) -> None:
+    rng = _gather_rng(run.device, run.dist)
+    if run.dist.is_main:
+        ckpt.save_checkpoint(run.run_dir, run.model, {
+            "epoch": state.epoch, "step": state.step, "optimizer": run.optimizer.state_dict(), "rng": rng,
+            # the loader's order and augmentation are functions of (seed, epoch, rank)
+            "loader": {"epoch": state.epoch, "seed": run.cfg.run.seed, "world_size": run.dist.world_size},
+            "history": state.history, "wall_s": state.wall_before + time.perf_counter() - t_start,
+        })
+    barrier(run.dist)
+
+
+# ----------------------------------------------------------------------------- the end
+
+def _final_test(run: _Run, state: TrainState) -> dict[str, float]:
+    """The test metrics: those of the last epoch when it evaluated the test split, else a test now."""
+    _, name = run.periodic
+    if name == "test" and state.history and "test_acc" in state.history[-1]:
+        return {k: state.history[-1][f"test_{k}"] for k in ("acc", "top5", "loss")}  # just evaluated
+    return evaluate(run.model, eval_loader(run.data.test, run.data, run.dur.eval_batch_per_rank, run.dist),
+                    run.dist, run.autocast)
+
+
+def _write_results(run: _Run, state: TrainState, final: dict[str, float], t_start: float) -> dict[str, Any]:
+    """Check the replicas agree, summarise the run and write ``results.json`` (rank 0)."""
+    dist, history = run.dist, state.history
+    digest = weights_digest(run.model)
     if dist.enabled:  # DDP keeps replicas identical; check it once, cheaply
         digests: list[Any] = [None] * dist.world_size
         torch.distributed.all_gather_object(digests, digest)
@@ -443,26 +529,27 @@ def _train(cfg: RunConfig, dist: DistInfo, resume: bool, overwrite: bool,
     timed = history[1:] if len(history) > 1 else history
     t_train = sum(h["train_time_s"] for h in timed)
     ips = sum(h["images_per_s"] * h["train_time_s"] for h in timed) / max(t_train, 1e-9)
+    fpe, peak = run.fpe, run.peak
     results: dict[str, Any] = {
         "test_acc": final["acc"], "test_top5": final["top5"], "test_loss": final["loss"],
         "train_loss": history[-1]["train_loss"] if history else float("nan"),
         "train_acc": history[-1]["train_acc"] if history else float("nan"),
-        "epochs": len(history), "steps": step, "steps_per_epoch": steps_per_epoch,
-        "train_examples": len(data.train),
-        "wall_s": wall_before + time.perf_counter() - t_start,
+        "epochs": len(history), "steps": state.step, "steps_per_epoch": run.dur.steps_per_epoch,
+        "train_examples": len(run.data.train),
+        "wall_s": state.wall_before + time.perf_counter() - t_start,
         "epoch_time_s": sum(h["epoch_time_s"] for h in timed) / max(len(timed), 1),
-        "images_per_s": ips, "params": n_params, "flops_per_example": fpe,
+        "images_per_s": ips, "params": run.n_params, "flops_per_example": fpe,
         "flops_per_s": 3.0 * fpe * ips if fpe else None,
         "matmul_flops_per_s": peak, "mfu": 3.0 * fpe * ips / peak if fpe else None,
-        "precision": precision, "compiled": compiled, "device": str(device), "world_size": dist.world_size,
-        "threads": torch.get_num_threads(), "loadavg": list(os.getloadavg()),
-        "weights_sha256": digest, "run_dir": str(run_dir), "history": history,
+        "precision": run.precision, "compiled": run.compiled, "device": str(run.device),
+        "world_size": dist.world_size, "threads": torch.get_num_threads(), "loadavg": list(os.getloadavg()),
+        "weights_sha256": digest, "run_dir": str(run.run_dir), "history": history,
     }
-    if data.val is not None and "val_acc" in history[-1]:
+    if run.data.val is not None and "val_acc" in history[-1]:
         results.update({k: history[-1][k] for k in ("val_acc", "val_top5", "val_loss")})
     if dist.is_main:
-        atomic_write_json(run_dir / "results.json", results)
-        progress.line(f"test acc {final['acc']:.4f} top5 {final['top5']:.4f} loss {final['loss']:.4f} "
-                      f"({results['wall_s']:.1f}s) -> {run_dir}")
+        atomic_write_json(run.run_dir / "results.json", results)
+        run.progress.line(f"test acc {final['acc']:.4f} top5 {final['top5']:.4f} loss {final['loss']:.4f} "
+                          f"({results['wall_s']:.1f}s) -> {run.run_dir}")
     barrier(dist)
     return results
