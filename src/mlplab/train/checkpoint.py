@@ -24,6 +24,7 @@ import torch
 import torch.nn as nn
 from safetensors.torch import load_file, save_file
 
+from ..interop.native import model_metadata
 from ..utils.io import atomic_save
 
 __all__ = ["save_checkpoint", "load_checkpoint", "find_checkpoint", "save_weights", "load_weights",
@@ -34,9 +35,12 @@ STATE_FILE = "state.pt"
 
 
 def save_weights(model: nn.Module, path: str | os.PathLike, metadata: dict[str, str] | None = None) -> Path:
-    """The model's state dict as safetensors (copied to CPU, contiguous, no shared storage)."""
+    """The model's state dict as safetensors (copied to CPU, contiguous, no shared storage). The
+    metadata names the model and its config, so ``mlplab.load_pretrained`` rebuilds it from the
+    file alone."""
     tensors = {k: v.detach().to("cpu").contiguous().clone() for k, v in model.state_dict().items()}
-    return atomic_save(path, lambda tmp: save_file(tensors, tmp, metadata=metadata))
+    meta = {**model_metadata(model), **(metadata or {})}
+    return atomic_save(path, lambda tmp: save_file(tensors, tmp, metadata=meta))
 
 
 def load_weights(model: nn.Module, path: str | os.PathLike) -> nn.Module:
