@@ -134,6 +134,10 @@ class Scale:
             o.update(extra)
         return o
 
+    def s0(self, patch: int) -> int:
+        """Number of patches S0 = (image side / P)² that the stem makes."""
+        return (self.image_size // patch) ** 2
+
     def patch_for_tokens(self, paper_patch: int = 4) -> int:
         """Patch size giving about the paper's S0 = 64 (32×32, P = 4): P = 4 on 28×28 (S0 = 49)."""
         if self.image_size == 32:

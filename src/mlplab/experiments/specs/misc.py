@@ -8,10 +8,10 @@ from typing import Any
 import numpy as np
 
 from ..aggregate import RunRecord, group_runs, select
+from ..claims import Analysis, Claim, decided
+from ..plan import Plan, experiment
 from ..plots import Bars, Heatmap, Images, Panel, Series, draw
 from ..recipes import Scale
-from ..registry import Plan, experiment
-from ..report import Analysis, Claim
 from ..sweep import Sweep, expand, product
 from .common import FAMILY_LABEL, err_rows, mixer, model_seed, sw_mlp
 
