@@ -55,7 +55,7 @@ _register(
     steps as 18 epochs on 54k) and evaluates once, at the end.
     Run:      mlplab train fmnist_fast
     Expect:   >= 90% test accuracy (README: 3 seeds)
-    Time:     ~2.5 min on 2 CPU cores with native bf16 (AVX512-BF16); fp32 CPUs take longer.""",
+    Time:     ~2.5 min on 2 CPU cores with native bf16 (AVX512-BF16); ~10 min in fp32 on AVX2-only CPUs.""",
     {
         "model": {"name": "bottleneck_mlp", "kwargs": {"width": 512, "depth": 4, "final_norm": True}},
         "data": {"dataset": "fashion_mnist"},
