@@ -8,10 +8,12 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from ..experiments.recipes import SCALES
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("id", help="experiment id")
-    parser.add_argument("--scale", choices=("smoke", "cpu", "paper"), default="cpu",
+    parser.add_argument("--scale", choices=SCALES, default="cpu",
                         help="which default folder (runs/experiments/ID-SCALE) when --out is not given")
     parser.add_argument("--out", default=None, help="the experiment folder")
 

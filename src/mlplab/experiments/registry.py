@@ -84,7 +84,7 @@ def _planned_epochs(sw: Sweep) -> float:
 
 
 # per training run on top of its epochs: process start / imports, data loading, final test, checkpoints
-RUN_OVERHEAD_S = {"smoke": 2.0, "cpu": 6.0, "paper": 60.0}
+RUN_OVERHEAD_S = {"smoke": 2.0, "quick": 15.0, "cpu": 15.0, "paper": 60.0}
 
 
 def estimate_cost(plan: Plan, scale: str = "cpu") -> dict[str, float]:
@@ -112,8 +112,9 @@ def _fmt_time(s: float) -> str:
     return f"{s / 86400:.0f} d"
 
 
-def format_list(scales: Sequence[str] = ("smoke", "cpu", "paper")) -> str:
-    """The table printed by ``mlplab reproduce --list``."""
+def format_list(scales: Sequence[str] = ("smoke", "quick", "cpu", "paper")) -> str:
+    """The table printed by ``mlplab reproduce --list`` (the quick scale only where it differs
+    from cpu)."""
     lines = []
     for id in list_experiments():
         exp = EXPERIMENTS[id]
@@ -122,8 +123,10 @@ def format_list(scales: Sequence[str] = ("smoke", "cpu", "paper")) -> str:
             try:
                 _, scale, plan = plan_experiment(id, sc, check_available=False)
                 c = estimate_cost(plan, sc)
+                if sc == "quick" and c == estimate_cost(plan_experiment(id, "cpu", check_available=False)[2], "cpu"):
+                    continue
                 where = scale.dataset
-                if sc == "cpu" and scale.dataset not in ("synthetic", "fashion_mnist"):
+                if sc in ("quick", "cpu") and scale.dataset not in ("synthetic", "fashion_mnist"):
                     where += " (fashion_mnist if absent)"
                 lines.append(f"{'':14s} {sc:5s}: {c['runs']:4d} runs, {c['run_epochs']:8.0f} run-epochs,"
                              f" ~{_fmt_time(c['est_s']):>7s} ({'1 V100-class GPU' if sc == 'paper' else '2 CPU cores'}); {where}")

@@ -130,22 +130,23 @@ def fig5(sc: Scale) -> Plan:
     over densities 1 − p ∈ {0.1, …, 0.9}: test error against the effective width m = S·C.
     Published: error decreases monotonically with m for all three families, on CIFAR-10/100 and
     STL-10, at Ω = 2^18, 2^21, 2^27; the RP S-Mixer follows the S-Mixer closely.
-    Time: paper ≈ 140 runs × 200 epochs per dataset (GPU days); cpu ≈ 20 min on 2 cores
-    (Ω = 2^13, 2^15; depth 4; 3 epochs on 10k Fashion-MNIST images; 2 seeds); smoke seconds.
+    Time: paper ≈ 140 runs × 200 epochs per dataset (GPU days); cpu: Ω = 2^14, depth 4, C ∈
+    {4, 8, 16} and swapped, SW-MLP 1 − p ∈ {0.1, 0.5, 0.9} (widths rounded to multiples of S0 = 49),
+    3 seeds, 8 epochs on all 60k Fashion-MNIST images: 45 runs (see ``reproduce --list``); smoke
+    seconds.
     Notes: SW-MLPs are run at the smallest budget only at paper scale (at Ω = 2^27 a masked
     dense SW-MLP of width ≥ 12 000 does not fit); at cpu scale at every budget.
     """
-    omegas = sc.pick([2**10], [2**13, 2**15], [2**18, 2**21, 2**27])
-    channels = sc.pick({2**10: [4]}, {2**13: [4, 8, 16], 2**15: [8, 16, 24]},
+    omegas = sc.pick([2**10], [2**14], [2**18, 2**21, 2**27])
+    channels = sc.pick({2**10: [4]}, {2**14: [4, 8, 16]},
                        {2**18: [16, 32, 48], 2**21: [16, 32, 64], 2**27: [128, 256]})
-    dens = sc.pick({2**10: [0.5]}, {2**13: [0.9, 0.5, 0.1], 2**15: [0.9, 0.5, 0.1]},
-                   {2**18: [0.9, 0.7, 0.5, 0.3, 0.1]})
+    dens = sc.pick({2**10: [0.5]}, {2**14: [0.9, 0.5, 0.1]}, {2**18: [0.9, 0.7, 0.5, 0.3, 0.1]})
     depth = sc.pick(2, 4, 8)
     patch = sc.patch_for_tokens(4)
-    base = sc.recipe(epochs=200, cpu_epochs=3, optim="sgd", lr=0.02)
+    base = sc.recipe(epochs=200, cpu_epochs=8, optim="sgd", lr=0.02)
     sweep = Sweep("width", base, [product(("meta.omega", omegas), ("meta.family", ["s_mixer", "rp_s_mixer", "sw_mlp"]))],
-                  seeds=sc.seed_list(3), derived=[_budget_models(depth, patch, channels, dens, s0=sc.s0(patch)), model_seed],
-                  name_keys=NAME_KEYS, est_epoch_s=sc.pick(1.0, 6.0, 15.0), epochs=base["schedule.epochs"],
+                  seeds=sc.seed_list(3), derived=[_budget_models(depth, patch, channels, dens, s0=sc.s0(patch)), model_seed, sc.family_lr],
+                  name_keys=NAME_KEYS, est_epoch_s=sc.pick(1.0, 3.0, 15.0), epochs=base["schedule.epochs"],
                   description=f"families × Ω ∈ {[log2(o) for o in omegas]} × planned pairs/densities, depth {depth}")
     return Plan([[sweep]], settings={"Ω": [log2(o) for o in omegas], "depth": depth, "patch": patch,
                                      "channels (C) per Ω": {log2(k): v for k, v in channels.items()}})
@@ -186,8 +187,13 @@ def fig6(sc: Scale) -> Plan:
     Ω = 2^21, SGD lr 0.1, batch 128, 600 epochs; STL-10 Ω = 2^18, SGD lr 0.1, 2000 epochs;
     ImageNet: MLP-Mixers L = 8, γ = 4, Ω = 290217984, P ∈ {7, 8, 14, 16, 28, 32} (S = (224/P)²).
     Published: a U-shaped curve with its minimum at the pairs closest to S = C.
-    Time: paper: 6 pairs × 3 seeds × 600–2000 epochs (GPU days); cpu ≈ 8 min (Ω = 2^16, L = 4,
-    5 pairs incl. S ≈ C, 5 epochs, 2 seeds); smoke seconds.
+    Time: paper: 6 pairs × 3 seeds × 600–2000 epochs (GPU days); cpu: Ω = 2^16, L = 4, the 6 pairs
+    C ∈ {8, 16, 40} and swapped (S ≈ C twins 41/40, 40/41), 3 seeds, 12 epochs on all 60k
+    Fashion-MNIST images, AdamW lr 3e-3 (``recipes.CPU_LR``), batch 256: 18 runs, see the README
+    for the measured minutes; quick (the README's main job): C ∈ {8, 40} and swapped, 3 seeds,
+    6 epochs: 12 runs, ~10 min; smoke seconds.
+    Verdict: the S ≈ C twins against both ends, paired one-sided t-tests with Holm's correction
+    (``verdicts.interior_optimum``).
     """
     ds = sc.dataset
     if sc.paper and ds in IMAGENET:
@@ -207,19 +213,21 @@ def fig6(sc: Scale) -> Plan:
                       description="ImageNet MLP-Mixers L=8, γ=4, one pair per patch size")
         return Plan([[sweep]], settings={"Ω": omega, "γ": gamma, "depth": depth})
     omega = sc.pick(2**10, 2**16, 2**18 if ds == "stl10" else 2**21)
-    channels = sc.pick([4, 8], [8, 16, 40], [16, 32, 48] if omega == 2**18 else [16, 32, 64])
+    channels = [8, 40] if sc.quick else sc.pick([4, 8], [8, 16, 40], [16, 32, 48] if omega == 2**18 else [16, 32, 64])
     depth = sc.pick(2, 4, 12)
+    ep = 6 if sc.quick else 12  # cpu: the training loss flattens by ~12 epochs (loss_change column)
     if ds == "cifar10":
-        base = sc.recipe(epochs=2000, cpu_epochs=5, optim="adamw", lr=0.02, batch_size=1024)
+        base = sc.recipe(epochs=2000, cpu_epochs=ep, optim="adamw", lr=0.02, batch_size=1024)
     elif ds == "cifar100":
-        base = sc.recipe(epochs=600, cpu_epochs=5, optim="sgd", lr=0.1)
+        base = sc.recipe(epochs=600, cpu_epochs=ep, optim="sgd", lr=0.1)
     elif ds == "stl10":
-        base = sc.recipe(epochs=2000, cpu_epochs=5, optim="sgd", lr=0.1)
+        base = sc.recipe(epochs=2000, cpu_epochs=ep, optim="sgd", lr=0.1)
     else:
-        base = sc.recipe(epochs=600, cpu_epochs=5, optim="sgd", lr=0.1)
+        base = sc.recipe(epochs=600, cpu_epochs=ep, optim="sgd", lr=0.1)
     patch = sc.patch_for_tokens(4)
     sweep = Sweep("pairs", base, [product(("meta.omega", [omega]), ("meta.family", ["s_mixer"]))],
-                  seeds=sc.seed_list(3), derived=[_budget_models(depth, patch, {omega: channels}, {}, s0=sc.s0(patch)), model_seed],
+                  seeds=sc.seed_list(3), derived=[_budget_models(depth, patch, {omega: channels}, {}, s0=sc.s0(patch)),
+                                                  model_seed, sc.family_lr],
                   name_keys=NAME_KEYS, est_epoch_s=sc.pick(1.0, 7.0, 40.0), epochs=base["schedule.epochs"],
                   description=f"S-Mixer L={depth}, Ω={log2(omega)}, C ∈ {channels} and swapped pairs")
     return Plan([[sweep]], settings={"Ω": log2(omega), "depth": depth, "patch": patch, "channels": channels})
@@ -316,8 +324,8 @@ def fig4(sc: Scale) -> Plan:
     base = sc.recipe(epochs=600, cpu_epochs=3, optim="adamw", lr=0.01, augment="autoaugment")
     train = Sweep("train", base, [product(("meta.omega", [omega]), ("meta.family", ["mlp_mixer", "sw_mlp"]))],
                   seeds=sc.seed_list(4), derived=[_budget_models(depth, patch, {}, {}, gamma=gamma, block="mlp",
-                                                                 tokens={omega: tokens}, s0=sc.s0(patch)), model_seed],
-                  name_keys=NAME_KEYS, est_epoch_s=sc.pick(1.0, 15.0, 20.0), epochs=base["schedule.epochs"],
+                                                                 tokens={omega: tokens}, s0=sc.s0(patch)), model_seed, sc.family_lr],
+                  name_keys=NAME_KEYS, est_epoch_s=sc.pick(1.0, 90.0, 20.0), epochs=base["schedule.epochs"],
                   description=f"MLP-Mixer vs SW-MLP, Ω={log2(omega)}, γ=2, L=3, S ∈ {tokens}")
     spec_omega = sc.pick(2**12, 2**19, 2**19)
     spectra = Sweep("spectra", {"omega": spec_omega, "gamma": gamma,
@@ -388,8 +396,8 @@ def figS1(sc: Scale) -> Plan:
     patch = sc.patch_for_tokens(4)
     base = sc.recipe(epochs=200, cpu_epochs=4)
     train = Sweep("train", base, [product(("meta.omega", [omega]), ("meta.family", ["sw_mlp"]))],
-                  seeds=sc.seed_list(3), derived=[_budget_models(depth, patch, {}, {omega: dens}, s0=sc.s0(patch)), model_seed],
-                  name_keys=NAME_KEYS, est_epoch_s=sc.pick(1.0, 5.0, 15.0), epochs=base["schedule.epochs"],
+                  seeds=sc.seed_list(3), derived=[_budget_models(depth, patch, {}, {omega: dens}, s0=sc.s0(patch)), model_seed, sc.family_lr],
+                  name_keys=NAME_KEYS, est_epoch_s=sc.pick(1.0, 30.0, 15.0), epochs=base["schedule.epochs"],
                   description=f"SW-MLP, Ω={log2(omega)}, {2 * depth} blocks, p ∈ {dens}")
     spectrum = Sweep("spectrum", {"omega": sc.pick(100.0, 1000.0, 1000.0), "trials": sc.pick(3, 20, 50)},
                      [("a", [0.5, 1.0, 1.5])],
@@ -451,8 +459,8 @@ def figS2_S3(sc: Scale) -> Plan:
     base = sc.recipe(epochs=200, cpu_epochs=3, optim="sgd", lr=0.1)
     width = Sweep("width", base, [product(("meta.omega", omegas), ("meta.family", ["mlp_mixer"]))],
                   seeds=sc.seed_list(3), derived=[_budget_models(depth, patch, channels, {}, gamma=4.0, block="mlp", s0=sc.s0(patch)),
-                                                  model_seed],
-                  name_keys=NAME_KEYS, est_epoch_s=sc.pick(1, 10, 20), epochs=base["schedule.epochs"],
+                                                  model_seed, sc.family_lr],
+                  name_keys=NAME_KEYS, est_epoch_s=sc.pick(1, 60, 20), epochs=base["schedule.epochs"],
                   description="MLP-Mixer γ=4 over planner pairs")
     m = sc.pick(64, 256, 4096)
     om3 = sc.pick(2**10, 2**14, 2**20)
@@ -463,8 +471,8 @@ def figS2_S3(sc: Scale) -> Plan:
             "meta.S": S, "meta.C": m // S, "meta.m": m, "meta.omega": om3, "meta.family": "mlp_mixer",
             "meta.gamma": round(gamma_for_width(om3, m, m // S), 4)} for S in Ss]
     exp = Sweep("expansion", base, [("meta.S", Ss)], seeds=sc.seed_list(3),
-                derived=[lambda o: next(p for p in pts if p["meta.S"] == o["meta.S"]), model_seed],
-                name_keys=["meta.S", "meta.C", "meta.gamma", "run.seed"], est_epoch_s=sc.pick(1, 5, 20),
+                derived=[lambda o: next(p for p in pts if p["meta.S"] == o["meta.S"]), model_seed, sc.family_lr],
+                name_keys=["meta.S", "meta.C", "meta.gamma", "run.seed"], est_epoch_s=sc.pick(1, 30, 20),
                 epochs=base["schedule.epochs"], description=f"fixed m={m}, Ω={log2(om3)}, γ from the budget")
     return Plan([[width, exp]], settings={"Ω (S.2)": [log2(o) for o in omegas], "m (S.3)": m,
                                           "Ω (S.3)": log2(om3), "depth": depth})
@@ -564,8 +572,8 @@ def table1(sc: Scale) -> Plan:
         lrs = [base["optim.lr"]]
     labels = [m["meta.label"] for m in models]
     sweep = Sweep("models", base, [product(("meta.label", labels), ("optim.lr", lrs))], seeds=sc.seed_list(3),
-                  derived=[lambda o: next(m for m in models if m["meta.label"] == o["meta.label"]), model_seed],
-                  name_keys=["meta.label", "optim.lr", "run.seed"], est_epoch_s=sc.pick(1, 30, 10),
+                  derived=[lambda o: next(m for m in models if m["meta.label"] == o["meta.label"]), model_seed, sc.family_lr],
+                  name_keys=["meta.label", "optim.lr", "run.seed"], est_epoch_s=sc.pick(1, 180, 10),
                   epochs=base["schedule.epochs"], description="narrow vs wide MLP-Mixer at equal Ω")
     return Plan([[sweep]], settings={"models": "; ".join(f"{m['meta.label']}: P={m['meta.P']}, S={m['meta.S']}, C={m['meta.C']}"
                                                          for m in models), "lr": lrs})

@@ -64,8 +64,8 @@ def fig7(sc: Scale) -> Plan:
     patch = sc.patch_for_tokens(4)
     sweep = Sweep("depth", base, [product(("meta.rp", [False, True]), ("model.kwargs.depth", depths))],
                   seeds=sc.seed_list(3), derived=[lambda o: {k: v for k, v in mixer(S, S, o["model.kwargs.depth"], patch,
-                                                                                     rp=o["meta.rp"]).items()}, model_seed],
-                  name_keys=["model.name", "model.kwargs.depth", "run.seed"], est_epoch_s=sc.pick(1, 6, 30),
+                                                                                     rp=o["meta.rp"]).items()}, model_seed, sc.family_lr],
+                  name_keys=["model.name", "model.kwargs.depth", "run.seed"], est_epoch_s=sc.pick(1, 36, 30),
                   epochs=base["schedule.epochs"], description=f"S-Mixer vs RP S-Mixer, S=C={S}, L ∈ {depths}")
     return Plan([[sweep]], settings={"S = C": S, "depths": depths, "patch": patch})
 
@@ -116,7 +116,7 @@ def figS4(sc: Scale) -> Plan:
     base = sc.recipe(epochs=200, cpu_epochs=4)
     patch = sc.patch_for_tokens(4)
     sweep = Sweep("blocks", {**base, **mixer(S, S, depth, patch)}, [("model.kwargs.rp_blocks", choices)],
-                  seeds=sc.seed_list(3), derived=[model_seed], est_epoch_s=sc.pick(1, 6, 25),
+                  seeds=sc.seed_list(3), derived=[model_seed, sc.family_lr], est_epoch_s=sc.pick(1, 36, 25),
                   epochs=base["schedule.epochs"], description=f"S-Mixer S=C={S}, L=4, one block RP at a time")
     return Plan([[sweep]], settings={"S = C": S, "depth": depth})
 
@@ -199,7 +199,7 @@ def figS6_S8(sc: Scale) -> Plan:
         sweeps.append(Sweep(part, base, [("meta.rp", [False, True])], seeds=sc.seed_list(1, cpu=1),
                             derived=[lambda o, block=block: mixer(S, S, depth, patch, block=block,
                                                                   gamma=4.0 if block == "mlp" else None, rp=o["meta.rp"]),
-                                     model_seed],
-                            name_keys=["model.name", "run.seed"], est_epoch_s=sc.pick(1, 2 if block == "s" else 6, 30),
+                                     model_seed, sc.family_lr],
+                            name_keys=["model.name", "run.seed"], est_epoch_s=sc.pick(1, 12 if block == "s" else 36, 30),
                             epochs=base["schedule.epochs"], description=_S678[part]))
     return Plan([sweeps], settings={"S = C": S, "depth": depth, "epochs": ep})
