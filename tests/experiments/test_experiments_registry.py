@@ -157,3 +157,35 @@ def test_spec_modules_never_import_the_registry_or_the_report():
                 mod = ".".join(pkg_parts[:len(pkg_parts) - node.level + 1] + [node.module]) if node.level else node.module
                 if mod.startswith("mlplab.experiments."):
                     assert mod.split(".")[2] not in bad, f"{f.name} imports {mod}"
+
+
+def test_cpu_scale_trains_on_the_full_set_with_the_fast_engine_and_family_lr():
+    from mlplab.experiments.recipes import CPU_BATCH, CPU_LR, CPU_SEEDS
+
+    _, _, plan = plan_experiment("fig5", "cpu", check_available=False)
+    specs = expand(plan.sweeps[0])
+    assert {s.overrides["run.seed"] for s in specs} == set(range(CPU_SEEDS))
+    for s in specs:
+        o = s.overrides
+        assert "data.train_subset" not in o and "data.test_subset" not in o
+        assert (o["run.batch_size"], o["run.eval_every"], o["run.checkpoint_every"]) == (CPU_BATCH, 0, 0)
+        assert o["optim.name"] == "adamw" and o["optim.lr"] == CPU_LR[o["model.name"]]
+    # smoke keeps its tiny recipe; paper its published lr
+    _, _, p = plan_experiment("fig6", "smoke", check_available=False)
+    assert expand(p.sweeps[0])[0].overrides["data.train_subset"] == 64
+    _, _, p = plan_experiment("fig6", "paper", check_available=False)
+    assert expand(p.sweeps[0])[0].overrides["optim.lr"] == 0.02
+
+
+def test_quick_fig6_is_the_centre_and_both_ends_with_three_seeds():
+    _, sc, plan = plan_experiment("fig6", "quick", check_available=False)
+    specs = expand(plan.sweeps[0])
+    pairs = sorted({(s.overrides["meta.S"], s.overrides["meta.C"]) for s in specs})
+    assert pairs == [(8, 124), (40, 41), (41, 40), (124, 8)]
+    assert len(specs) == 12
+    cpu = {s.name: s.overrides for s in expand(plan_experiment("fig6", "cpu", check_available=False)[2].sweeps[0])}
+    assert all(cpu[s.name] == s.overrides for s in specs)  # the quick runs are cpu runs (same folders)
+    # ids that say nothing about quick run their cpu plan
+    q = [s.overrides for s in expand(plan_experiment("fig7", "quick", check_available=False)[2].sweeps[0])]
+    c = [s.overrides for s in expand(plan_experiment("fig7", "cpu", check_available=False)[2].sweeps[0])]
+    assert q == c

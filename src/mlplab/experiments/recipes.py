@@ -11,8 +11,8 @@ augmentation); :meth:`Scale.recipe` turns them into dotted overrides of
   the training loss to flatten, the fast engine (batch 256, one evaluation at the end, one
   checkpoint at the end); ≤ 30 min per id on 2 cores. Fashion-MNIST (28×28×1) when the published
   dataset is not on the machine.
-- ``quick``: the cpu scale, reduced where an experiment says how (fig6: the S ≈ C twins and the
-  two ends, fewer epochs; the README's main job, ~10 min); otherwise the same as ``cpu``.
+- ``quick``: the cpu scale, reduced where an experiment says how (fig6: only the S ≈ C twins and
+  the two ends; the README's main job); otherwise the same as ``cpu``.
 - ``smoke``: seconds, for the tests: the synthetic dataset (a few hundred images), one epoch.
 """
 from __future__ import annotations
