@@ -155,7 +155,7 @@ def to_dict(cfg: RunConfig) -> dict[str, Any]:
 def from_dict(d: dict[str, Any]) -> RunConfig:
     """Inverse of :func:`to_dict`; missing keys take defaults, unknown ones are refused."""
     if not isinstance(d, dict):
-        raise TypeError(f"a run config must be a dict, got {type(d).__name__}")
+        raise BadType(f"a run config must be a dict, got {type(d).__name__}")
     return validate(_apply_dict(RunConfig(), d))
 
 
@@ -164,7 +164,7 @@ def _apply_dict(cfg: RunConfig, d: dict[str, Any]) -> RunConfig:
         if sec not in _SECTION_CLS:
             raise ValueError(f"unknown config section {sec!r}; valid sections are: {', '.join(_SECTION_CLS)}")
         if not isinstance(values, dict):
-            raise TypeError(f"config section {sec!r} must be a dict, got {type(values).__name__}")
+            raise BadType(f"config section {sec!r} must be a dict, got {type(values).__name__}")
         if sec == "schedule" and values:
             cfg.schedule = ScheduleSection()  # the dict states its own duration
         for k, v in values.items():
@@ -388,6 +388,23 @@ def config_to_name(base_label: str, overrides: dict[str, Any]) -> str:
 
 # ----------------------------------------------------------------------------- building
 
+def _read_config_file(path: Path) -> dict[str, Any]:
+    """A JSON config file as a dict, or an error naming the file and what is wrong with it."""
+    if not path.is_file():
+        raise FileNotFoundError(f"config file {str(path)!r} does not exist")
+    try:
+        d = json.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as e:
+        raise BadInput(f"config file {str(path)!r} is not UTF-8 text (byte {e.start}); save it as UTF-8") from None
+    except json.JSONDecodeError as e:
+        what = "is empty" if not path.read_bytes().strip() else f"is not valid JSON ({e.msg} at line {e.lineno})"
+        raise BadInput(f"config file {str(path)!r} {what}; it must hold one JSON object of sections") from None
+    if not isinstance(d, dict):
+        raise BadInput(f"config file {str(path)!r} holds a JSON {type(d).__name__}; it must hold one object "
+                       '{"model": {...}, "optim": {...}, ...}')
+    return d
+
+
 def load_config(base: str | Path) -> tuple[dict[str, Any], str]:
     """A named config (``mlplab.train.presets.CONFIGS``) or a JSON file -> (dict, label)."""
     from .presets import CONFIGS
@@ -396,11 +413,7 @@ def load_config(base: str | Path) -> tuple[dict[str, Any], str]:
         return copy.deepcopy(CONFIGS[base]), base
     path = Path(base)
     if path.suffix == ".json" or path.exists():
-        if not path.is_file():
-            raise FileNotFoundError(f"config file {str(path)!r} does not exist")
-        with open(path) as f:
-            d = json.load(f)
-        return d, path.stem
+        return _read_config_file(path), path.stem
     raise ValueError(f"unknown config {str(base)!r}: not a named config ({', '.join(sorted(CONFIGS))}) "
                      "and not a JSON file")
 

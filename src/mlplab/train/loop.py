@@ -44,6 +44,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ..errors import BadInput, RunFailure
+from ..data.table import get_info
 from ..models.registry import create_model, get_model_entry
 from ..utils.io import atomic_write_json
 from . import checkpoint as ckpt
@@ -56,7 +57,7 @@ from .metrics import Progress, cpu_has_native_bf16, flops_per_example, format_co
 from .optim import build_optimizer, lr_at, set_lr
 from .rundir import RunExistsError, RunFolder, RunLockedError, open_run_folder, truncate_metrics
 
-__all__ = ["train", "evaluate", "weights_digest", "resolve_device", "resolve_precision", "resolve_model_kwargs",
+__all__ = ["train", "check_run", "evaluate", "weights_digest", "resolve_device", "resolve_precision", "resolve_model_kwargs",
            "NonFiniteError", "RunExistsError", "RunLockedError"]
 
 
@@ -104,6 +105,53 @@ def resolve_model_kwargs(cfg: RunConfig, info: Any) -> dict[str, Any]:
                              f"({k}={v}); {hint}")
         kwargs[k] = v
     return kwargs
+
+
+def _dataset_info(cfg: RunConfig) -> Any:
+    """The table's record for ``data.dataset``, with the size ``data.image_size`` resizes to."""
+    info = get_info(cfg.data.dataset)  # unknown -> BadInput naming the known ones
+    if cfg.data.image_size is not None:
+        info = dataclasses.replace(info, image_size=(cfg.data.image_size, cfg.data.image_size))
+    return info
+
+
+def _check_memory(n_params: int, device: torch.device) -> None:
+    """Refuse a model whose weights, gradients and optimiser state (16 bytes per fp32 parameter
+    with AdamW) cannot fit in the memory available now."""
+    need = 16 * n_params
+    if device.type == "cuda":
+        free = torch.cuda.mem_get_info(device)[0]
+    else:
+        try:
+            with open("/proc/meminfo") as f:
+                free = next(int(ln.split()[1]) * 1024 for ln in f if ln.startswith("MemAvailable:"))
+        except (OSError, StopIteration, ValueError):
+            return
+    if need > free:
+        raise BadInput(f"the model has {format_count(n_params)} parameters, needing about {need / 2**30:.1f} GiB "
+                       f"for weights, gradients and optimiser state; {device.type} has {free / 2**30:.1f} GiB "
+                       "available. Choose a smaller model (model.kwargs)")
+
+
+def check_run(cfg: RunConfig) -> RunConfig:
+    """Everything about ``cfg`` that can be checked without loading data or writing a file: the
+    config's own rules, the dataset's name, the model against the dataset's image size and
+    channels, the model's constructor (built on the ``meta`` device: no memory) and whether its
+    training state fits in memory. Returns the validated config; raises ``BadInput`` otherwise.
+    ``train`` calls it first; ``mlplab train --print-config`` and ``reproduce --set`` too."""
+    cfg = validate(cfg)
+    info = _dataset_info(cfg)
+    if info.image_size == (0, 0):
+        return cfg  # image folders: the size is known only once the images are read
+    kwargs = resolve_model_kwargs(cfg, info)
+    try:
+        with torch.device("meta"):
+            model = create_model(cfg.model.name, **kwargs)
+    except NotImplementedError:
+        return cfg  # an op without a meta kernel: the real build (before any write) checks the rest
+    device = resolve_device(cfg.run.device)
+    _check_memory(sum(p.numel() for p in model.parameters()), device)
+    return cfg
 
 
 def weights_digest(model: nn.Module) -> str:
@@ -177,7 +225,7 @@ def train(cfg: RunConfig, *, resume: bool = False, overwrite: bool = False,
     ``resume``: continue the run in ``<out_dir>/<name>`` from its last checkpoint (its config
     must be the same). ``overwrite``: replace an existing run folder. ``on_epoch_end(record)`` is
     called after each epoch's metrics and checkpoint are written (tests use it)."""
-    cfg = validate(cfg)
+    cfg = check_run(cfg)
     if cfg.run.threads:
         torch.set_num_threads(cfg.run.threads)
     dist = init_distributed("cuda" if cfg.run.device != "cpu" and torch.cuda.is_available() else "cpu")
@@ -318,7 +366,7 @@ class _Guard:
             self.stop(f"{what} at {where}", checkpoint_epoch)
 
     def stop(self, what: str, checkpoint_epoch: int | None) -> None:
-        kept = (f"the last good checkpoint (epoch {checkpoint_epoch}) is kept in {self.run_dir / 'checkpoint'}"
+        kept = (f"the last good checkpoint (epoch {checkpoint_epoch}) is {self.run_dir / 'checkpoint'}"
                 if checkpoint_epoch is not None else "no checkpoint was written")
         raise NonFiniteError(f"{what} of run {self.run_dir}; {kept}. Lower optim.lr, add optim.grad_clip, "
                              f"or use run.precision=fp32, then start a new run.name")
@@ -459,8 +507,9 @@ def _train(cfg: RunConfig, dist: DistInfo, resume: bool, overwrite: bool,
                     ev = evaluate(run.model, eval_loader(periodic_split, data, dur.eval_batch_per_rank, dist),
                                   dist, run.autocast)
                     rec.update({f"{periodic_name}_{k}": v for k, v in ev.items()})
-                    if not math.isfinite(ev["loss"]):
-                        guard.stop(f"non-finite {periodic_name} loss after step {state.step} (epoch {epoch + 1})",
+                    if not ev["loss"] <= guard.limit:  # NaN, inf or diverged: no checkpoint from these weights
+                        guard.stop(f"{periodic_name} loss {ev['loss']:.4g} (non-finite or above run.divergence_factor "
+                                   f"x ln K = {guard.limit:.4g}) after step {state.step} (epoch {epoch + 1})",
                                    state.checkpoint_epoch)
                 rec["epoch_time_s"] = time.perf_counter() - t_epoch
                 if run.fpe:

@@ -35,7 +35,7 @@ __all__ = ["RunFolder", "open_run_folder", "RunExistsError", "RunLockedError", "
 LOCK_FILE = ".lock"
 # files a new run clears when it replaces an old one (``.lock`` stays: it is held)
 _RUN_FILES = ("metrics.jsonl", "results.json", "error.txt")
-_RUN_DIRS = ("checkpoint", "checkpoint.prev", "checkpoint.new", "checkpoint.old", "tb", "wandb")
+_RUN_DIRS = ("checkpoint", "checkpoint.prev", "checkpoint.new", "tb", "wandb")
 
 
 class RunExistsError(BadInput):
