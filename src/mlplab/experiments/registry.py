@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from ..utils.io import atomic_write_json
-from .executors import SweepResult, run_specs
+from .executors import SweepResult, check_specs, run_specs
 from .recipes import Scale, make_scale
 from .sweep import RunSpec, Sweep, expand
 
@@ -186,6 +186,7 @@ def reproduce(
     """
     exp, sc, plan = plan_experiment(id, scale, dataset, overrides=overrides)
     out = Path(out_dir) if out_dir is not None else default_out_dir(exp.id, scale)
+    check_specs([s for stage in plan.stages for sw in stage for s in expand(sw)], out)  # before any write
     out.mkdir(parents=True, exist_ok=True)
     manifest = {
         "experiment": exp.id, "title": exp.title, "scale": sc.to_dict(),
