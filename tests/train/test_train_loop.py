@@ -125,3 +125,10 @@ def test_soft_targets_val_split_and_rp_buffers(tiny):
     assert perms, "RP permutations must be saved with the weights"
     model = create_model("rp_s_mixer", **{**cfg.model.kwargs, "image_size": 8, "in_chans": 3, "num_classes": 10})
     assert set(w) == set(model.state_dict())
+
+
+def test_the_loop_trains_with_the_batch_scaled_peak_lr(tiny):
+    # lr 1e-3 tuned for batch 8, run at batch 32 with the linear rule: a constant 4e-3 every step
+    res = train(tiny("scaled", **{"optim.lr": 1e-3, "optim.lr_batch": 8, "optim.lr_scaling": "linear",
+                                  "schedule.schedule": "constant", "schedule.warmup_steps": None}))
+    assert [h["lr"] for h in res["history"]] == pytest.approx([4e-3] * 3, rel=1e-12)

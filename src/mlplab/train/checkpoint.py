@@ -31,6 +31,7 @@ from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 from ..errors import BadInput, RunFailure
+from ..interop.native import model_metadata
 from ..models.registry import get_model_entry
 from ..utils.io import atomic_save
 
@@ -49,35 +50,28 @@ class CheckpointError(RunFailure):
     """A checkpoint file cannot be read (truncated, corrupt, not a checkpoint)."""
 
 
-def _model_metadata(model: nn.Module) -> dict[str, str]:
-    """What a checkpoint records about the model it came from (registered models only)."""
-    name, cfg = getattr(model, "model_name", None), getattr(model, "config", None)
-    if name is None or not dataclasses.is_dataclass(cfg):
-        return {}
-    return {"mlplab.model": name, "mlplab.family": get_model_entry(name).family,
-            "mlplab.config": json.dumps(dataclasses.asdict(cfg), default=str)}
-
-
 def save_weights(model: nn.Module, path: str | os.PathLike, metadata: dict[str, str] | None = None) -> Path:
     """The model's state dict as safetensors (copied to CPU, contiguous, no shared storage), with
     the model's name, family and config in the metadata."""
     tensors = {k: v.detach().to("cpu").contiguous().clone() for k, v in model.state_dict().items()}
-    meta = {**_model_metadata(model), **(metadata or {})}
+    meta = {**model_metadata(model), **(metadata or {})}
     return atomic_save(path, lambda tmp: save_file(tensors, tmp, metadata=meta))
 
 
 def _check_compatible(model: nn.Module, path: Path, meta: dict[str, str], shapes: dict[str, tuple]) -> None:
     """Refuse, before touching the model, a checkpoint of another family or configuration, or
     whose tensor names or shapes differ from the model's."""
-    mine = _model_metadata(model)
-    if mine and "mlplab.family" in meta:
-        theirs_cfg, my_cfg = json.loads(meta["mlplab.config"]), json.loads(mine["mlplab.config"])
+    mine = model_metadata(model)
+    if mine and "mlplab_model" in meta:
+        theirs_cfg, my_cfg = json.loads(meta["mlplab_config"]), json.loads(mine["mlplab_config"])
+        theirs_family, my_family = (get_model_entry(meta["mlplab_model"]).family,
+                                    get_model_entry(mine["mlplab_model"]).family)
         differ = sorted(k for k in set(theirs_cfg) | set(my_cfg)
                         if k not in _LOADABLE_ACROSS and theirs_cfg.get(k) != my_cfg.get(k))
-        if meta["mlplab.family"] != mine["mlplab.family"] or differ:
+        if theirs_family != my_family or differ:
             detail = ", ".join(f"{k}: checkpoint {theirs_cfg.get(k)!r}, model {my_cfg.get(k)!r}" for k in differ[:4])
-            raise BadInput(f"checkpoint {path} holds a {meta['mlplab.model']!r} ({meta['mlplab.family']}) model, not "
-                           f"this {mine['mlplab.model']!r} ({mine['mlplab.family']}){': ' + detail if detail else ''}; "
+            raise BadInput(f"checkpoint {path} holds a {meta['mlplab_model']!r} ({theirs_family}) model, not "
+                           f"this {mine['mlplab_model']!r} ({my_family}){': ' + detail if detail else ''}; "
                            "build the model the checkpoint was saved from")
     expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
     missing, unexpected = sorted(set(expected) - set(shapes)), sorted(set(shapes) - set(expected))

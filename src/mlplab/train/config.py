@@ -70,7 +70,9 @@ class DataSection:
 @dataclass
 class OptimSection:
     name: Literal["sgd", "adamw", "lion"] = "sgd"
-    lr: float = 0.02  # peak lr per step (per global batch); no implicit batch-size scaling
+    lr: float = 0.02  # peak lr per step of the global batch (scaled only when lr_batch is set)
+    lr_batch: int | None = None  # the global batch optim.lr was tuned for; None -> no batch scaling
+    lr_scaling: Literal["linear", "sqrt"] = "linear"  # peak lr ∝ B (SGD rule) or √B (Adam rule)
     momentum: float = 0.9  # SGD only
     nesterov: bool = True  # SGD only
     weight_decay: float = 0.0  # applied to matrices only (ndim >= 2), never to biases/LN
@@ -276,6 +278,8 @@ def validate(cfg: RunConfig) -> RunConfig:
             raise ValueError(f"{name} must be >= 0, got {v}")
     if not (o.lr > 0 and math.isfinite(o.lr)):
         raise ValueError(f"optim.lr must be a finite number > 0, got {o.lr}")
+    if o.lr_batch is not None and o.lr_batch < 1:
+        raise ValueError(f"optim.lr_batch must be a batch size >= 1 (or null for no scaling), got {o.lr_batch}")
     if s.min_lr > o.lr:
         raise ValueError(f"schedule.min_lr={s.min_lr} is above optim.lr={o.lr}")
     if o.grad_clip is not None and o.grad_clip <= 0:
@@ -314,6 +318,18 @@ class Durations:
     total_steps: int
     total_epochs: int  # epochs started; the last one may be partial
     warmup_steps: int  # never more than total_steps
+    peak_lr: float  # optim.lr scaled to run.batch_size (see peak_lr)
+
+
+def peak_lr(cfg: RunConfig) -> float:
+    """The peak learning rate for ``run.batch_size``: ``optim.lr`` as is, or, when ``optim.lr_batch``
+    names the batch it was tuned for, scaled by B/B_ref (``linear``: Goyal et al. 2017, for SGD) or
+    √(B/B_ref) (``sqrt``: Malladi et al. 2022, for Adam-type optimisers)."""
+    o = cfg.optim
+    if o.lr_batch is None:
+        return o.lr
+    ratio = cfg.run.batch_size / o.lr_batch
+    return o.lr * (ratio if o.lr_scaling == "linear" else math.sqrt(ratio))
 
 
 def durations(cfg: RunConfig, n_train: int, world_size: int = 1) -> Durations:
@@ -339,7 +355,7 @@ def durations(cfg: RunConfig, n_train: int, world_size: int = 1) -> Durations:
     warmup = round(s.warmup_epochs * steps_per_epoch) if s.warmup_epochs is not None else (s.warmup_steps or 0)
     return Durations(batch_per_rank=bs, eval_batch_per_rank=eval_bs, steps_per_epoch=steps_per_epoch,
                      total_steps=total_steps, total_epochs=math.ceil(total_steps / steps_per_epoch),
-                     warmup_steps=min(warmup, total_steps))
+                     warmup_steps=min(warmup, total_steps), peak_lr=peak_lr(cfg))
 
 
 # ----------------------------------------------------------------------------- names

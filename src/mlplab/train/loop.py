@@ -387,7 +387,7 @@ def _train_epoch(run: _Run, epoch: int, state: _Progress, guard: _Guard, progres
             break
         if x.device != device:
             x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-        set_lr(run.optimizer, lr_at(state.step, dur.total_steps, dur.warmup_steps, cfg.optim.lr, cfg.schedule))
+        set_lr(run.optimizer, lr_at(state.step, dur.total_steps, dur.warmup_steps, dur.peak_lr, cfg.schedule))
         with run.autocast():
             logits = run.train_model(x)
         loss = F.cross_entropy(logits.float(), y)
@@ -494,7 +494,7 @@ def _train(cfg: RunConfig, dist: DistInfo, resume: bool, overwrite: bool,
         if dist.is_main:
             progress.line(f"run {run_dir}: {cfg.model.name} {format_count(run.n_params)} params, "
                           f"{format_count(run.fpe) if run.fpe else '?'}FLOP/example, {len(data.train)} train "
-                          f"examples, {dur.total_steps} steps ({dur.steps_per_epoch}/epoch), {run.device.type} "
+                          f"examples, {dur.total_steps} steps ({dur.steps_per_epoch}/epoch), peak lr {dur.peak_lr:.3g}, {run.device.type} "
                           f"{run.precision}{' compiled' if run.compiled else ' eager'}, {dist.world_size} "
                           f"process(es)" + (f", resumed at epoch {state.epoch}" if folder.continuing else ""))
         guard = _Guard(run, state.step, run_dir)
