@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..utils.io import atomic_write_json
-from .executors import SweepResult, run_specs
+from .executors import SweepResult, check_specs, run_specs
 from .plan import ALIASES, EXPERIMENTS, Experiment, Plan, experiment
 from .recipes import Scale, make_scale
 from .report import load_manifest, write_report
@@ -161,6 +161,7 @@ def reproduce(
     """
     exp, sc, plan = plan_experiment(id, scale, dataset, overrides=overrides)
     out = Path(out_dir) if out_dir is not None else default_out_dir(exp.id, scale)
+    check_specs([s for stage in plan.stages for sw in stage for s in expand(sw)], out)  # before any write
     out.mkdir(parents=True, exist_ok=True)
     manifest = {
         "experiment": exp.id, "title": exp.title, "scale": sc.to_dict(),

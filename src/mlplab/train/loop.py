@@ -133,11 +133,11 @@ def _check_memory(n_params: int, device: torch.device) -> None:
                        "available. Choose a smaller model (model.kwargs)")
 
 
-def check_run(cfg: RunConfig) -> RunConfig:
+def check_run(cfg: RunConfig, memory: bool = True) -> RunConfig:
     """Everything about ``cfg`` that can be checked without loading data or writing a file: the
     config's own rules, the dataset's name, the model against the dataset's image size and
     channels, the model's constructor (built on the ``meta`` device: no memory) and whether its
-    training state fits in memory. Returns the validated config; raises ``BadInput`` otherwise.
+    training state fits in memory (``memory=False`` skips that: another machine will run it). Returns the validated config; raises ``BadInput`` otherwise.
     ``train`` calls it first; ``mlplab train --print-config`` and ``reproduce --set`` too."""
     cfg = validate(cfg)
     info = _dataset_info(cfg)
@@ -149,8 +149,8 @@ def check_run(cfg: RunConfig) -> RunConfig:
             model = create_model(cfg.model.name, **kwargs)
     except NotImplementedError:
         return cfg  # an op without a meta kernel: the real build (before any write) checks the rest
-    device = resolve_device(cfg.run.device)
-    _check_memory(sum(p.numel() for p in model.parameters()), device)
+    if memory:
+        _check_memory(sum(p.numel() for p in model.parameters()), resolve_device(cfg.run.device))
     return cfg
 
 
