@@ -21,6 +21,9 @@ _LAZY = {
     "reproduce": "mlplab.experiments",
     "run_sweep": "mlplab.experiments",
     "write_report": "mlplab.experiments",
+    "load_pretrained": "mlplab.interop",  # timm / Flax / Scaling-MLPs / mlplab checkpoints -> model
+    "save_pretrained": "mlplab.interop",
+    "expand_resolution": "mlplab.models.expand",  # SPEC §7: fine-tuning at K× the resolution
 }
 
 __all__ = ["create_model", "list_models", "model_config", "__version__", "train", *_LAZY]

@@ -4,10 +4,20 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-__all__ = ["ACTIVATIONS", "make_act", "Mlp", "LinearAct", "left_linear", "left_gemm_pays", "DropPath", "drop_path_rates"]
+__all__ = ["ACTIVATIONS", "GELUTanh", "make_act", "Mlp", "LinearAct", "left_linear", "left_gemm_pays", "DropPath", "drop_path_rates"]
+
+class GELUTanh(nn.GELU):
+    """GELU with the tanh approximation, φ(x) = ½x(1 + tanh(√(2/π)(x + 0.044715x³))): what Flax's
+    ``nn.gelu`` computes by default, so the official Mixer checkpoints need it (exact GELU
+    differs by up to ~1e-3 per unit and ~1e-4 in the logits)."""
+
+    def __init__(self):
+        super().__init__(approximate="tanh")
+
 
 ACTIVATIONS: dict[str, type[nn.Module]] = {
     "gelu": nn.GELU,
+    "gelu_tanh": GELUTanh,
     "relu": nn.ReLU,
     "tanh": nn.Tanh,
     "silu": nn.SiLU,

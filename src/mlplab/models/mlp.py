@@ -7,11 +7,16 @@ the data pipeline, not here), a linear embedding to width m, then L blocks, then
     bottleneck block  z ↦ z + W_c σ(W_e LN(z)),     W_e ∈ R^{km×m}, W_c ∈ R^{m×km}, k = 4, σ = GELU
 
 The bottleneck model is named B-L/Wi-m. As in the paper's description there is no LayerNorm
-between the last block and the head (``final_norm=True`` adds one). Published parameter
-counts for 64×64×3 inputs and "11k" classes (B-6/Wi-256 9M ... B-12/Wi-1024 124M) are all
-reproduced, rounded to the nearest million, with num_classes = 10450 (the class count of
-ImageNet-21k winter'21 "11k"; 11230 or 21843 do not reproduce them) — see
-``tests/models/test_mlp_models.py``.
+between the last block and the head (``final_norm=True`` adds one).
+
+``norm_position="pre"`` gives the standard block of Scaling-MLPs' code (``StandardMLP`` in their
+``models/networks.py``), z ↦ W σ(LN(z)), so that its checkpoints load (:mod:`mlplab.interop`);
+the bottleneck block is always pre-norm, as there.
+
+Published parameter counts for 64×64×3 inputs and "11k" classes (B-6/Wi-256 9M ... B-12/Wi-1024
+124M) are the exact counts **truncated** to whole millions with num_classes = 11,230, the
+ImageNet-21k class count of the official code (scaling_mlps ``data_utils/data_stats.py``) —
+see ``tests/models/test_published_sizes.py``.
 """
 from __future__ import annotations
 
@@ -28,7 +33,7 @@ from .registry import register_model
 __all__ = ["MLPConfig", "PlainMLP", "StandardBlock", "BottleneckBlock", "build_mlp", "SCALING_MLP_PRESETS",
            "SCALING_MLP_CLASSES"]
 
-SCALING_MLP_CLASSES = 10450  # ImageNet-21k "11k" (winter'21): reproduces the published parameter counts
+SCALING_MLP_CLASSES = 11230  # ImageNet-21k classes of scaling_mlps' data_utils/data_stats.py
 
 
 @dataclass
@@ -44,20 +49,27 @@ class MLPConfig:
     drop_rate: float = 0.0  # dropout after the activation (and after W_c in bottleneck blocks)
     final_norm: bool = False  # LayerNorm before the head
     norm_eps: float = 1e-5
+    # standard block: "post" z -> LN(σ(W z)) (SPEC §2) or "pre" z -> W σ(LN(z)) (Scaling-MLPs' code);
+    # None -> post for standard blocks; bottleneck blocks are always pre-norm
+    norm_position: Literal["pre", "post"] | None = None
 
 
 class StandardBlock(nn.Module):
-    """z ↦ LN(σ(W z)) (no skip)."""
+    """z ↦ LN(σ(W z)) (``pre_norm=False``, SPEC §2) or z ↦ W σ(LN(z)) (``pre_norm=True``); no skip."""
 
-    def __init__(self, m: int, act: str, drop: float, eps: float):
+    def __init__(self, m: int, act: str, drop: float, eps: float, pre_norm: bool = False):
         super().__init__()
+        self.pre_norm = pre_norm
         self.fc = nn.Linear(m, m)
         self.act = make_act(act)
         self.drop = nn.Dropout(drop) if drop > 0 else nn.Identity()
         self.norm = nn.LayerNorm(m, eps=eps)
 
     def forward(self, z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        out = self.norm(self.drop(self.act(self.fc(z))))
+        if self.pre_norm:
+            out = self.fc(self.drop(self.act(self.norm(z))))
+        else:
+            out = self.norm(self.drop(self.act(self.fc(z))))
         return out, out  # (branch, output): no skip, the branch is the output
 
 
@@ -98,9 +110,14 @@ class PlainMLP(VisionMLP):
         self.width = self.effective_width = m
         self.in_features = cfg.in_chans * cfg.image_size ** 2
         self.stem = nn.Linear(self.in_features, m)
+        if cfg.block == "bottleneck" and cfg.norm_position == "post":
+            raise ValueError("norm_position='post' exists for standard blocks only; bottleneck blocks are pre-norm "
+                             "(drop norm_position or use block='standard')")
         if cfg.block == "standard":
             act = cfg.act or "relu"
-            self.blocks = nn.ModuleList(StandardBlock(m, act, cfg.drop_rate, cfg.norm_eps) for _ in range(cfg.depth))
+            pre = cfg.norm_position == "pre"
+            self.blocks = nn.ModuleList(StandardBlock(m, act, cfg.drop_rate, cfg.norm_eps, pre)
+                                        for _ in range(cfg.depth))
         else:
             hidden = int(round(cfg.expansion * m))
             if hidden < 1:

@@ -31,12 +31,11 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
-import json
 import math
 import os
-import shutil
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
@@ -44,26 +43,26 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from ..errors import BadInput, RunFailure
+from ..data.table import get_info
 from ..models.registry import create_model, get_model_entry
 from ..utils.io import atomic_write_json
 from . import checkpoint as ckpt
 from .backend import compile_model, resolve_compile
-from .config import RunConfig, config_diff, from_dict, to_dict, validate
+from .config import Durations, RunConfig, durations, validate
 from .data import RunData, eval_loader, load_run_data, train_loader
 from .distributed import DistInfo, all_reduce_sum, barrier, cleanup, init_distributed
-from .metrics import MetricsWriter, Progress, cpu_has_native_bf16, flops_per_example, format_count, matmul_flops_per_s
+from .loggers import open_loggers
+from .metrics import Progress, cpu_has_native_bf16, flops_per_example, format_count, matmul_flops_per_s
 from .optim import build_optimizer, lr_at, set_lr
+from .rundir import RunExistsError, RunFolder, RunLockedError, open_run_folder, truncate_metrics
 
-__all__ = ["train", "evaluate", "weights_digest", "resolve_device", "resolve_precision", "resolve_model_kwargs",
-           "NonFiniteError", "RunExistsError"]
-
-
-class NonFiniteError(RuntimeError):
-    """The loss or the gradients became NaN/inf."""
+__all__ = ["train", "check_run", "evaluate", "weights_digest", "resolve_device", "resolve_precision", "resolve_model_kwargs",
+           "NonFiniteError", "RunExistsError", "RunLockedError"]
 
 
-class RunExistsError(ValueError):
-    """The run folder holds a run that this call must not overwrite."""
+class NonFiniteError(RunFailure):
+    """The loss, the gradients, the weights or the evaluation became NaN/inf, or the loss diverged."""
 
 
 # ----------------------------------------------------------------------------- resolution
@@ -108,6 +107,53 @@ def resolve_model_kwargs(cfg: RunConfig, info: Any) -> dict[str, Any]:
     return kwargs
 
 
+def _dataset_info(cfg: RunConfig) -> Any:
+    """The table's record for ``data.dataset``, with the size ``data.image_size`` resizes to."""
+    info = get_info(cfg.data.dataset)  # unknown -> BadInput naming the known ones
+    if cfg.data.image_size is not None:
+        info = dataclasses.replace(info, image_size=(cfg.data.image_size, cfg.data.image_size))
+    return info
+
+
+def _check_memory(n_params: int, device: torch.device) -> None:
+    """Refuse a model whose weights, gradients and optimiser state (16 bytes per fp32 parameter
+    with AdamW) cannot fit in the memory available now."""
+    need = 16 * n_params
+    if device.type == "cuda":
+        free = torch.cuda.mem_get_info(device)[0]
+    else:
+        try:
+            with open("/proc/meminfo") as f:
+                free = next(int(ln.split()[1]) * 1024 for ln in f if ln.startswith("MemAvailable:"))
+        except (OSError, StopIteration, ValueError):
+            return
+    if need > free:
+        raise BadInput(f"the model has {format_count(n_params)} parameters, needing about {need / 2**30:.1f} GiB "
+                       f"for weights, gradients and optimiser state; {device.type} has {free / 2**30:.1f} GiB "
+                       "available. Choose a smaller model (model.kwargs)")
+
+
+def check_run(cfg: RunConfig) -> RunConfig:
+    """Everything about ``cfg`` that can be checked without loading data or writing a file: the
+    config's own rules, the dataset's name, the model against the dataset's image size and
+    channels, the model's constructor (built on the ``meta`` device: no memory) and whether its
+    training state fits in memory. Returns the validated config; raises ``BadInput`` otherwise.
+    ``train`` calls it first; ``mlplab train --print-config`` and ``reproduce --set`` too."""
+    cfg = validate(cfg)
+    info = _dataset_info(cfg)
+    if info.image_size == (0, 0):
+        return cfg  # image folders: the size is known only once the images are read
+    kwargs = resolve_model_kwargs(cfg, info)
+    try:
+        with torch.device("meta"):
+            model = create_model(cfg.model.name, **kwargs)
+    except NotImplementedError:
+        return cfg  # an op without a meta kernel: the real build (before any write) checks the rest
+    device = resolve_device(cfg.run.device)
+    _check_memory(sum(p.numel() for p in model.parameters()), device)
+    return cfg
+
+
 def weights_digest(model: nn.Module) -> str:
     """sha256 of the state dict's names and raw bytes: a fingerprint of the exact weights."""
     h = hashlib.sha256()
@@ -148,57 +194,6 @@ def evaluate(model: nn.Module, loader, dist: DistInfo, autocast: Callable) -> di
     return {"acc": top1 / n, "top5": top5 / n, "loss": loss / n}
 
 
-# ----------------------------------------------------------------------------- run folder
-
-def _check_run_dir(cfg: RunConfig, run_dir: Path, resume: bool, overwrite: bool) -> bool:
-    """Every rank: may this call use ``run_dir``? Returns whether an existing run is continued."""
-    cfg_file = run_dir / "config.json"
-    exists = cfg_file.is_file()
-    if exists and resume:
-        with open(cfg_file) as f:
-            saved = from_dict(json.load(f))
-        diff = config_diff(saved, cfg)
-        if diff:
-            lines = "; ".join(f"{k}: saved {a!r}, now {b!r}" for k, (a, b) in diff.items())
-            raise RunExistsError(f"cannot resume {run_dir}: its config differs ({lines}). Nothing was "
-                                 "changed; use the saved config, or a new run.name")
-        return True
-    if exists and not overwrite:
-        state = "a finished run" if (run_dir / "results.json").is_file() else "an unfinished run"
-        raise RunExistsError(f"{run_dir} already holds {state}; pass --resume (resume=True) to continue it, "
-                             "--overwrite to replace it, or choose another run.name")
-    return False
-
-
-def _init_run_dir(cfg: RunConfig, run_dir: Path) -> None:
-    """Rank 0, new runs only: clear what an overwritten run left and write ``config.json``."""
-    for name in ("checkpoint", "checkpoint.old", "checkpoint.new", "tb"):
-        shutil.rmtree(run_dir / name, ignore_errors=True)
-    for name in ("metrics.jsonl", "results.json"):
-        (run_dir / name).unlink(missing_ok=True)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(run_dir / "config.json", to_dict(cfg))
-
-
-def _truncate_metrics(run_dir: Path, epoch: int) -> None:
-    """Drop records of epochs after the checkpoint (a killed run may have logged them)."""
-    path = run_dir / "metrics.jsonl"
-    if not path.is_file():
-        return
-    keep = []
-    with open(path) as f:
-        for line in f:
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError:
-                continue  # a line cut by the kill
-            if rec.get("epoch", 0) <= epoch:
-                keep.append(line if line.endswith("\n") else line + "\n")
-    from ..utils.io import atomic_write_text
-
-    atomic_write_text(path, "".join(keep))
-
-
 # ----------------------------------------------------------------------------- the loop
 
 def _rng_state(device: torch.device) -> dict[str, Any]:
@@ -230,8 +225,7 @@ def train(cfg: RunConfig, *, resume: bool = False, overwrite: bool = False,
     ``resume``: continue the run in ``<out_dir>/<name>`` from its last checkpoint (its config
     must be the same). ``overwrite``: replace an existing run folder. ``on_epoch_end(record)`` is
     called after each epoch's metrics and checkpoint are written (tests use it)."""
-    cfg = validate(cfg)
-    assert cfg.run.name is not None, "make_config fills run.name"
+    cfg = check_run(cfg)
     if cfg.run.threads:
         torch.set_num_threads(cfg.run.threads)
     dist = init_distributed("cuda" if cfg.run.device != "cpu" and torch.cuda.is_available() else "cpu")
@@ -241,205 +235,222 @@ def train(cfg: RunConfig, *, resume: bool = False, overwrite: bool = False,
         cleanup(dist)
 
 
-def _train(cfg: RunConfig, dist: DistInfo, resume: bool, overwrite: bool,
-           on_epoch_end: Callable | None) -> dict[str, Any]:
-    t_start = time.perf_counter()
-    r, s = cfg.run, cfg.schedule
+
+# ----------------------------------------------------------------------------- the parts of a run
+
+@dataclass
+class _Run:
+    """Everything the epochs read, built before anything is written to the run folder."""
+    cfg: RunConfig
+    dist: DistInfo
+    device: torch.device
+    precision: str
+    data: RunData
+    model: nn.Module
+    optimizer: torch.optim.Optimizer
+    dur: Durations
+    n_params: int
+    fpe: float  # forward FLOPs per example (0 when unknown)
+    train_model: nn.Module | None = None  # model, wrapped in DDP / torch.compile (after resume)
+    compiled: bool = False
+
+    def autocast(self):
+        if self.precision == "bf16":
+            return torch.autocast(self.device.type, dtype=torch.bfloat16)
+        return contextlib.nullcontext()
+
+
+def _prepare(cfg: RunConfig, dist: DistInfo) -> _Run:
+    """Device, data, model, durations and optimiser: every check that needs no write happens
+    here, so a refused run leaves no folder behind."""
+    r = cfg.run
     device = resolve_device(r.device, dist)
     precision = resolve_precision(r.precision, device)
     if precision == "bf16" and device.type == "cpu" and not cpu_has_native_bf16() and dist.is_main:
         print("mlplab train: warning: this CPU has no native bf16 (AVX512-BF16/AMX); bf16 matmuls are "
               "emulated and several times slower than fp32", file=sys.stderr)
-    run_dir = Path(r.out_dir) / r.name
-    continuing = _check_run_dir(cfg, run_dir, resume, overwrite)
-    barrier(dist)  # every rank has looked before rank 0 writes
-    if continuing and (run_dir / "results.json").is_file():
-        with open(run_dir / "results.json") as f:
-            return json.load(f)  # finished already: nothing to do
-    if not continuing and dist.is_main:
-        _init_run_dir(cfg, run_dir)
-    barrier(dist)
-
     torch.manual_seed(r.seed)
     data = load_run_data(cfg, device)
-    model_kwargs = resolve_model_kwargs(cfg, data.info)
-    model = create_model(cfg.model.name, **model_kwargs).to(device)
-    n_params = sum(p.numel() for p in model.parameters())
-    in_shape = tuple(data.train.images.shape[1:])
-    fpe = flops_per_example(model, in_shape)
+    dur = durations(cfg, len(data.train), dist.world_size)
+    model = create_model(cfg.model.name, **resolve_model_kwargs(cfg, data.info)).to(device)
+    fpe = flops_per_example(model, tuple(data.train.images.shape[1:]))
+    return _Run(cfg, dist, device, precision, data, model, build_optimizer(model, cfg.optim), dur,
+                n_params=sum(p.numel() for p in model.parameters()), fpe=fpe)
 
-    if r.batch_size % dist.world_size:
-        raise ValueError(f"run.batch_size={r.batch_size} must be divisible by the {dist.world_size} processes")
-    bs = r.batch_size // dist.world_size  # per rank
-    eval_bs = r.eval_batch_size or min(1024, 4 * r.batch_size)
-    eval_bs = max(1, eval_bs // dist.world_size)
-    steps_per_epoch = (len(data.train) // dist.world_size) // bs
-    if steps_per_epoch < 1:
-        raise ValueError(f"the training split has {len(data.train)} examples, fewer than one batch of "
-                         f"{r.batch_size}; lower run.batch_size")
-    if s.epochs is not None:
-        total_steps = max(1, math.ceil(s.epochs * steps_per_epoch))
-    elif s.steps is not None:
-        total_steps = s.steps
-    else:
-        total_steps = max(1, math.ceil(s.examples / r.batch_size))
-    total_epochs = math.ceil(total_steps / steps_per_epoch)
-    warmup = round(s.warmup_epochs * steps_per_epoch) if s.warmup_epochs is not None else (s.warmup_steps or 0)
-    warmup = min(warmup, total_steps)
 
-    optimizer = build_optimizer(model, cfg.optim)
-    start_epoch, step, history, wall_before = 0, 0, [], 0.0
-    if continuing:
-        found = ckpt.find_checkpoint(run_dir)
-        if found is not None:
-            state = ckpt.load_checkpoint(found, model)
-            if len(state["rng"]) != dist.world_size:
-                raise ValueError(f"the checkpoint in {found} was written by {len(state['rng'])} process(es); "
-                                 f"resume it with the same number, not {dist.world_size}")
-            optimizer.load_state_dict(state["optimizer"])
-            start_epoch, step = int(state["epoch"]), int(state["step"])
-            history = list(state["history"])
-            wall_before = float(state["wall_s"])
-            _set_rng_state(state["rng"][dist.rank], device)
-        if dist.is_main:
-            _truncate_metrics(run_dir, start_epoch)
+@dataclass
+class _Progress:
+    """Where a run stands; restored from the checkpoint when resuming."""
+    epoch: int = 0  # epochs completed
+    step: int = 0  # optimiser steps completed
+    history: list = field(default_factory=list)
+    wall_before: float = 0.0  # seconds spent before this process started
+    checkpoint_epoch: int | None = None  # epoch of the last (good) checkpoint written
+
+
+def _resume(run: _Run, folder: RunFolder) -> _Progress:
+    """The run's position: from its checkpoint when continuing, else the start."""
+    dist = run.dist
+    state = _Progress()
+    found = ckpt.find_checkpoint(folder.path) if folder.continuing else None
+    if found is not None:
+        saved = ckpt.load_checkpoint(found, run.model)
+        if len(saved["rng"]) != dist.world_size:
+            raise BadInput(f"the checkpoint in {found} was written by {len(saved['rng'])} process(es); "
+                           f"resume it with the same number, not {dist.world_size}")
+        run.optimizer.load_state_dict(saved["optimizer"])
+        state = _Progress(int(saved["epoch"]), int(saved["step"]), list(saved["history"]),
+                          float(saved["wall_s"]), int(saved["epoch"]))
+        _set_rng_state(saved["rng"][dist.rank], run.device)
+    if folder.continuing and dist.is_main:
+        truncate_metrics(folder.path, state.epoch)
     barrier(dist)
+    return state
 
-    train_model: nn.Module = model
-    if dist.enabled:
-        train_model = nn.parallel.DistributedDataParallel(
-            model, device_ids=[device.index] if device.type == "cuda" else None)
-    if resolve_compile(r.compile, device, precision, total_steps):
-        train_model = compile_model(train_model, device)
-    compiled = train_model is not model and not isinstance(train_model, nn.parallel.DistributedDataParallel)
 
-    use_bf16 = precision == "bf16"
+def _wrap(run: _Run) -> None:
+    """DDP (after resuming: it broadcasts rank 0's weights) and torch.compile when chosen."""
+    m: nn.Module = run.model
+    if run.dist.enabled:
+        m = nn.parallel.DistributedDataParallel(
+            m, device_ids=[run.device.index] if run.device.type == "cuda" else None)
+    if resolve_compile(run.cfg.run.compile, run.device, run.precision, run.dur.total_steps):
+        m = compile_model(m, run.device)
+    run.train_model = m
+    run.compiled = m is not run.model and not isinstance(m, nn.parallel.DistributedDataParallel)
 
-    def autocast():
-        return torch.autocast(device.type, dtype=torch.bfloat16) if use_bf16 else contextlib.nullcontext()
 
-    peak = matmul_flops_per_s(device, torch.bfloat16 if use_bf16 else torch.float32)
-    progress = Progress(r.log if dist.is_main else "none")
-    writer = MetricsWriter(run_dir, r.tensorboard) if dist.is_main else None
-    periodic_split, periodic_name = (data.val, "val") if data.val is not None else (data.test, "test")
-    params = [p for p in model.parameters() if p.requires_grad]
-    if dist.is_main:
-        progress.line(f"run {run_dir}: {cfg.model.name} {format_count(n_params)} params, "
-                      f"{format_count(fpe) if fpe else '?'}FLOP/example, {len(data.train)} train examples, "
-                      f"{total_steps} steps ({steps_per_epoch}/epoch), {device.type} {precision}"
-                      f"{' compiled' if compiled else ' eager'}, "
-                      f"{dist.world_size} process(es)" + (f", resumed at epoch {start_epoch}" if continuing else ""))
+class _Guard:
+    """NaN and divergence guard (big_vision habit), kept on the device.
 
-    bad = torch.zeros((), dtype=torch.bool, device=device)
-    first_bad = torch.full((), -1, dtype=torch.long, device=device)
-    step_t = torch.full((), step, dtype=torch.long, device=device)
+    Each step folds two facts into device flags, with the first bad step: the loss (and, when
+    gradients are clipped, the gradient norm, which the clipping computes anyway) is finite, and
+    the loss is at most ``run.divergence_factor × ln K`` — ln K being the cross-entropy of a
+    uniform guess over K classes, where every run starts. The flags are read every
+    ``run.nan_check_every`` steps and before every checkpoint; a bad step stops the run naming
+    its 1-based step and epoch. Up to ``nan_check_every − 1`` steps may run after the bad one,
+    but never past a checkpoint, so no checkpoint is written from a diverged run."""
 
-    def check_finite() -> None:
-        flag = torch.stack([bad.long(), torch.where(first_bad < 0, torch.full_like(first_bad, 2**62), first_bad)])
-        if dist.enabled:
+    NONFINITE, DIVERGED = 2, 1
+
+    def __init__(self, run: _Run, step: int, run_dir: Path):
+        self.run, self.run_dir = run, run_dir
+        device = run.device
+        factor = run.cfg.run.divergence_factor
+        self.limit = math.inf if factor is None else factor * math.log(max(run.data.info.num_classes, 2))
+        self.code = torch.zeros((), dtype=torch.long, device=device)  # worst problem seen
+        self.first = torch.full((), -1, dtype=torch.long, device=device)  # its first step (0-based)
+        self.step_t = torch.full((), step, dtype=torch.long, device=device)
+
+    def fold(self, loss: torch.Tensor, grad_norm: torch.Tensor | None) -> None:
+        finite = torch.isfinite(loss) if grad_norm is None else torch.isfinite(loss) & torch.isfinite(grad_norm)
+        code = torch.where(finite, (loss > self.limit).long() * self.DIVERGED,
+                           torch.full_like(self.code, self.NONFINITE))
+        self.first = torch.where((code > 0) & (self.code == 0), self.step_t, self.first)
+        self.code = torch.maximum(self.code, code)
+        self.step_t += 1
+
+    def check(self, checkpoint_epoch: int | None) -> None:
+        """Read the flags (one host sync); raise :class:`NonFiniteError` on a bad step."""
+        flag = torch.stack([self.code, torch.where(self.first < 0, torch.full_like(self.first, 2**62),
+                                                   self.first)])
+        if self.run.dist.enabled:
             torch.distributed.all_reduce(flag[:1], op=torch.distributed.ReduceOp.MAX)
             torch.distributed.all_reduce(flag[1:], op=torch.distributed.ReduceOp.MIN)
-        b, at = flag.tolist()
-        if b:
-            where = f"step {at}" if at < 2**62 else "a step on another process"
-            raise NonFiniteError(f"non-finite loss or gradient at {where} (epoch {at // steps_per_epoch}) of "
-                                 f"run {run_dir}; lower optim.lr, add optim.grad_clip, or use run.precision=fp32. "
-                                 f"The last checkpoint (if any) is from before this step.")
+        code, at = flag.tolist()
+        if code:
+            what = ("non-finite loss or gradient" if code == self.NONFINITE else
+                    f"diverged (training loss above run.divergence_factor x ln K = {self.limit:.4g})")
+            where = f"step {at + 1} (epoch {at // self.run.dur.steps_per_epoch + 1})" if at < 2**62 \
+                else "a step on another process"
+            self.stop(f"{what} at {where}", checkpoint_epoch)
 
-    try:
-        for epoch in range(start_epoch, total_epochs):
-            t_epoch = time.perf_counter()
-            train_model.train()
-            loader = train_loader(data, epoch, bs, r.seed, dist)
-            sums = torch.zeros(2, dtype=torch.float64, device=device)  # loss·n, correct
-            seen = 0  # examples this epoch on this rank (host int: no sync)
-            steps_this_epoch = min(steps_per_epoch, total_steps - step)
-            for i, (x, y) in enumerate(loader):
-                if i >= steps_this_epoch:
-                    break
-                if x.device != device:
-                    x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-                set_lr(optimizer, lr_at(step, total_steps, warmup, cfg.optim.lr, s))
-                with autocast():
-                    logits = train_model(x)
-                loss = F.cross_entropy(logits.float(), y)
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                ok = torch.isfinite(loss)
-                if cfg.optim.grad_clip is not None:
-                    gnorm = nn.utils.clip_grad_norm_(params, cfg.optim.grad_clip)
-                    ok = ok & torch.isfinite(gnorm)
-                optimizer.step()
-                first_bad = torch.where(~ok & ~bad, step_t, first_bad)
-                bad = bad | ~ok
-                labels = y.argmax(-1) if y.ndim == 2 else y
-                n = len(labels)
-                sums += torch.stack([loss.detach().double() * n, (logits.argmax(-1) == labels).sum().double()])
-                seen += n
-                step += 1
-                step_t += 1
-                if step % r.nan_check_every == 0:
-                    check_finite()
-                if progress.due():  # a TTY only: one sync per 0.5 s to show the running loss
-                    l_, a_ = sums.tolist()
-                    progress.update(epoch + 1, total_epochs, i + 1, steps_this_epoch,
-                                    f"loss {l_ / seen:.4f} acc {a_ / seen:.3f}")
-            check_finite()
-            all_reduce_sum(sums, dist)
-            loss_sum, correct = sums.tolist()
-            seen *= dist.world_size  # every rank runs the same number of equal batches
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)
-            train_time = time.perf_counter() - t_epoch
-            rec: dict[str, Any] = {
-                "epoch": epoch + 1, "step": step, "lr": optimizer.param_groups[0]["lr"],
-                "train_loss": loss_sum / max(seen, 1), "train_acc": correct / max(seen, 1),
-                "train_time_s": train_time, "images_per_s": seen / max(train_time, 1e-9),
-            }
-            last = epoch + 1 == total_epochs
-            if (r.eval_every and (epoch + 1) % r.eval_every == 0) or last:
-                ev = evaluate(model, eval_loader(periodic_split, data, eval_bs, dist), dist, autocast)
-                rec.update({f"{periodic_name}_{k}": v for k, v in ev.items()})
-            rec["epoch_time_s"] = time.perf_counter() - t_epoch
-            if fpe:
-                rec["flops_per_s"] = 3.0 * fpe * rec["images_per_s"]
-                rec["mfu"] = rec["flops_per_s"] / peak
-            history.append(rec)
-            if writer is not None:
-                writer.write(rec, step)
-            if dist.is_main:
-                shown = {k: v for k, v in rec.items() if k.endswith(("loss", "acc"))}
-                progress.line(f"epoch {epoch + 1}/{total_epochs} step {step} " +
-                              " ".join(f"{k} {v:.4f}" for k, v in shown.items()) +
-                              f" {rec['images_per_s']:.0f} img/s {rec['epoch_time_s']:.1f}s" +
-                              (f" mfu {rec['mfu']:.1%}" if "mfu" in rec else ""))
-            if (r.checkpoint_every and (epoch + 1) % r.checkpoint_every == 0) or last:
-                rng = _gather_rng(device, dist)
-                if dist.is_main:
-                    ckpt.save_checkpoint(run_dir, model, {
-                        "epoch": epoch + 1, "step": step, "optimizer": optimizer.state_dict(), "rng": rng,
-                        # the loader's order and augmentation are functions of (seed, epoch, rank)
-                        "loader": {"epoch": epoch + 1, "seed": r.seed, "world_size": dist.world_size},
-                        "history": history, "wall_s": wall_before + time.perf_counter() - t_start,
-                    })
-                barrier(dist)
-            if on_epoch_end is not None:
-                on_epoch_end(rec)
+    def stop(self, what: str, checkpoint_epoch: int | None) -> None:
+        kept = (f"the last good checkpoint (epoch {checkpoint_epoch}) is {self.run_dir / 'checkpoint'}"
+                if checkpoint_epoch is not None else "no checkpoint was written")
+        raise NonFiniteError(f"{what} of run {self.run_dir}; {kept}. Lower optim.lr, add optim.grad_clip, "
+                             f"or use run.precision=fp32, then start a new run.name")
 
-        if periodic_name == "test" and history and "test_acc" in history[-1]:
-            final = {k: history[-1][f"test_{k}"] for k in ("acc", "top5", "loss")}  # just evaluated
-        else:
-            final = evaluate(model, eval_loader(data.test, data, eval_bs, dist), dist, autocast)
-    finally:
-        if writer is not None:
-            writer.close()
 
-    digest = weights_digest(model)
-    if dist.enabled:  # DDP keeps replicas identical; check it once, cheaply
-        digests: list[Any] = [None] * dist.world_size
+def _train_epoch(run: _Run, epoch: int, state: _Progress, guard: _Guard, progress: Progress) -> dict[str, Any]:
+    """One pass over this rank's shard; returns the epoch's training record (all ranks reduced)."""
+    cfg, dur, dist, device = run.cfg, run.dur, run.dist, run.device
+    t_epoch = time.perf_counter()
+    run.train_model.train()
+    params = [p for p in run.model.parameters() if p.requires_grad]
+    loader = train_loader(run.data, epoch, dur.batch_per_rank, cfg.run.seed, dist)
+    sums = torch.zeros(2, dtype=torch.float64, device=device)  # loss·n, correct
+    seen = 0  # examples this epoch on this rank (host int: no sync)
+    steps_this_epoch = min(dur.steps_per_epoch, dur.total_steps - state.step)
+    for i, (x, y) in enumerate(loader):
+        if i >= steps_this_epoch:
+            break
+        if x.device != device:
+            x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+        set_lr(run.optimizer, lr_at(state.step, dur.total_steps, dur.warmup_steps, dur.peak_lr, cfg.schedule))
+        with run.autocast():
+            logits = run.train_model(x)
+        loss = F.cross_entropy(logits.float(), y)
+        run.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        gnorm = nn.utils.clip_grad_norm_(params, cfg.optim.grad_clip) if cfg.optim.grad_clip is not None else None
+        run.optimizer.step()
+        guard.fold(loss.detach(), gnorm)
+        labels = y.argmax(-1) if y.ndim == 2 else y
+        sums += torch.stack([loss.detach().double() * len(labels), (logits.argmax(-1) == labels).sum().double()])
+        seen += len(labels)
+        state.step += 1
+        if state.step % cfg.run.nan_check_every == 0:
+            guard.check(state.checkpoint_epoch)
+        if progress.due():  # a TTY only: one sync per 0.5 s to show the running loss
+            l_, a_ = sums.tolist()
+            progress.update(epoch + 1, dur.total_epochs, i + 1, steps_this_epoch,
+                            f"loss {l_ / seen:.4f} acc {a_ / seen:.3f}")
+    guard.check(state.checkpoint_epoch)
+    all_reduce_sum(sums, dist)
+    loss_sum, correct = sums.tolist()
+    seen *= dist.world_size  # every rank runs the same number of equal batches
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    train_time = time.perf_counter() - t_epoch
+    return {"epoch": epoch + 1, "step": state.step, "lr": run.optimizer.param_groups[0]["lr"],
+            "train_loss": loss_sum / max(seen, 1), "train_acc": correct / max(seen, 1),
+            "train_time_s": train_time, "images_per_s": seen / max(train_time, 1e-9)}
+
+
+def _weights_finite(model: nn.Module) -> bool:
+    """Every floating parameter and buffer is finite (one host sync)."""
+    flags = [torch.isfinite(t).all() for t in model.state_dict().values() if t.is_floating_point()]
+    return bool(torch.stack(flags).all()) if flags else True
+
+
+def _save_checkpoint(run: _Run, state: _Progress, run_dir: Path, guard: _Guard, t_start: float) -> None:
+    """Write the checkpoint of ``state.epoch`` after checking the weights are finite (the guard
+    was read at the end of the epoch, and the evaluation's loss checked by the caller)."""
+    if not _weights_finite(run.model):
+        guard.stop(f"non-finite weights after step {state.step} (epoch {state.epoch})", state.checkpoint_epoch)
+    rng = _gather_rng(run.device, run.dist)
+    if run.dist.is_main:
+        ckpt.save_checkpoint(run_dir, run.model, {
+            "epoch": state.epoch, "step": state.step, "optimizer": run.optimizer.state_dict(), "rng": rng,
+            # the loader's order and augmentation are functions of (seed, epoch, rank)
+            "loader": {"epoch": state.epoch, "seed": run.cfg.run.seed, "world_size": run.dist.world_size},
+            "history": state.history, "wall_s": state.wall_before + time.perf_counter() - t_start,
+        })
+    state.checkpoint_epoch = state.epoch
+    barrier(run.dist)
+
+
+def _results(run: _Run, state: _Progress, final: dict[str, float], run_dir: Path, peak: float,
+             t_start: float) -> dict[str, Any]:
+    """The results dict (``results.json``): final test metrics, speed, cost, provenance."""
+    digest = weights_digest(run.model)
+    if run.dist.enabled:  # DDP keeps replicas identical; check it once, cheaply
+        digests: list[Any] = [None] * run.dist.world_size
         torch.distributed.all_gather_object(digests, digest)
         if len(set(digests)) != 1:
             raise RuntimeError(f"model replicas differ across ranks at the end of training: {digests}")
+    history, fpe = state.history, run.fpe
     timed = history[1:] if len(history) > 1 else history
     t_train = sum(h["train_time_s"] for h in timed)
     ips = sum(h["images_per_s"] * h["train_time_s"] for h in timed) / max(t_train, 1e-9)
@@ -447,22 +458,87 @@ def _train(cfg: RunConfig, dist: DistInfo, resume: bool, overwrite: bool,
         "test_acc": final["acc"], "test_top5": final["top5"], "test_loss": final["loss"],
         "train_loss": history[-1]["train_loss"] if history else float("nan"),
         "train_acc": history[-1]["train_acc"] if history else float("nan"),
-        "epochs": len(history), "steps": step, "steps_per_epoch": steps_per_epoch,
-        "train_examples": len(data.train),
-        "wall_s": wall_before + time.perf_counter() - t_start,
+        "epochs": len(history), "steps": state.step, "steps_per_epoch": run.dur.steps_per_epoch,
+        "train_examples": len(run.data.train),
+        "wall_s": state.wall_before + time.perf_counter() - t_start,
         "epoch_time_s": sum(h["epoch_time_s"] for h in timed) / max(len(timed), 1),
-        "images_per_s": ips, "params": n_params, "flops_per_example": fpe,
+        "images_per_s": ips, "params": run.n_params, "flops_per_example": fpe,
         "flops_per_s": 3.0 * fpe * ips if fpe else None,
         "matmul_flops_per_s": peak, "mfu": 3.0 * fpe * ips / peak if fpe else None,
-        "precision": precision, "compiled": compiled, "device": str(device), "world_size": dist.world_size,
-        "threads": torch.get_num_threads(), "loadavg": list(os.getloadavg()),
+        "precision": run.precision, "compiled": run.compiled, "device": str(run.device),
+        "world_size": run.dist.world_size, "threads": torch.get_num_threads(), "loadavg": list(os.getloadavg()),
         "weights_sha256": digest, "run_dir": str(run_dir), "history": history,
     }
-    if data.val is not None and "val_acc" in history[-1]:
+    if run.data.val is not None and "val_acc" in history[-1]:
         results.update({k: history[-1][k] for k in ("val_acc", "val_top5", "val_loss")})
-    if dist.is_main:
-        atomic_write_json(run_dir / "results.json", results)
-        progress.line(f"test acc {final['acc']:.4f} top5 {final['top5']:.4f} loss {final['loss']:.4f} "
-                      f"({results['wall_s']:.1f}s) -> {run_dir}")
-    barrier(dist)
+    return results
+
+
+# ----------------------------------------------------------------------------- the loop
+
+def _train(cfg: RunConfig, dist: DistInfo, resume: bool, overwrite: bool,
+           on_epoch_end: Callable | None) -> dict[str, Any]:
+    t_start = time.perf_counter()
+    r = cfg.run
+    run = _prepare(cfg, dist)
+    dur, data = run.dur, run.data
+    with open_run_folder(cfg, dist, resume, overwrite) as folder:
+        if folder.finished is not None:
+            return folder.finished  # finished already: nothing to do
+        run_dir = folder.path
+        state = _resume(run, folder)
+        _wrap(run)
+        peak = matmul_flops_per_s(run.device, torch.bfloat16 if run.precision == "bf16" else torch.float32)
+        progress = Progress(r.log if dist.is_main else "none")
+        periodic_split, periodic_name = (data.val, "val") if data.val is not None else (data.test, "test")
+        if dist.is_main:
+            progress.line(f"run {run_dir}: {cfg.model.name} {format_count(run.n_params)} params, "
+                          f"{format_count(run.fpe) if run.fpe else '?'}FLOP/example, {len(data.train)} train "
+                          f"examples, {dur.total_steps} steps ({dur.steps_per_epoch}/epoch), peak lr {dur.peak_lr:.3g}, {run.device.type} "
+                          f"{run.precision}{' compiled' if run.compiled else ' eager'}, {dist.world_size} "
+                          f"process(es)" + (f", resumed at epoch {state.epoch}" if folder.continuing else ""))
+        guard = _Guard(run, state.step, run_dir)
+        with open_loggers(run_dir, cfg, enabled=dist.is_main) as loggers:
+            for epoch in range(state.epoch, dur.total_epochs):
+                t_epoch = time.perf_counter()
+                rec = _train_epoch(run, epoch, state, guard, progress)
+                last = epoch + 1 == dur.total_epochs
+                if (r.eval_every and (epoch + 1) % r.eval_every == 0) or last:
+                    ev = evaluate(run.model, eval_loader(periodic_split, data, dur.eval_batch_per_rank, dist),
+                                  dist, run.autocast)
+                    rec.update({f"{periodic_name}_{k}": v for k, v in ev.items()})
+                    if not ev["loss"] <= guard.limit:  # NaN, inf or diverged: no checkpoint from these weights
+                        guard.stop(f"{periodic_name} loss {ev['loss']:.4g} (non-finite or above run.divergence_factor "
+                                   f"x ln K = {guard.limit:.4g}) after step {state.step} (epoch {epoch + 1})",
+                                   state.checkpoint_epoch)
+                rec["epoch_time_s"] = time.perf_counter() - t_epoch
+                if run.fpe:
+                    rec["flops_per_s"] = 3.0 * run.fpe * rec["images_per_s"]
+                    rec["mfu"] = rec["flops_per_s"] / peak
+                state.history.append(rec)
+                state.epoch = epoch + 1
+                loggers.log(rec, state.step)
+                if dist.is_main:
+                    shown = {k: v for k, v in rec.items() if k.endswith(("loss", "acc"))}
+                    progress.line(f"epoch {epoch + 1}/{dur.total_epochs} step {state.step} " +
+                                  " ".join(f"{k} {v:.4f}" for k, v in shown.items()) +
+                                  f" {rec['images_per_s']:.0f} img/s {rec['epoch_time_s']:.1f}s" +
+                                  (f" mfu {rec['mfu']:.1%}" if "mfu" in rec else ""))
+                if (r.checkpoint_every and (epoch + 1) % r.checkpoint_every == 0) or last:
+                    _save_checkpoint(run, state, run_dir, guard, t_start)
+                if on_epoch_end is not None:
+                    on_epoch_end(rec)
+
+            if periodic_name == "test" and state.history and "test_acc" in state.history[-1]:
+                final = {k: state.history[-1][f"test_{k}"] for k in ("acc", "top5", "loss")}  # just evaluated
+            else:
+                final = evaluate(run.model, eval_loader(data.test, data, dur.eval_batch_per_rank, dist), dist,
+                                 run.autocast)
+            results = _results(run, state, final, run_dir, peak, t_start)
+            if dist.is_main:
+                atomic_write_json(run_dir / "results.json", results)
+                loggers.finish(results)
+                progress.line(f"test acc {final['acc']:.4f} top5 {final['top5']:.4f} loss {final['loss']:.4f} "
+                              f"({results['wall_s']:.1f}s) -> {run_dir}")
+        barrier(dist)
     return results
