@@ -69,15 +69,10 @@ def markdown_table(rows: Sequence[dict[str, Any]], columns: Sequence[str] | None
 def _verdict_line(claims: Sequence[Claim]) -> str:
     if not claims:
         return "Verdict: no published claim is checked by this experiment (illustration only)."
-    held = sum(c.held is True for c in claims)
-    failed = sum(c.held is False for c in claims)
-    und = sum(c.held is None for c in claims)
-    parts = [f"{held}/{len(claims)} published claim(s) **HELD** at this scale"]
-    if failed:
-        parts.append(f"{failed} **DID NOT HOLD**")
-    if und:
-        parts.append(f"{und} **UNDECIDED**")
-    return "Verdict: " + ", ".join(parts) + "."
+    counts = [(sum(c.held is h for c in claims), w) for h, w in ((True, "HELD"), (False, "DID NOT HOLD"),
+                                                                  (None, "UNDECIDED"))]
+    return (f"Verdict: {len(claims)} published claim(s) checked at this scale: "
+            + ", ".join(f"{n} **{w}**" for n, w in counts if n) + ".")
 
 
 def write_report(out_dir: str | Path, exp: Experiment, verbose: bool = False) -> dict[str, Any]:
