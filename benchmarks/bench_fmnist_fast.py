@@ -38,7 +38,9 @@ def run_seed(config: str, seed: int, out_dir: Path, extra: list[str]) -> dict:
     wall = time.perf_counter() - t0
     if proc.returncode:
         raise SystemExit(f"seed {seed} failed ({proc.returncode}):\n{proc.stderr[-2000:]}")
-    run_dir = Path(proc.stdout.strip().splitlines()[-1].rsplit("-> ", 1)[-1])
+    # the run's last log line (stderr) ends with "-> RUN_DIR"
+    last = [ln for ln in (proc.stdout + proc.stderr).splitlines() if "-> " in ln][-1]
+    run_dir = Path(last.rsplit("-> ", 1)[-1])
     res = json.loads((run_dir / "results.json").read_text())
     return {"seed": seed, "wall_s": wall, "test_acc": res["test_acc"], "train_s": res["wall_s"],
             "images_per_s": res["images_per_s"], "precision": res["precision"], "run_dir": str(run_dir),
