@@ -45,19 +45,37 @@ def explain(e: BaseException) -> tuple[int | None, str]:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The top-level parser: the list of commands (each command's arguments: ``command_parser``)."""
     parser = argparse.ArgumentParser(prog="mlplab", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name, (mod, help_) in COMMANDS.items():
-        p = sub.add_parser(name, help=help_, description=help_)
-        importlib.import_module(mod).add_arguments(p)
+    for name, (_, help_) in COMMANDS.items():
+        sub.add_parser(name, help=help_, add_help=False)
     return parser
 
 
+def command_parser(name: str) -> argparse.ArgumentParser:
+    module, help_ = COMMANDS[name]
+    parser = argparse.ArgumentParser(prog=f"mlplab {name}", description=help_)
+    importlib.import_module(module).add_arguments(parser)
+    return parser
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line as a namespace with ``command``. A command's arguments are parsed
+    intermixed, so positional overrides may follow a flag (``train CONFIG --overwrite k=v``), which
+    plain ``parse_args`` refuses."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if not argv or argv[0] not in COMMANDS:  # help, no command, or an unknown one (argparse says so)
+        return build_parser().parse_args(argv)
+    args = command_parser(argv[0]).parse_intermixed_args(argv[1:])
+    args.command = argv[0]
+    return args
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parse_args(argv)
     if args.command is None:
-        parser.print_help()
+        build_parser().print_help()
         return 2
     module = importlib.import_module(COMMANDS[args.command][0])
     try:

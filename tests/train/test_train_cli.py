@@ -17,6 +17,18 @@ def test_print_config_resolves_named_config(capsys):
     assert d["optim"]["lr"] == 0.1 and d["run"]["name"] == "cifar10_s_mixer-lr0.1"
 
 
+def test_overrides_may_follow_a_flag(capsys):
+    # argparse's plain parse_args stops taking positionals at the first flag ("unrecognized arguments")
+    assert cli.main(["train", "cifar10_s_mixer", "--print-config", "optim.lr=0.2", "run.seed=3"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["optim"]["lr"] == 0.2 and d["run"]["seed"] == 3
+    args = cli.parse_args(["train", "--overwrite", "synthetic_tiny", "--resume", "optim.lr=1"])
+    assert (args.command, args.config, args.overrides, args.overwrite, args.resume) == \
+        ("train", "synthetic_tiny", ["optim.lr=1"], True, True)
+    args = cli.parse_args(["convert", "a.npz", "--to", "timm", "b.pth", "num_classes=3"])
+    assert (args.src, args.dst, args.to, args.overrides) == ("a.npz", "b.pth", "timm", ["num_classes=3"])
+
+
 def test_list_and_errors(capsys):
     assert cli.main(["train", "--list"]) == 0
     assert "fmnist_s_mixer" in capsys.readouterr().out

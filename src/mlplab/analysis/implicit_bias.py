@@ -24,6 +24,8 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from ..utils.seeds import derive_seed
+
 __all__ = [
     "make_bilinear_regression",
     "mse_loss",
@@ -88,7 +90,7 @@ def solve_factored(X: np.ndarray, Y: np.ndarray, S: int, C: int, lam: float, see
     below ``tol`` or no step decreases the objective any more (float64 resolution).
     Returns (V, W, objective, steps).
     """
-    rng = np.random.default_rng(seed + 1_000)
+    rng = np.random.default_rng(derive_seed(seed, "solve_factored"))
     V = init_scale * rng.standard_normal((C, C)) / math.sqrt(C)
     W = init_scale * rng.standard_normal((S, S)) / math.sqrt(S)
     f = factored_objective(V, W, X, Y, lam)

@@ -27,6 +27,7 @@ import torch
 import torch.nn as nn
 
 from ..theory.budget import channels_for, round_half_up, width_bounds
+from ..utils.seeds import derive_generator
 
 __all__ = [
     "mp_edge",
@@ -253,7 +254,7 @@ def spectrum_vs_width(omega: float, gamma: float = 1.0, s_list: Sequence[int] | 
         p = min(1.0, omega / (gamma * m * m))
         tok, ch, sw = [], [], []
         for s in seeds:
-            g = torch.Generator().manual_seed(int(s) * 7919 + m)
+            g = derive_generator(s, "spectra", m)
             tok.append(largest_singular_value(sample_mixer_weight(S, gamma, g), method))
             ch.append(largest_singular_value(sample_mixer_weight(C, gamma, g), method))
             sw.append(largest_singular_value(sample_sw_weight(m, p, gamma, g, sparse=True), method))
@@ -333,7 +334,7 @@ def normalised_spectrum(a: float, omega: float = 1e3, trials: int = 50, seed: in
     p = min(1.0, omega ** (-a))
     out = np.zeros((trials, m))
     for t in range(trials):
-        g = torch.Generator().manual_seed(seed * 100_003 + t)
+        g = derive_generator(seed, "sw_spectrum", t)
         Z = sample_sw_weight(m, p, 1.0, g, sparse=True) * math.sqrt(p * m)  # back to N(0, 1) entries
         if Z.nnz == 0:
             continue

@@ -25,6 +25,7 @@ import torch
 import torch.nn.functional as F
 
 from ..utils.io import atomic_save
+from ..utils.seeds import derive_generator
 from .download import DataError, cache_dir, download_file, safe_extract, verify_checksum
 from .formats import (read_cifar_batches, read_idx_pair, read_image_folder, read_stl10,
                       read_tiny_imagenet, load_pickle)
@@ -81,7 +82,7 @@ def make_synthetic(split: str, *, num_samples: int | None = None, image_size: in
     g = torch.Generator().manual_seed(int(seed))
     protos = torch.rand(num_classes, in_chans, 4, 4, generator=g) * 2 - 1
     protos = F.interpolate(protos, size=(h, w), mode="bilinear", align_corners=False)  # (K, ch, H, W)
-    gs = torch.Generator().manual_seed(int(seed) * 7919 + {"train": 1, "val": 2, "test": 3}.get(split, 4))
+    gs = derive_generator(seed, "synthetic", split)
     labels = torch.randint(num_classes, (n,), generator=gs)
     x = 128 + 80 * protos[labels] + noise * torch.randn(n, in_chans, h, w, generator=gs)
     images = x.round().clamp(0, 255).to(torch.uint8)

@@ -13,21 +13,15 @@ import math
 from pathlib import Path
 from typing import Iterator, Mapping, Sequence
 
-import numpy as np
 import torch
 
+from ..utils.seeds import derive_generator
 from .augment import Augment, normalize
 from .formats import decode_image, list_image_folder
 
-__all__ = ["DeviceLoader", "StreamingLoader", "ImageFolderDataset", "derive_generator"]
+__all__ = ["DeviceLoader", "StreamingLoader", "ImageFolderDataset"]
 
 Tensor = torch.Tensor
-
-
-def derive_generator(*key: int) -> torch.Generator:
-    """A CPU generator seeded by hashing the integers ``key`` (numpy SeedSequence)."""
-    s = np.random.SeedSequence([int(k) & 0xFFFFFFFF for k in key]).generate_state(2, np.uint32)
-    return torch.Generator().manual_seed(int(s[0]) << 31 | int(s[1]) >> 1)
 
 
 class _Loader:
@@ -63,7 +57,7 @@ class _Loader:
         epoch = self.epoch if epoch is None else epoch
         if not self.shuffle:
             return torch.arange(self.n)
-        return torch.randperm(self.n, generator=derive_generator(self.seed, epoch, 0, 0))
+        return torch.randperm(self.n, generator=derive_generator(self.seed, "perm", epoch))
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch, self.position = int(epoch), 0
@@ -81,7 +75,7 @@ class _Loader:
 
     def _finish(self, x: Tensor, y: Tensor, batch_index: int) -> tuple[Tensor, Tensor]:
         if self.augment is not None:
-            g = derive_generator(self.seed, self.epoch, 1, batch_index)
+            g = derive_generator(self.seed, "augment", self.epoch, batch_index)
             return self.augment(x, y, g, self.mean, self.std)
         x = x.float()
         if self.mean is not None and self.std is not None:

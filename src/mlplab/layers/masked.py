@@ -26,6 +26,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from ..utils.seeds import derive_generator
+
 __all__ = ["bernoulli_mask_indices", "mask_from_indices", "MaskedLinear", "SparseLinear"]
 
 _MASK_BLOCK_ROWS = 256  # rows per generator stream; fixed so the mask never depends on storage
@@ -42,7 +44,7 @@ def bernoulli_mask_indices(out_features: int, in_features: int, density: float, 
     rows, cols = [], []
     for r0 in range(0, out_features, _MASK_BLOCK_ROWS):
         n = min(_MASK_BLOCK_ROWS, out_features - r0)
-        g = torch.Generator().manual_seed(seed * 1_000_003 + r0 // _MASK_BLOCK_ROWS)
+        g = derive_generator(seed, "mask", r0 // _MASK_BLOCK_ROWS)
         keep = torch.rand(n, in_features, generator=g, device="cpu") < density  # (n, in)
         r, c = keep.nonzero(as_tuple=True)
         rows.append(r + r0)
@@ -66,7 +68,7 @@ def _init_std(in_features: int, density: float, scale: float) -> float:
 
 
 def _random_values(nnz: int, std: float, seed: int) -> torch.Tensor:
-    g = torch.Generator().manual_seed(seed * 1_000_003 + 999_983)
+    g = derive_generator(seed, "values")
     return torch.randn(nnz, generator=g, device="cpu") * std
 
 

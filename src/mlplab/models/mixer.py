@@ -23,6 +23,7 @@ import torch.nn as nn
 from ..layers.common import DropPath, LinearAct, Mlp, drop_path_rates, left_gemm_pays, left_linear
 from ..layers.pk import PKMixing, random_perm
 from ..layers.stem import PatchEmbed, check_patch_size
+from ..utils.seeds import derive_generator
 from .base import VisionMLP
 from .registry import register_model
 
@@ -68,7 +69,7 @@ def _rp_block_set(cfg: MixerConfig) -> frozenset[int]:
 def _layer_generator(seed: int, block: int, sub: int) -> torch.Generator:
     """Each mixing layer has its own stream, so a block's permutations do not depend on which
     other blocks are RP."""
-    return torch.Generator().manual_seed(seed * 1_000_003 + 2 * block + sub)
+    return derive_generator(seed, "rp", block, sub)
 
 
 def _hidden(explicit: int | None, expansion: float, n: int, what: str) -> int:

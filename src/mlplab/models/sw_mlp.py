@@ -42,6 +42,7 @@ from ..layers.common import make_act
 from ..layers.masked import MaskedLinear, SparseLinear
 from ..layers.stem import PatchEmbed, check_patch_size
 from ..layers.vec import vec
+from ..utils.seeds import derive_seed
 from .base import VisionMLP
 from .registry import register_model
 
@@ -87,7 +88,7 @@ def sw_width(omega: float, density: float, expansion: float = 1.0) -> int:
 
 
 def _layer_seed(seed: int, block: int, sub: int) -> int:
-    return seed * 1_000_003 + 2 * block + sub + 17
+    return derive_seed(seed, "sw_mlp", block, sub)
 
 
 def _sparse_layer(storage: str, n_in: int, n_out: int, cfg: SWMLPConfig, seed: int) -> nn.Module:

@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from ..data import DeviceLoader, build_augment, load_dataset
+from ..utils.seeds import derive_seed
 from .config import RunConfig
 from .distributed import DistInfo, shard_indices
 
@@ -84,7 +85,7 @@ def train_loader(data: RunData, epoch: int, batch_size: int, seed: int, dist: Di
     """This rank's loader for ``epoch``: its shard of the epoch's permutation, in order, with
     augmentation seeded by (seed, epoch, rank). ``batch_size`` is per rank."""
     idx = shard_indices(len(data.train), epoch, seed, dist, device=data.train.images.device)
-    aug_seed = (seed * 1_000_003 + epoch * 101 + dist.rank * 7 + 1) % (2**62)
+    aug_seed = derive_seed(seed, "augment", epoch, dist.rank)
     return _loader(data.train.images, data.train.labels, batch_size, augment=data.augment,
                    device=data.train.images.device, seed=aug_seed, info=data.info, shuffle=False, drop_last=True,
                    indices=idx)  # batches gather their rows: no per-epoch copy of the dataset

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from ..utils.seeds import derive_generator
+
 __all__ = ["DistInfo", "init_distributed", "shard_indices", "all_reduce_sum", "barrier", "cleanup"]
 
 
@@ -57,16 +59,12 @@ def shard_indices(n: int, epoch: int, seed: int, info: DistInfo, shuffle: bool =
     """This rank's indices into the n training examples for ``epoch`` (see module docstring).
     Every rank gets the same count (the tail that does not divide evenly is left out)."""
     if shuffle:
-        g = torch.Generator().manual_seed(_mix(seed, epoch))
+        g = derive_generator(seed, "shard", epoch)
         perm = torch.randperm(n, generator=g)
     else:
         perm = torch.arange(n)
     per_rank = n // info.world_size
     return perm[info.rank::info.world_size][:per_rank].to(device)
-
-
-def _mix(seed: int, epoch: int) -> int:
-    return (seed * 1_000_003 + epoch * 7919 + 12345) % (2**63 - 1)
 
 
 def all_reduce_sum(t: torch.Tensor, info: DistInfo) -> torch.Tensor:
