@@ -44,12 +44,13 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ..models.registry import create_model, get_model_entry
+from ..models.registry import get_model_entry
 from ..utils.io import atomic_write_json
 from . import checkpoint as ckpt
 from .backend import compile_model, resolve_compile
 from .config import Durations, RunConfig, config_diff, durations, from_dict, to_dict, validate
 from .data import RunData, eval_loader, load_run_data, train_loader
+from .init import build_model, with_model_resolution
 from .distributed import DistInfo, all_reduce_sum, barrier, cleanup, init_distributed
 from .metrics import MetricsWriter, Progress, cpu_has_native_bf16, flops_per_example, format_count, matmul_flops_per_s
 from .optim import build_optimizer, lr_at, set_lr
@@ -344,8 +345,8 @@ def _setup(cfg: RunConfig, dist: DistInfo, device: torch.device, run_dir: Path) 
         print("mlplab train: warning: this CPU has no native bf16 (AVX512-BF16/AMX); bf16 matmuls are "
               "emulated and several times slower than fp32", file=sys.stderr)
     torch.manual_seed(r.seed)
-    data = load_run_data(cfg, device)
-    model = create_model(cfg.model.name, **resolve_model_kwargs(cfg, data.info)).to(device)
+    data = load_run_data(with_model_resolution(cfg), device)  # a pretrained model's resolution (train.init)
+    model = build_model(cfg, data.info).to(device)
     dur = durations(cfg, len(data.train), dist.world_size)
     train_model: nn.Module = model
     if dist.enabled:
