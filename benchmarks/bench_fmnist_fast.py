@@ -31,8 +31,8 @@ TARGET_ACC, TARGET_S = 0.90, 180.0
 
 
 def run_seed(config: str, seed: int, out_dir: Path, extra: list[str]) -> dict:
-    cmd = [sys.executable, "-m", "mlplab.cli", "train", config, f"run.seed={seed}", f"run.out_dir={out_dir}",
-           "run.log=lines", "--overwrite", *extra]
+    cmd = [sys.executable, "-m", "mlplab.cli", "train", "--overwrite", config, f"run.seed={seed}",
+           f"run.out_dir={out_dir}", "run.log=lines", *extra]
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True)
     wall = time.perf_counter() - t0

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import importlib.util
 import os
 import sys
+
+from .errors import RunFailure
 
 # subcommand -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -22,18 +23,32 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
-def _available() -> dict[str, tuple[str, str]]:
-    out = {}
-    for name, (mod, help_) in COMMANDS.items():
-        if importlib.util.find_spec(mod) is not None:
-            out[name] = (mod, help_)
-    return out
+_DEBUG_HINT = " (MLPLAB_DEBUG=1 shows the traceback)"
+
+
+def explain(e: BaseException) -> tuple[int | None, str]:
+    """The exit status and one-line message for an expected error (``mlplab.errors``): 2 for bad
+    input, 1 for a runtime failure; ``(None, "")`` for anything else, which is a bug."""
+    if isinstance(e, (ValueError, FileNotFoundError)):  # BadInput, BadType and the library's plain ValueErrors
+        return 2, str(e)
+    if isinstance(e, RunFailure):
+        return 1, str(e)
+    if isinstance(e, MemoryError) or type(e).__name__ == "OutOfMemoryError":
+        return 1, ("out of memory; lower run.batch_size or the model size, or use a machine with more "
+                   "memory" + _DEBUG_HINT)
+    if isinstance(e, OSError) and e.errno is not None:
+        where = f" {e.filename}" if e.filename else ""
+        return 1, f"cannot use{where}: {e.strerror or e}; free space, fix permissions or choose another run.out_dir" \
+            + _DEBUG_HINT
+    if isinstance(e, (OverflowError, RecursionError)):
+        return 2, f"a value is too large to handle ({e}); use a smaller one"
+    return None, ""
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mlplab", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name, (mod, help_) in _available().items():
+    for name, (mod, help_) in COMMANDS.items():
         p = sub.add_parser(name, help=help_, description=help_)
         importlib.import_module(mod).add_arguments(p)
     return parser
@@ -45,14 +60,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 2
-    module = importlib.import_module(_available()[args.command][0])
+    module = importlib.import_module(COMMANDS[args.command][0])
     try:
         return int(module.run(args) or 0)
-    except (ValueError, TypeError, FileNotFoundError) as e:
-        if os.environ.get("MLPLAB_DEBUG"):
-            raise
-        print(f"mlplab {args.command}: error: {e}", file=sys.stderr)
-        return 2
+    except Exception as e:
+        status, message = explain(e)
+        if status is None or os.environ.get("MLPLAB_DEBUG"):
+            raise  # a bug (or MLPLAB_DEBUG=1): the traceback is what helps
+        print(f"mlplab {args.command}: error: {message}", file=sys.stderr)
+        return status
 
 
 if __name__ == "__main__":

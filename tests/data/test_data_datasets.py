@@ -127,7 +127,7 @@ def test_table_records_are_complete():
                 assert f.urls[0].startswith("https://"), f.urls
     assert DATASETS["cifar10"].file("cifar-10-python.tar.gz").checksum == "md5:c58f30108f718f92721af3b95e74349a"
     assert DATASETS["fashion_mnist"].classes[0] == "T-shirt/top"
-    with pytest.raises(KeyError, match="known datasets"):
+    with pytest.raises(ValueError, match="known datasets"):
         load_dataset("no_such_set", "train")
 
 

@@ -4,6 +4,8 @@ import pytest
 
 from mlplab.experiments import estimate_cost, expand, format_list, get_experiment, list_experiments, plan_experiment
 
+from mlplab.experiments.specs.common import fair_width
+
 SPEC_IDS = ["fig2a-c", "fig2d", "fig4", "fig5", "fig6", "fig7", "figS1", "figS2-S3", "figS4", "figS5",
             "figS6-S8", "figS9", "table1", "tableS3", "implicit-bias"]
 
@@ -65,7 +67,10 @@ def test_paper_scale_keeps_the_published_settings():
     assert len(specs) == 6 * 3
     _, _, p5 = plan_experiment("fig5", "paper", check_available=False)
     sw_widths = sorted({s.overrides["meta.m"] for s in expand(p5.sweeps[0]) if s.overrides["meta.family"] == "sw_mlp"})
-    assert sw_widths == [540, 612, 724, 935, 1619]  # SPEC §3, Ω = 2^18
+    # SPEC §3 widths at Ω = 2^18 (540, 612, 724, 935, 1619), each rounded to a multiple of S0 = 64 so that the
+    # SW-MLP gets the Mixer's per-patch stem (issue 8); the density then follows from Ω
+    assert sw_widths == [512, 640, 704, 960, 1600]
+    assert sw_widths == [fair_width(m, 64) for m in (540, 612, 724, 935, 1619)]
 
 
 def test_cpu_scale_falls_back_to_fashion_mnist():
@@ -90,3 +95,95 @@ def test_overrides_reach_every_training_run():
         for s in expand(sw):
             assert (s.overrides.get("schedule.epochs") == 2) == (sw.task == "train")
     assert estimate_cost(plan, "smoke")["run_epochs"] > 5
+
+
+def test_epochs_null_switches_the_duration_to_steps():
+    """issue 8: the config error recommends ``schedule.epochs=null``; reproduce must accept it."""
+    from mlplab.train import make_config
+
+    ov = {"schedule.epochs": None, "schedule.steps": 3}
+    _, _, plan = plan_experiment("fig6", "smoke", check_available=False, overrides=ov)
+    sw = plan.sweeps[0]
+    spec = expand(sw)[0]
+    assert spec.overrides["schedule.epochs"] is None and spec.overrides["schedule.steps"] == 3
+    cfg = make_config(None, {k: v for k, v in spec.overrides.items() if not k.startswith("meta.")})
+    assert cfg.schedule.epochs is None and cfg.schedule.steps == 3
+    batch, n = spec.overrides["run.batch_size"], spec.overrides["data.train_subset"]
+    assert sw.epochs == pytest.approx(3 * batch / n)  # the cost estimate counts steps as epochs
+    _, _, plan = plan_experiment("fig6", "smoke", check_available=False,
+                                 overrides={"schedule.epochs": None, "schedule.examples": 128})
+    assert plan.sweeps[0].epochs == pytest.approx(128 / n)
+
+
+def test_fair_width_is_the_nearest_multiple_of_s0():
+    assert fair_width(540, 64) == 512 and fair_width(1619, 64) == 1600 and fair_width(10, 49) == 49
+    assert fair_width(49 * 7, 49) == 343
+
+
+@pytest.mark.parametrize("id", ["fig4", "fig5", "figS1"])
+@pytest.mark.parametrize("scale", ["smoke", "cpu", "paper"])
+def test_sw_mlps_get_the_mixers_per_patch_stem(id, scale):
+    """Every SW-MLP width is a multiple of S0, so ``stem='auto'`` picks the per-patch FC, and its
+    density spends the same Ω as planned."""
+    from mlplab.experiments.recipes import make_scale
+
+    _, sc, plan = plan_experiment(id, scale, check_available=False)
+    s0 = sc.s0(sc.patch_for_tokens(4))
+    sws = [s.overrides for sw in plan.sweeps for s in expand(sw) if s.overrides.get("model.name") == "sw_mlp"]
+    assert sws
+    for o in sws:
+        m, p, om = o["model.kwargs.width"], o["model.kwargs.density"], o["meta.omega"]
+        assert m % s0 == 0
+        gamma = o.get("model.kwargs.expansion", 1.0)
+        assert p == 1.0 or p * gamma * m * m == pytest.approx(om)
+
+
+def test_spec_modules_never_import_the_registry_or_the_report():
+    """Structure (issue 8): plan, claims and verdicts are leaves; specs → plan/claims/verdicts;
+    registry → specs and report; report → claims/plan. No lazy import of the registry anywhere."""
+    import ast
+    import pathlib
+
+    import mlplab.experiments as pkg
+
+    root = pathlib.Path(pkg.__file__).parent
+    banned = {"plan.py": {"registry", "report", "specs", "executors"}, "claims.py": {"registry", "report", "specs"},
+              "verdicts.py": {"registry", "report", "specs", "claims", "plan"}, "report.py": {"registry", "specs"}}
+    for f in [*root.glob("specs/*.py"), *(root / n for n in banned)]:
+        bad = banned.get(f.name, {"registry", "report"})
+        pkg_parts = ["mlplab", "experiments"] + (["specs"] if f.parent.name == "specs" else [])
+        for node in ast.walk(ast.parse(f.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                mod = ".".join(pkg_parts[:len(pkg_parts) - node.level + 1] + [node.module]) if node.level else node.module
+                if mod.startswith("mlplab.experiments."):
+                    assert mod.split(".")[2] not in bad, f"{f.name} imports {mod}"
+
+
+def test_cpu_scale_trains_on_the_full_set_with_the_fast_engine_and_family_lr():
+    from mlplab.experiments.recipes import CPU_BATCH, CPU_LR, CPU_SEEDS
+
+    _, _, plan = plan_experiment("fig5", "cpu", check_available=False)
+    specs = expand(plan.sweeps[0])
+    assert {s.overrides["run.seed"] for s in specs} == set(range(CPU_SEEDS))
+    for s in specs:
+        o = s.overrides
+        assert "data.train_subset" not in o and "data.test_subset" not in o
+        assert (o["run.batch_size"], o["run.eval_every"], o["run.checkpoint_every"]) == (CPU_BATCH, 0, 0)
+        assert o["optim.name"] == "adamw" and o["optim.lr"] == CPU_LR[o["model.name"]]
+    # smoke keeps its tiny recipe; paper its published lr
+    _, _, p = plan_experiment("fig6", "smoke", check_available=False)
+    assert expand(p.sweeps[0])[0].overrides["data.train_subset"] == 64
+    _, _, p = plan_experiment("fig6", "paper", check_available=False)
+    assert expand(p.sweeps[0])[0].overrides["optim.lr"] == 0.02
+
+
+def test_quick_fig6_is_the_centre_and_both_ends_with_three_seeds():
+    _, sc, plan = plan_experiment("fig6", "quick", check_available=False)
+    specs = expand(plan.sweeps[0])
+    pairs = sorted({(s.overrides["meta.S"], s.overrides["meta.C"]) for s in specs})
+    assert pairs == [(8, 124), (40, 41), (41, 40), (124, 8)]
+    assert len(specs) == 12 and {s.overrides["schedule.epochs"] for s in specs} == {6}
+    # ids that say nothing about quick run their cpu plan
+    q = [s.overrides for s in expand(plan_experiment("fig7", "quick", check_available=False)[2].sweeps[0])]
+    c = [s.overrides for s in expand(plan_experiment("fig7", "cpu", check_available=False)[2].sweeps[0])]
+    assert q == c

@@ -4,8 +4,7 @@ import json
 
 import pytest
 
-from mlplab.experiments import list_experiments, reproduce
-from mlplab.experiments.report import write_report
+from mlplab.experiments import list_experiments, report_experiment, reproduce
 
 IDS = ["fig2a-c", "fig2d", "fig4", "fig5", "fig6", "fig7", "figS1", "figS2-S3", "figS4", "figS5",
        "figS6-S8", "figS9", "table1", "tableS3", "implicit-bias"]
@@ -36,7 +35,7 @@ def test_smoke_experiment_reports(smoke_runs, id):
 
 def test_report_is_rewritten_from_the_runs(smoke_runs):
     out = smoke_runs["fig6"]["out_dir"]
-    res = write_report(out)
+    res = report_experiment("fig6", out, verbose=False)
     assert res["error"] is None and res["report"].endswith("report.md")
 
 

@@ -82,9 +82,23 @@ def test_bad_fine_tuning_configs(tmp_path, pretrained):
 
 
 def test_finetune_cli_print_config(tmp_path, pretrained, capsys):
-    assert cli.main(["finetune", str(pretrained), "fmnist_linear_probe", "--print-config"]) == 0
+    argv = ["finetune", str(pretrained), "fmnist_linear_probe", "data.dataset=synthetic", "--print-config"]
+    assert cli.main(argv) == 0
     d = json.loads(capsys.readouterr().out)
     assert d["model"]["init_from"] == str(pretrained) and d["model"]["name"] == "mlp_mixer"
     assert d["optim"]["freeze"] == "body" and d["run"]["name"].startswith("fmnist_linear_probe-from-pre")
     assert cli.main(["finetune", str(tmp_path / "nothing"), "fmnist_finetune"]) == 2
     assert "does not exist" in capsys.readouterr().err
+
+
+def test_finetune_refuses_bad_input_before_writing(tmp_path, pretrained, capsys):
+    out = tmp_path / "runs"
+    # the synthetic pre-training is 3-channel; Fashion-MNIST has 1 channel: refused from the checkpoint alone
+    assert cli.main(["finetune", str(pretrained), "fmnist_linear_probe", f"run.out_dir={out}"]) == 2
+    assert "takes 3-channel images but fashion_mnist has 1" in capsys.readouterr().err
+    mlp = tmp_path / "mlp.safetensors"
+    mlplab.save_pretrained(mlplab.create_model("bottleneck_mlp", width=4, depth=1, image_size=8, in_chans=3,
+                                               num_classes=10), mlp)
+    assert cli.main(["finetune", str(mlp), "fmnist_finetune", "data.dataset=synthetic", f"run.out_dir={out}"]) == 2
+    assert "model.expand=2 works on Mixers" in capsys.readouterr().err
+    assert not out.exists()

@@ -72,13 +72,16 @@ def test_sigkill_then_resume_is_bitwise_identical(tmp_path, subprocess_env):
 def test_kill_between_the_two_renames_is_recovered(tmp_path):
     model = torch.nn.Linear(3, 2)
     save_checkpoint(tmp_path, model, {"epoch": 1, "step": 5})
-    os.replace(tmp_path / "checkpoint", tmp_path / "checkpoint.old")  # as if killed mid-swap
+    os.replace(tmp_path / "checkpoint", tmp_path / "checkpoint.prev")  # as if killed mid-swap
     found = find_checkpoint(tmp_path)
-    assert found == tmp_path / "checkpoint.old"
+    assert found == tmp_path / "checkpoint.prev"
     fresh = torch.nn.Linear(3, 2)
     state = load_checkpoint(found, fresh)
     assert state["epoch"] == 1 and torch.equal(fresh.weight, model.weight)
     (tmp_path / "checkpoint.new").mkdir()  # a half-written next checkpoint is ignored, then replaced
     save_checkpoint(tmp_path, model, {"epoch": 2, "step": 10})
     assert find_checkpoint(tmp_path) == tmp_path / "checkpoint"
-    assert not (tmp_path / "checkpoint.old").exists() and not (tmp_path / "checkpoint.new").exists()
+    assert not (tmp_path / "checkpoint.new").exists()
+    assert load_checkpoint(tmp_path / "checkpoint.prev", fresh)["epoch"] == 1  # the one before is kept
+    save_checkpoint(tmp_path, model, {"epoch": 3, "step": 15})
+    assert load_checkpoint(tmp_path / "checkpoint.prev", fresh)["epoch"] == 2

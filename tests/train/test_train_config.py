@@ -108,3 +108,20 @@ def test_run_name_derived_from_overrides():
     b = make_config("cifar10_s_mixer", ["optim.lr=0.2", "model.kwargs.depth=4"])
     assert set(config_diff(a, b)) == {"optim.lr"}  # run.name / run.log are not semantic
 
+
+
+@pytest.mark.parametrize("scaling, batch, expected", [
+    ("linear", 1024, 4e-3), ("sqrt", 1024, 2e-3), ("linear", 128, 5e-4), ("sqrt", 64, 5e-4), ("linear", 256, 1e-3)])
+def test_peak_lr_scales_with_the_batch_only_when_lr_batch_is_set(scaling, batch, expected):
+    from mlplab.train.config import durations, peak_lr
+    cfg = make_config("synthetic_tiny", ["optim.lr=1e-3", "optim.lr_batch=256", f"optim.lr_scaling={scaling}",
+                                         f"run.batch_size={batch}"])
+    assert peak_lr(cfg) == pytest.approx(expected, rel=1e-12)
+    assert durations(cfg, n_train=4096).peak_lr == pytest.approx(expected, rel=1e-12)
+    plain = make_config("synthetic_tiny", ["optim.lr=1e-3", f"run.batch_size={batch}"])
+    assert peak_lr(plain) == 1e-3  # no lr_batch: the lr is used as given
+
+
+def test_lr_batch_must_be_a_batch_size():
+    with pytest.raises(ValueError, match="optim.lr_batch must be a batch size"):
+        make_config("synthetic_tiny", ["optim.lr_batch=0"])

@@ -63,7 +63,7 @@ def test_non_finite_loss_stops_with_the_step(tiny, monkeypatch):
         return model
 
     monkeypatch.setattr(loop, "create_model", poisoned)
-    with pytest.raises(NonFiniteError, match=r"non-finite loss or gradient at step 5 \(epoch 0\)"):
+    with pytest.raises(NonFiniteError, match=r"non-finite loss or gradient at step 6 \(epoch 1\)"):
         train(tiny("nan", **{"run.nan_check_every": 3}))
     assert not (Path(tiny("nan").run.out_dir) / "nan" / "checkpoint").exists()  # none from bad weights
 
@@ -75,7 +75,7 @@ def test_grad_norm_check_catches_non_finite_gradients(tiny, monkeypatch):
         return model
 
     monkeypatch.setattr(loop, "create_model", poisoned)
-    with pytest.raises(NonFiniteError, match="at step 0 "):
+    with pytest.raises(NonFiniteError, match="at step 1 "):
         train(tiny("inf", **{"optim.grad_clip": 1.0}))
 
 
@@ -125,3 +125,10 @@ def test_soft_targets_val_split_and_rp_buffers(tiny):
     assert perms, "RP permutations must be saved with the weights"
     model = create_model("rp_s_mixer", **{**cfg.model.kwargs, "image_size": 8, "in_chans": 3, "num_classes": 10})
     assert set(w) == set(model.state_dict())
+
+
+def test_the_loop_trains_with_the_batch_scaled_peak_lr(tiny):
+    # lr 1e-3 tuned for batch 8, run at batch 32 with the linear rule: a constant 4e-3 every step
+    res = train(tiny("scaled", **{"optim.lr": 1e-3, "optim.lr_batch": 8, "optim.lr_scaling": "linear",
+                                  "schedule.schedule": "constant", "schedule.warmup_steps": None}))
+    assert [h["lr"] for h in res["history"]] == pytest.approx([4e-3] * 3, rel=1e-12)

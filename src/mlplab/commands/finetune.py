@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 
@@ -48,10 +49,12 @@ def finetune_config(checkpoint: str, config: str, overrides: list[str] | dict | 
 def run(args: argparse.Namespace) -> int:
     from ..train import train
     from ..train.config import to_dict
+    from ..train.loop import check_run
 
     if args.resume and args.overwrite:
-        raise ValueError("--resume and --overwrite exclude each other")
-    cfg = finetune_config(args.checkpoint, args.config, args.overrides)
+        print("mlplab finetune: error: --resume and --overwrite exclude each other", file=sys.stderr)
+        return 2
+    cfg = check_run(finetune_config(args.checkpoint, args.config, args.overrides))  # before anything is written
     if args.print_config:
         print(json.dumps(to_dict(cfg), indent=2))
         return 0

@@ -8,24 +8,22 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from ..experiments.recipes import SCALES
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("id", help="experiment id")
-    parser.add_argument("--scale", choices=("smoke", "cpu", "paper"), default="cpu",
+    parser.add_argument("--scale", choices=SCALES, default="cpu",
                         help="which default folder (runs/experiments/ID-SCALE) when --out is not given")
     parser.add_argument("--out", default=None, help="the experiment folder")
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..experiments.registry import default_out_dir, get_experiment, load_manifest
-    from ..experiments.report import write_report
+    from ..experiments.registry import default_out_dir, get_experiment, report_experiment
 
     exp = get_experiment(args.id)
     out = Path(args.out) if args.out else default_out_dir(exp.id, args.scale)
-    man = load_manifest(out)
-    if man.get("experiment") != exp.id:
-        raise ValueError(f"{out} holds experiment {man.get('experiment')!r}, not {exp.id!r}")
-    res = write_report(out, verbose=True)
+    res = report_experiment(exp.id, out, verbose=True)
     if res["error"]:
         print("analysis failed; see the end of report.md")
         return 1

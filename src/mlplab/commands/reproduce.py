@@ -10,11 +10,13 @@ import argparse
 import shlex
 import sys
 
+from ..experiments.recipes import SCALES
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("id", nargs="?", help="experiment id (fig2a-c, fig2d, fig4, ..., tableS3)")
     parser.add_argument("--list", action="store_true", help="list the experiments with their runs and estimated cost")
-    parser.add_argument("--scale", choices=("smoke", "cpu", "paper"), default="cpu",
+    parser.add_argument("--scale", choices=SCALES, default="cpu",
                         help="smoke: seconds; cpu: ~15-25 min on 2 cores; paper: the published setting")
     parser.add_argument("--dataset", default=None,
                         help="dataset (default: the published one; at cpu scale Fashion-MNIST when it is absent)")

@@ -9,10 +9,12 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from ..experiments.recipes import SCALES
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("sweep", help="an experiment id (see `mlplab reproduce --list`) or a .json/.py sweep file")
-    parser.add_argument("--scale", choices=("smoke", "cpu", "paper"), default="cpu",
+    parser.add_argument("--scale", choices=SCALES, default="cpu",
                         help="scale of an experiment id (default: cpu)")
     parser.add_argument("--dataset", default=None, help="dataset of an experiment id (default: the published one)")
     parser.add_argument("--jobs", type=int, default=1, help="runs at a time (local: processes; slurm: array parallelism)")

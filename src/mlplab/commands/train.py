@@ -24,6 +24,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..train import CONFIGS, make_config, train
+    from ..train.loop import check_run
     from ..train.config import to_dict
     from ..train.presets import DESCRIPTIONS
 
@@ -38,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
     if args.resume and args.overwrite:
         print("mlplab train: error: --resume and --overwrite exclude each other", file=sys.stderr)
         return 2
-    cfg = make_config(args.config, args.overrides)
+    cfg = check_run(make_config(args.config, args.overrides))  # before anything is written or printed
     if args.print_config:
         print(json.dumps(to_dict(cfg), indent=2))
         return 0

@@ -12,13 +12,15 @@ import zipfile
 from pathlib import Path, PurePosixPath
 from typing import Iterable
 
+from ..errors import RunFailure
+
 __all__ = ["DataError", "ChecksumError", "cache_dir", "file_checksum", "verify_checksum", "fetch",
            "download_file", "safe_extract"]
 
 _CHUNK = 1 << 20
 
 
-class DataError(RuntimeError):
+class DataError(RunFailure):
     """A dataset file is missing, corrupt, truncated or unsafe. The message names the file."""
 
 

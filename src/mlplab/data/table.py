@@ -18,7 +18,10 @@ Mean/std are per-channel statistics of the training split in [0, 1] units
 """
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass, field
+
+from ..errors import BadInput
 
 __all__ = ["DataFile", "DatasetInfo", "DATASETS", "get_info", "FASHION_MNIST_DEBIAN_DIR"]
 
@@ -213,7 +216,8 @@ DATASETS: dict[str, DatasetInfo] = {d.name: d for d in
 
 def get_info(name: str) -> DatasetInfo:
     """The table's record for ``name``; an unknown name lists the known ones."""
-    try:
-        return DATASETS[name]
-    except KeyError:
-        raise KeyError(f"unknown dataset {name!r}; known datasets: {sorted(DATASETS)}") from None
+    if name not in DATASETS:
+        close = difflib.get_close_matches(str(name), DATASETS, n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        raise BadInput(f"unknown dataset {name!r}; {hint}known datasets: {', '.join(sorted(DATASETS))}")
+    return DATASETS[name]

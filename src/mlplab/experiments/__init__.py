@@ -9,15 +9,17 @@ figures and reports.
 """
 from .aggregate import RunRecord, group_runs, load_runs, mean_std
 from .executors import EXECUTORS, SweepResult, execute_run, run_specs, run_sweep
+from .claims import Analysis, Claim
 from .registry import (EXPERIMENTS, Experiment, Plan, estimate_cost, experiment, format_list, get_experiment,
-                       list_experiments, plan_experiment, reproduce)
-from .report import Analysis, Claim, write_report
+                       list_experiments, plan_experiment, report_experiment, reproduce)
+from .report import write_report
+from .verdicts import Verdict
 from .sweep import Axis, RunSpec, Sweep, expand, product, run_name, zip_axes
 
 __all__ = [
     "Sweep", "Axis", "RunSpec", "product", "zip_axes", "expand", "run_name",
     "run_sweep", "run_specs", "execute_run", "SweepResult", "EXECUTORS",
     "Experiment", "Plan", "experiment", "EXPERIMENTS", "get_experiment", "list_experiments",
-    "plan_experiment", "reproduce", "estimate_cost", "format_list",
-    "RunRecord", "load_runs", "group_runs", "mean_std", "Analysis", "Claim", "write_report",
+    "plan_experiment", "reproduce", "report_experiment", "estimate_cost", "format_list",
+    "RunRecord", "load_runs", "group_runs", "mean_std", "Analysis", "Claim", "Verdict", "write_report",
 ]

@@ -14,6 +14,7 @@ records the status of every run.
 """
 from __future__ import annotations
 
+import ctypes
 import importlib
 import json
 import os
@@ -25,8 +26,9 @@ import time
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
+from ..errors import BadInput
 from ..utils.io import atomic_write_json, atomic_write_text
 from .sweep import RunSpec, Sweep, expand
 
@@ -77,8 +79,8 @@ def _load_task(task: str):
     return getattr(importlib.import_module(mod), fn)
 
 
-def _train_run(spec: RunSpec, run_dir: Path) -> dict[str, Any]:
-    from ..train import make_config, train  # the trainer writes config/metrics/results.json
+def _train_config(spec: RunSpec, run_dir: Path):
+    from ..train import make_config
 
     from .recipes import run_dir_overrides
 
@@ -86,9 +88,30 @@ def _train_run(spec: RunSpec, run_dir: Path) -> dict[str, Any]:
     # make_config takes model.kwargs.x keys directly.
     overrides = {k: v for k, v in spec.overrides.items() if not k.startswith("meta.")}
     overrides.update(run_dir_overrides(run_dir))
-    cfg = make_config(spec.base, overrides)
+    return make_config(spec.base, overrides)
+
+
+def _train_run(spec: RunSpec, run_dir: Path) -> dict[str, Any]:
+    from ..train import train  # the trainer writes config/metrics/results.json
+
     # resume=True: a run killed earlier continues from its checkpoint (same config required)
-    return train(cfg, resume=True)
+    return train(_train_config(spec, run_dir), resume=True)
+
+
+def check_specs(specs: Sequence[RunSpec], out_dir: Path) -> None:
+    """Validate every training run's config (keys, types, rules, dataset name, model against the
+    dataset) once, before anything is launched or written: a typo in ``--set`` stops the whole
+    experiment with one message instead of failing every run. Memory is not checked here (a
+    cluster node may have more than this machine)."""
+    from ..train.loop import check_run
+
+    for s in specs:
+        if s.task != "train":
+            continue
+        try:
+            check_run(_train_config(s, out_dir / (s.sweep or "") / s.name), memory=False)
+        except ValueError as e:
+            raise BadInput(f"run {_key(s)}: {e}") from None
 
 
 def execute_run(run_dir: str | os.PathLike) -> str:
@@ -122,10 +145,13 @@ def execute_run(run_dir: str | os.PathLike) -> str:
             if not (run_dir / "config.json").exists():
                 atomic_write_json(run_dir / "config.json", {"task": spec.task, "overrides": spec.overrides})
             atomic_write_json(results, res)
+        err.unlink(missing_ok=True)  # done, never done and failed (a refused second process may have written it)
         return "done"
     except (KeyboardInterrupt, SystemExit):
         raise
     except BaseException:
+        if results.exists():  # another process finished this run meanwhile: it is done
+            return "done"
         atomic_write_text(err, traceback.format_exc())
         return "failed"
 
@@ -160,6 +186,31 @@ def _gpu_count() -> int:
         return 0
 
 
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def _owned_by(parent: int) -> Callable[[], None]:
+    """The executor owns its workers: each starts its own process group (so stopping it stops
+    whatever it started) and, on Linux, is sent SIGTERM when the executor dies — even by SIGKILL,
+    which no handler sees — so killing ``reproduce`` never leaves a run going on its own."""
+    def child() -> None:
+        os.setpgid(0, 0)
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+        except (OSError, AttributeError):  # not Linux: the process group still lets us stop it
+            pass
+        if os.getppid() != parent:  # the executor died before prctl took effect
+            os._exit(1)
+    return child
+
+
+def _signal_group(p: subprocess.Popen, sig: int) -> None:
+    try:
+        os.killpg(p.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
 def _run_local(dirs: list[Path], jobs: int, log, out: dict[Path, str]) -> dict[Path, str]:
     """``jobs`` worker processes (``python -m mlplab.experiments.worker RUN_DIR``) at a time.
 
@@ -184,7 +235,8 @@ def _run_local(dirs: list[Path], jobs: int, log, out: dict[Path, str]) -> dict[P
                     env["CUDA_VISIBLE_DEVICES"] = str(slot % ngpu)
                 logf = open(d / "log.txt", "ab")
                 p = subprocess.Popen([sys.executable, "-m", "mlplab.experiments.worker", str(d)],
-                                     stdout=logf, stderr=subprocess.STDOUT, env=env)
+                                     stdout=logf, stderr=subprocess.STDOUT, env=env,
+                                     preexec_fn=_owned_by(os.getpid()))
                 running[slot] = (p, d, logf)
             time.sleep(0.1)
             for slot, (p, d, logf) in list(running.items()):
@@ -196,6 +248,7 @@ def _run_local(dirs: list[Path], jobs: int, log, out: dict[Path, str]) -> dict[P
                 done += 1
                 if (d / "results.json").exists():
                     out[d] = "done"
+                    (d / "error.txt").unlink(missing_ok=True)
                 else:
                     out[d] = "failed"
                     if not (d / "error.txt").exists():
@@ -203,13 +256,14 @@ def _run_local(dirs: list[Path], jobs: int, log, out: dict[Path, str]) -> dict[P
                         atomic_write_text(d / "error.txt", f"worker exited with code {rc}\n{tail}")
                 log(f"[{done}/{len(dirs)}] {out[d]:7s} {d.name}")
     except BaseException:
-        for p, d, logf in running.values():  # only the processes this sweep started
-            p.terminate()
+        for p, d, logf in running.values():  # only the process groups this sweep started
+            _signal_group(p, signal.SIGTERM)
         for p, d, logf in running.values():
             try:
                 p.wait(timeout=10)
             except subprocess.TimeoutExpired:
-                p.kill()
+                _signal_group(p, signal.SIGKILL)
+                p.wait()
             logf.close()
         raise
     return out
@@ -273,6 +327,10 @@ def _term_as_interrupt():
     return signal.signal(signal.SIGTERM, handler)
 
 
+def _dir_of(s: RunSpec, out_dir: Path) -> Path:
+    return out_dir / s.sweep / s.name if s.sweep else out_dir / s.name
+
+
 def _key(s: RunSpec) -> str:
     return f"{s.sweep}/{s.name}" if s.sweep else s.name
 
@@ -294,11 +352,12 @@ def run_specs(
     if jobs < 1:
         raise ValueError(f"jobs must be >= 1, got {jobs}")
     out_dir = Path(out_dir)
+    check_specs([s for s in specs if not (_dir_of(s, out_dir) / "results.json").exists()], out_dir)
     log = (lambda msg: print(msg, flush=True)) if verbose else (lambda msg: None)
     result = SweepResult(out_dir)
     todo: list[Path] = []
     for s in specs:
-        d = out_dir / s.sweep / s.name if s.sweep else out_dir / s.name
+        d = _dir_of(s, out_dir)
         _prepare(s, d)
         result.run_dirs[_key(s)] = d
         if (d / "results.json").exists():

@@ -7,88 +7,41 @@ figures and verdicts (see :mod:`mlplab.experiments.report`).
 """
 from __future__ import annotations
 
-import inspect
-import json
 import shlex
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 from ..utils.io import atomic_write_json
-from .executors import SweepResult, run_specs
+from .executors import SweepResult, check_specs, run_specs
+from .plan import ALIASES, EXPERIMENTS, Experiment, Plan, experiment
 from .recipes import Scale, make_scale
+from .report import load_manifest, write_report
+from .specs import ORDER
 from .sweep import RunSpec, Sweep, expand
 
 __all__ = ["Plan", "Experiment", "experiment", "EXPERIMENTS", "get_experiment", "list_experiments",
-           "plan_experiment", "reproduce", "estimate_cost", "default_out_dir", "format_list"]
+           "plan_experiment", "reproduce", "report_experiment", "estimate_cost", "default_out_dir", "format_list",
+           "load_manifest"]
 
 
-@dataclass
-class Plan:
-    """What an experiment runs at one scale: stages of sweeps (a stage starts when the one
-    before has finished, e.g. CKA after training), plus notes for the report."""
-
-    stages: list[list[Sweep]]
-    notes: list[str] = field(default_factory=list)
-    settings: dict[str, Any] = field(default_factory=dict)  # the key numbers, for the report
-
-    @property
-    def sweeps(self) -> list[Sweep]:
-        return [s for st in self.stages for s in st]
-
-
-@dataclass
-class Experiment:
-    id: str
-    title: str
-    plan: Callable[[Scale], Plan]
-    analyse: Callable[..., Any]
-    default_dataset: str = "cifar10"
-    aliases: tuple[str, ...] = ()
-    doc: str = ""
-
-    def summary(self) -> str:
-        return self.title
-
-
-EXPERIMENTS: dict[str, Experiment] = {}
-_ALIASES: dict[str, str] = {}
-
-
-def experiment(id: str, title: str, *, analyse: Callable[..., Any], default_dataset: str = "cifar10",
-               aliases: Sequence[str] = ()):
-    """Register ``plan(scale) -> Plan`` as experiment ``id`` (decorator)."""
-
-    def deco(fn: Callable[[Scale], Plan]) -> Callable[[Scale], Plan]:
-        if id in EXPERIMENTS:
-            raise ValueError(f"experiment {id!r} is registered twice")
-        EXPERIMENTS[id] = Experiment(id, title, fn, analyse, default_dataset, tuple(aliases),
-                                     inspect.cleandoc(fn.__doc__ or ""))
-        for a in (id, *aliases):
-            _ALIASES[a.lower()] = id
-        return fn
-
-    return deco
-
-
-def _load_specs() -> None:
-    from . import specs  # noqa: F401  (registers every experiment)
+def _ordered() -> list[str]:
+    known = [k for k in ORDER if k in EXPERIMENTS]
+    return known + [k for k in EXPERIMENTS if k not in known]
 
 
 def list_experiments() -> list[str]:
-    _load_specs()
-    return list(EXPERIMENTS)
+    """Every registered id, in ``specs.ORDER`` (SPEC §7 order)."""
+    return _ordered()
 
 
 def get_experiment(id: str) -> Experiment:
     """The experiment ``id`` (case-insensitive; aliases such as ``figS2-S3``); an unknown id is an
     error that lists the valid ones."""
-    _load_specs()
-    key = _ALIASES.get(str(id).lower())
+    key = ALIASES.get(str(id).lower())
     if key is None:
-        raise ValueError(f"unknown experiment {id!r}; valid ids are: {', '.join(EXPERIMENTS)}")
+        raise ValueError(f"unknown experiment {id!r}; valid ids are: {', '.join(_ordered())}")
     return EXPERIMENTS[key]
 
 
@@ -104,15 +57,34 @@ def plan_experiment(id: str, scale: str = "cpu", dataset: str | None = None,
         for sw in plan.sweeps:
             if sw.task == "train":
                 sw.base_overrides = {**sw.base_overrides, **overrides}
-                if "schedule.epochs" in overrides:
-                    sw.epochs = float(overrides["schedule.epochs"])
+                sw.epochs = _planned_epochs(sw)
         plan.notes.append("overrides applied to every training run: "
                           + ", ".join(f"{k}={v}" for k, v in overrides.items()))
     return exp, sc, plan
 
 
+# training-set sizes for the cost estimate of runs whose duration is given in steps or examples
+TRAIN_SIZES = {"fashion_mnist": 60000, "mnist": 60000, "cifar10": 50000, "cifar100": 50000, "stl10": 5000,
+               "tiny_imagenet": 100000, "imagefolder": 1281167}
+
+
+def _planned_epochs(sw: Sweep) -> float:
+    """Epochs per run of a training sweep after overrides, for the cost estimate: the
+    ``schedule.epochs`` value, or steps × batch (or examples) over the training-set size when the
+    duration was switched to ``schedule.steps``/``examples`` (``schedule.epochs=null``)."""
+    o = sw.base_dict()
+    if o.get("schedule.epochs") is not None:
+        return float(o["schedule.epochs"])
+    n = o.get("data.train_subset") or TRAIN_SIZES.get(str(o.get("data.dataset")), 50000)
+    if o.get("schedule.steps") is not None:
+        return float(o["schedule.steps"]) * float(o.get("run.batch_size") or 128) / float(n)
+    if o.get("schedule.examples") is not None:
+        return float(o["schedule.examples"]) / float(n)
+    return sw.epochs
+
+
 # per training run on top of its epochs: process start / imports, data loading, final test, checkpoints
-RUN_OVERHEAD_S = {"smoke": 2.0, "cpu": 6.0, "paper": 60.0}
+RUN_OVERHEAD_S = {"smoke": 2.0, "quick": 15.0, "cpu": 15.0, "paper": 60.0}
 
 
 def estimate_cost(plan: Plan, scale: str = "cpu") -> dict[str, float]:
@@ -140,8 +112,9 @@ def _fmt_time(s: float) -> str:
     return f"{s / 86400:.0f} d"
 
 
-def format_list(scales: Sequence[str] = ("smoke", "cpu", "paper")) -> str:
-    """The table printed by ``mlplab reproduce --list``."""
+def format_list(scales: Sequence[str] = ("smoke", "quick", "cpu", "paper")) -> str:
+    """The table printed by ``mlplab reproduce --list`` (the quick scale only where it differs
+    from cpu)."""
     lines = []
     for id in list_experiments():
         exp = EXPERIMENTS[id]
@@ -150,8 +123,10 @@ def format_list(scales: Sequence[str] = ("smoke", "cpu", "paper")) -> str:
             try:
                 _, scale, plan = plan_experiment(id, sc, check_available=False)
                 c = estimate_cost(plan, sc)
+                if sc == "quick" and c == estimate_cost(plan_experiment(id, "cpu", check_available=False)[2], "cpu"):
+                    continue
                 where = scale.dataset
-                if sc == "cpu" and scale.dataset not in ("synthetic", "fashion_mnist"):
+                if sc in ("quick", "cpu") and scale.dataset not in ("synthetic", "fashion_mnist"):
                     where += " (fashion_mnist if absent)"
                 lines.append(f"{'':14s} {sc:5s}: {c['runs']:4d} runs, {c['run_epochs']:8.0f} run-epochs,"
                              f" ~{_fmt_time(c['est_s']):>7s} ({'1 V100-class GPU' if sc == 'paper' else '2 CPU cores'}); {where}")
@@ -186,6 +161,7 @@ def reproduce(
     """
     exp, sc, plan = plan_experiment(id, scale, dataset, overrides=overrides)
     out = Path(out_dir) if out_dir is not None else default_out_dir(exp.id, scale)
+    check_specs([s for stage in plan.stages for sw in stage for s in expand(sw)], out)  # before any write
     out.mkdir(parents=True, exist_ok=True)
     manifest = {
         "experiment": exp.id, "title": exp.title, "scale": sc.to_dict(),
@@ -212,15 +188,17 @@ def reproduce(
     out_report = None
     verdicts: list[dict[str, Any]] = []
     if report:
-        from .report import write_report
-
-        rep = write_report(out, verbose=verbose)
+        rep = write_report(out, exp, verbose=verbose)
         out_report, verdicts = rep["report"], rep["verdicts"]
     return {"out_dir": str(out), "status": status, "failed": failed, "report": out_report, "verdicts": verdicts}
 
 
-def load_manifest(out_dir: str | Path) -> dict[str, Any]:
-    p = Path(out_dir) / "experiment.json"
-    if not p.exists():
-        raise FileNotFoundError(f"{p} does not exist: run `mlplab reproduce ID --out {out_dir}` first")
-    return json.loads(p.read_text())
+def report_experiment(id: str, out_dir: str | Path, verbose: bool = True) -> dict[str, Any]:
+    """Re-decide experiment ``id`` from the runs on disk in ``out_dir``: rewrite its
+    ``results.csv``, figures, ``report.md`` and ``verdicts.json`` (``mlplab report``)."""
+    exp = get_experiment(id)
+    man = load_manifest(out_dir)
+    if man.get("experiment") != exp.id:
+        raise ValueError(f"{out_dir} holds experiment {man.get('experiment')!r}, not {exp.id!r}: "
+                         f"give the folder of a {exp.id} run with --out")
+    return write_report(out_dir, exp, verbose=verbose)

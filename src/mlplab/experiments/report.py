@@ -6,42 +6,27 @@ stated in the report, so "did not hold at this scale" is an explicit, checkable 
 """
 from __future__ import annotations
 
+import json
 import math
 import time
 import traceback
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
 from ..utils.io import atomic_write_json, atomic_write_text
 from .aggregate import RunRecord, load_runs, rows_to_csv, union_columns
+from .claims import Analysis, Claim
+from .plan import Experiment
 
-__all__ = ["Claim", "Analysis", "write_report", "markdown_table"]
-
-
-@dataclass
-class Claim:
-    """A published claim, the rule that decides it here, and the outcome (None: undecided)."""
-
-    claim: str
-    rule: str
-    held: bool | None
-    detail: str = ""
-
-    @property
-    def verdict(self) -> str:
-        return {True: "HELD", False: "DID NOT HOLD at this scale", None: "UNDECIDED (too few finished points, or the comparison is within seed noise)"}[self.held]
+__all__ = ["Claim", "Analysis", "write_report", "markdown_table", "load_manifest"]
 
 
-@dataclass
-class Analysis:
-    table: list[dict[str, Any]]  # the main results table -> results.csv
-    columns: list[str] | None = None
-    figures: dict[str, Any] = field(default_factory=dict)  # file stem -> matplotlib figure
-    claims: list[Claim] = field(default_factory=list)
-    published: list[dict[str, Any]] = field(default_factory=list)  # published numbers beside ours
-    tables: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # extra CSVs
-    notes: list[str] = field(default_factory=list)
+def load_manifest(out_dir: str | Path) -> dict[str, Any]:
+    """The ``experiment.json`` that ``reproduce`` wrote in ``out_dir``."""
+    p = Path(out_dir) / "experiment.json"
+    if not p.exists():
+        raise FileNotFoundError(f"{p} does not exist: run `mlplab reproduce ID --out {out_dir}` first")
+    return json.loads(p.read_text())
 
 
 def _fmt(v: Any) -> str:
@@ -49,6 +34,8 @@ def _fmt(v: Any) -> str:
         if not math.isfinite(v):
             return "–"
         a = abs(v)
+        if v.is_integer() and 100 <= a < 1e9:
+            return f"{int(v):,}"
         return f"{v:.3g}" if (a != 0 and (a < 0.01 or a >= 1e5)) else f"{v:.4g}" if a < 100 else f"{v:.1f}"
     if v is None:
         return "–"
@@ -82,26 +69,20 @@ def markdown_table(rows: Sequence[dict[str, Any]], columns: Sequence[str] | None
 def _verdict_line(claims: Sequence[Claim]) -> str:
     if not claims:
         return "Verdict: no published claim is checked by this experiment (illustration only)."
-    held = sum(c.held is True for c in claims)
-    failed = sum(c.held is False for c in claims)
-    und = sum(c.held is None for c in claims)
-    parts = [f"{held}/{len(claims)} published claim(s) held at this scale"]
-    if failed:
-        parts.append(f"{failed} did not hold")
-    if und:
-        parts.append(f"{und} undecided")
-    return "Verdict: " + ", ".join(parts) + "."
+    counts = [(sum(c.held is h for c in claims), w) for h, w in ((True, "HELD"), (False, "DID NOT HOLD"),
+                                                                  (None, "UNDECIDED"))]
+    return (f"Verdict: {len(claims)} published claim(s) checked at this scale: "
+            + ", ".join(f"{n} **{w}**" for n, w in counts if n) + ".")
 
 
-def write_report(out_dir: str | Path, verbose: bool = False) -> dict[str, Any]:
-    """Aggregate ``out_dir`` (made by ``reproduce``) into ``results.csv``, figures (PNG + PDF),
-    ``report.md`` and ``verdicts.json``. Returns paths and verdicts."""
+def write_report(out_dir: str | Path, exp: Experiment, verbose: bool = False) -> dict[str, Any]:
+    """Aggregate ``out_dir`` (made by ``reproduce`` for ``exp``) into ``results.csv``, figures
+    (PNG + PDF), ``report.md`` and ``verdicts.json``, deciding every claim again from the runs on
+    disk. Returns paths and verdicts."""
     from .plots import draw, save_figure
-    from .registry import get_experiment, load_manifest
 
     out_dir = Path(out_dir)
     manifest = load_manifest(out_dir)
-    exp = get_experiment(manifest["experiment"])
     runs: list[RunRecord] = load_runs(out_dir)
     error = None
     try:
@@ -125,7 +106,7 @@ def write_report(out_dir: str | Path, verbose: bool = False) -> dict[str, Any]:
     atomic_write_text(out_dir / "runs.csv", rows_to_csv(runs_csv))
     md = _markdown(exp, manifest, runs, analysis, files, error)
     atomic_write_text(out_dir / "report.md", md)
-    verdicts = [{"claim": c.claim, "rule": c.rule, "held": c.held, "detail": c.detail} for c in analysis.claims]
+    verdicts = [c.to_dict() for c in analysis.claims]
     atomic_write_json(out_dir / "verdicts.json", {"experiment": exp.id, "verdicts": verdicts,
                                                  "line": _verdict_line(analysis.claims)})
     if verbose:
@@ -172,6 +153,8 @@ def _markdown(exp, manifest: dict[str, Any], runs: list[RunRecord], a: Analysis,
     for c in a.claims:
         L.append(f"- **{c.verdict}** — {c.claim}")
         L.append(f"  - rule: {c.rule}")
+        if c.stats is not None:
+            L.append(f"  - statistics: {c.stats.summary()}")
         if c.detail:
             L.append(f"  - ours: {c.detail}")
     L.append("")

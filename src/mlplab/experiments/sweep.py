@@ -19,6 +19,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence
 
+from ..errors import BadType
+
 __all__ = [
     "Axis", "product", "zip_axes", "Sweep", "RunSpec", "expand", "run_name",
     "flatten_overrides", "nest_overrides", "DICT_KEYS", "sweep_from_dict", "load_sweep_file",
@@ -54,10 +56,10 @@ def _lists(pairs: Sequence[tuple[str, Sequence[Any]]]) -> tuple[tuple[str, tuple
     out = []
     for pair in pairs:
         if not (isinstance(pair, tuple) and len(pair) == 2 and isinstance(pair[0], str)):
-            raise TypeError(f"an axis is a ('key', [values]) pair, got {pair!r}")
+            raise BadType(f"an axis is a ('key', [values]) pair, got {pair!r}")
         k, v = pair
         if isinstance(v, (str, bytes)) or not isinstance(v, Sequence):
-            raise TypeError(f"axis {k!r}: values must be a list, got {v!r}")
+            raise BadType(f"axis {k!r}: values must be a list, got {v!r}")
         out.append((k, tuple(v)))
     return tuple(out)
 
@@ -221,7 +223,7 @@ def expand(sweep: Sweep) -> list[RunSpec]:
         if isinstance(ax, tuple):
             ax = product(ax)
         if not isinstance(ax, Axis):
-            raise TypeError(f"sweep {sweep.name!r}: axes must be Axis or ('key', [values]), got {ax!r}")
+            raise BadType(f"sweep {sweep.name!r}: axes must be Axis or ('key', [values]), got {ax!r}")
         groups.append(ax.points())
     points: list[dict[str, Any]] = []
     for combo in itertools.product(*groups):
@@ -344,6 +346,6 @@ def load_sweep_file(path: str) -> list[Sweep]:
             raise ValueError(f"{path} defines none of SWEEP, SWEEPS or sweeps()")
         out = [obj] if isinstance(obj, Sweep) else list(obj)
         if not all(isinstance(s, Sweep) for s in out):
-            raise TypeError(f"{path}: SWEEP(S) must be Sweep objects")
+            raise BadType(f"{path}: SWEEP(S) must be Sweep objects")
         return out
     raise ValueError(f"sweep file {path!r}: expected .json or .py")

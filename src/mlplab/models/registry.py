@@ -8,13 +8,14 @@ that lists what is valid.
 from __future__ import annotations
 
 import dataclasses
-import types
 import typing
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import torch
 import torch.nn as nn
+
+from ..utils.typed import check_types, coerce
 
 __all__ = [
     "ModelEntry",
@@ -23,7 +24,6 @@ __all__ = [
     "list_models",
     "get_model_entry",
     "model_config",
-    "check_config_types",
 ]
 
 
@@ -89,65 +89,16 @@ def _check_keys(name: str, config_cls: type, values: dict[str, Any]) -> None:
         )
 
 
-def _type_ok(value: Any, tp: Any) -> bool:
-    """A small runtime check for the annotations used in model and run configs."""
-    if tp is Any:
-        return True
-    origin = typing.get_origin(tp)
-    args = typing.get_args(tp)
-    if origin is typing.Union or origin is types.UnionType:
-        return any(_type_ok(value, a) for a in args)
-    if tp is type(None):
-        return value is None
-    if origin is typing.Literal:
-        return value in args
-    if origin in (tuple, list):
-        if not isinstance(value, (tuple, list)):
-            return False
-        if not args:
-            return True
-        if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
-            return all(_type_ok(v, args[0]) for v in value)
-        if origin is list:
-            return all(_type_ok(v, args[0]) for v in value)
-        return len(args) == len(value) and all(_type_ok(v, a) for v, a in zip(value, args))
-    if origin is dict:
-        return isinstance(value, dict)
-    if tp is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if tp is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    if isinstance(tp, type):
-        return isinstance(value, tp)
-    return True
-
-
-def check_config_types(obj: Any, where: str) -> None:
-    """Raise ``TypeError`` naming the field when a dataclass holds a value of the wrong type."""
-    hints = typing.get_type_hints(type(obj))
-    for f in dataclasses.fields(obj):
-        value = getattr(obj, f.name)
-        tp = hints.get(f.name, Any)
-        if not _type_ok(value, tp):
-            raise TypeError(
-                f"{where}: {f.name}={value!r} has type {type(value).__name__}, expected {tp}"
-            )
-
-
 def model_config(name: str, **overrides: Any) -> Any:
     """The resolved, type-checked config dataclass that ``create_model`` would build from."""
     entry = get_model_entry(name)
     _check_keys(name, entry.config_cls, overrides)
     values = {**entry.defaults, **overrides}
-    # ints are accepted where floats are expected; normalise so configs compare and save cleanly
+    # JSON and the command line give ints for floats and lists for tuples (one coercion path)
     hints = typing.get_type_hints(entry.config_cls)
-    for k, v in list(values.items()):
-        if hints.get(k) is float and isinstance(v, int) and not isinstance(v, bool):
-            values[k] = float(v)
-        if isinstance(v, list):  # JSON/CLI give lists; model configs hold tuples
-            values[k] = tuple(v)
+    values = {k: coerce(v, hints.get(k, Any)) for k, v in values.items()}
     cfg = entry.config_cls(**values)
-    check_config_types(cfg, f"model {name!r}")
+    check_types(cfg, f"model {name!r}")
     return cfg
 
 

@@ -61,6 +61,8 @@ def _check_omega(omega: float) -> float:
         raise ValueError(f"omega must be a finite number of connections, got {omega!r}")
     if omega <= 0:
         raise ValueError(f"omega (connections per layer) must be > 0, got {omega}; e.g. omega=2^18")
+    if omega > 2**62:  # far beyond any model; the arithmetic would overflow floats further on
+        raise ValueError(f"omega={omega:.3g} is too large; use at most 2^62 connections per layer")
     return float(omega)
 
 

@@ -4,11 +4,11 @@
 results; ``mlplab train`` is the same from the command line.
 """
 from .config import RunConfig, config_to_name, from_dict, make_config, parse_overrides, to_dict
-from .loop import NonFiniteError, RunExistsError, evaluate, train
+from .loop import NonFiniteError, RunExistsError, RunLockedError, evaluate, train
 from .presets import CONFIGS
 
 __all__ = ["RunConfig", "make_config", "from_dict", "to_dict", "parse_overrides", "config_to_name",
-           "train", "evaluate", "NonFiniteError", "RunExistsError", "CONFIGS"]
+           "train", "evaluate", "NonFiniteError", "RunExistsError", "RunLockedError", "CONFIGS"]
 
 
 class _TrainModule(__import__("types").ModuleType):

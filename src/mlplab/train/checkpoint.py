@@ -9,55 +9,103 @@ A checkpoint is a folder ``<run>/checkpoint/`` with
 
 The two files must agree, so a checkpoint is written whole into ``checkpoint.new/`` (each file via
 ``atomic_save``: temp file in the same folder, fsync, rename), then swapped in:
-``checkpoint -> checkpoint.old``, ``checkpoint.new -> checkpoint``, delete ``checkpoint.old``.
-A kill between the two renames leaves only ``checkpoint.old``, which :func:`find_checkpoint` then
-uses; a kill before them leaves the previous ``checkpoint`` untouched.
+``checkpoint -> checkpoint.prev`` (replacing the one before), ``checkpoint.new -> checkpoint``.
+The previous checkpoint is kept apart from the latest: the training loop writes a checkpoint only
+from finite, non-diverged weights (``mlplab.train.loop``), and ``checkpoint.prev`` is one more step
+back. A kill between the two renames leaves only ``checkpoint.prev``, which
+:func:`find_checkpoint` then uses; a kill before them leaves the previous ``checkpoint`` untouched.
 """
 from __future__ import annotations
 
+import dataclasses
+import json
 import os
+import pickle
 import shutil
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.nn as nn
+from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
+from ..errors import BadInput, RunFailure
 from ..interop.native import model_metadata
+from ..models.registry import get_model_entry
 from ..utils.io import atomic_save
 
 __all__ = ["save_checkpoint", "load_checkpoint", "find_checkpoint", "save_weights", "load_weights",
-           "MODEL_FILE", "STATE_FILE"]
+           "MODEL_FILE", "STATE_FILE", "CheckpointError"]
 
 MODEL_FILE = "model.safetensors"
 STATE_FILE = "state.pt"
 
 
+#: model config fields that do not change what the weights mean (a checkpoint loads across them)
+_LOADABLE_ACROSS = frozenset({"seed", "drop_rate", "drop_path_rate"})
+
+
+class CheckpointError(RunFailure):
+    """A checkpoint file cannot be read (truncated, corrupt, not a checkpoint)."""
+
+
 def save_weights(model: nn.Module, path: str | os.PathLike, metadata: dict[str, str] | None = None) -> Path:
-    """The model's state dict as safetensors (copied to CPU, contiguous, no shared storage). The
-    metadata names the model and its config, so ``mlplab.load_pretrained`` rebuilds it from the
-    file alone."""
+    """The model's state dict as safetensors (copied to CPU, contiguous, no shared storage), with
+    the model's name, family and config in the metadata."""
     tensors = {k: v.detach().to("cpu").contiguous().clone() for k, v in model.state_dict().items()}
     meta = {**model_metadata(model), **(metadata or {})}
     return atomic_save(path, lambda tmp: save_file(tensors, tmp, metadata=meta))
 
 
+def _check_compatible(model: nn.Module, path: Path, meta: dict[str, str], shapes: dict[str, tuple]) -> None:
+    """Refuse, before touching the model, a checkpoint of another family or configuration, or
+    whose tensor names or shapes differ from the model's."""
+    mine = model_metadata(model)
+    if mine and "mlplab_model" in meta:
+        theirs_cfg, my_cfg = json.loads(meta["mlplab_config"]), json.loads(mine["mlplab_config"])
+        theirs_family, my_family = (get_model_entry(meta["mlplab_model"]).family,
+                                    get_model_entry(mine["mlplab_model"]).family)
+        differ = sorted(k for k in set(theirs_cfg) | set(my_cfg)
+                        if k not in _LOADABLE_ACROSS and theirs_cfg.get(k) != my_cfg.get(k))
+        if theirs_family != my_family or differ:
+            detail = ", ".join(f"{k}: checkpoint {theirs_cfg.get(k)!r}, model {my_cfg.get(k)!r}" for k in differ[:4])
+            raise BadInput(f"checkpoint {path} holds a {meta['mlplab_model']!r} ({theirs_family}) model, not "
+                           f"this {mine['mlplab_model']!r} ({my_family}){': ' + detail if detail else ''}; "
+                           "build the model the checkpoint was saved from")
+    expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    missing, unexpected = sorted(set(expected) - set(shapes)), sorted(set(shapes) - set(expected))
+    wrong = [f"{k} {shapes[k]} vs {expected[k]}" for k in sorted(set(shapes) & set(expected)) if shapes[k] != expected[k]]
+    if missing or unexpected or wrong:
+        parts = [f"missing {missing[:5]}" if missing else "", f"unexpected {unexpected[:5]}" if unexpected else "",
+                 f"shapes differ (checkpoint vs model): {', '.join(wrong[:5])}" if wrong else ""]
+        raise BadInput(f"checkpoint {path} does not match the model: " + "; ".join(p for p in parts if p) +
+                       "; build the model with the config the checkpoint was saved from")
+
+
 def load_weights(model: nn.Module, path: str | os.PathLike) -> nn.Module:
-    """Load ``save_weights`` output strictly (every key must match)."""
+    """Load ``save_weights`` output strictly: names, shapes and the model's family/config are
+    checked before the model is touched, so a refused load leaves it unchanged."""
+    path = Path(path)
+    try:
+        with safe_open(str(path), framework="pt", device="cpu") as f:
+            meta = f.metadata() or {}
+            shapes = {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
+    except FileNotFoundError:
+        raise
+    except Exception as e:  # safetensors' own error types: header/size problems of a damaged file
+        raise CheckpointError(f"checkpoint file {path} is unreadable ({e}); it is truncated or not a "
+                              "safetensors file") from None
+    _check_compatible(model, path, meta, shapes)
     device = next(iter(model.state_dict().values())).device
-    state = load_file(str(path), device=str(device))
-    missing, unexpected = model.load_state_dict(state, strict=False)
-    if missing or unexpected:
-        raise ValueError(f"checkpoint {path} does not match the model: missing keys {missing}, "
-                         f"unexpected keys {unexpected}")
+    model.load_state_dict(load_file(str(path), device=str(device)), strict=True)
     return model
 
 
 def save_checkpoint(run_dir: str | os.PathLike, model: nn.Module, state: dict[str, Any]) -> Path:
     """Write ``<run_dir>/checkpoint/`` as described in the module docstring."""
     run_dir = Path(run_dir)
-    new, cur, old = run_dir / "checkpoint.new", run_dir / "checkpoint", run_dir / "checkpoint.old"
+    new, cur, prev = run_dir / "checkpoint.new", run_dir / "checkpoint", run_dir / "checkpoint.prev"
     if new.exists():
         shutil.rmtree(new)  # leftover of a killed write
     new.mkdir(parents=True)
@@ -65,13 +113,11 @@ def save_checkpoint(run_dir: str | os.PathLike, model: nn.Module, state: dict[st
     save_weights(model, new / MODEL_FILE, metadata=meta)
     atomic_save(new / STATE_FILE, lambda tmp: torch.save(state, tmp))
     if cur.exists():
-        if old.exists():
-            shutil.rmtree(old)
-        os.replace(cur, old)
+        if prev.exists():
+            shutil.rmtree(prev)
+        os.replace(cur, prev)
     os.replace(new, cur)
     _fsync_dir(run_dir)
-    if old.exists():
-        shutil.rmtree(old)
     return cur
 
 
@@ -90,7 +136,7 @@ def _fsync_dir(path: Path) -> None:
 
 def find_checkpoint(run_dir: str | os.PathLike) -> Path | None:
     """The complete checkpoint folder of a run, or None."""
-    for name in ("checkpoint", "checkpoint.old"):
+    for name in ("checkpoint", "checkpoint.prev"):
         d = Path(run_dir) / name
         if (d / MODEL_FILE).is_file() and (d / STATE_FILE).is_file():
             return d
@@ -100,6 +146,10 @@ def find_checkpoint(run_dir: str | os.PathLike) -> Path | None:
 def load_checkpoint(ckpt_dir: str | os.PathLike, model: nn.Module) -> dict[str, Any]:
     """Load the weights into ``model`` and return the state dict (plain types)."""
     ckpt_dir = Path(ckpt_dir)
-    state = torch.load(ckpt_dir / STATE_FILE, map_location="cpu", weights_only=True)
+    try:
+        state = torch.load(ckpt_dir / STATE_FILE, map_location="cpu", weights_only=True)
+    except (RuntimeError, EOFError, pickle.UnpicklingError) as e:
+        raise CheckpointError(f"checkpoint file {ckpt_dir / STATE_FILE} is unreadable ({str(e).splitlines()[0]}); "
+                              "it is truncated or was not written by mlplab") from None
     load_weights(model, ckpt_dir / MODEL_FILE)
     return state

@@ -17,14 +17,15 @@ import dataclasses
 import json
 import math
 import re
-import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from ..data.augment import AugmentConfig
-from ..models.registry import check_config_types, get_model_entry, model_config
+from ..errors import BadInput, BadType
+from ..models.registry import get_model_entry, model_config
+from ..utils.typed import check_types, coerce
 
 __all__ = [
     "ModelSection",
@@ -75,7 +76,9 @@ class DataSection:
 @dataclass
 class OptimSection:
     name: Literal["sgd", "adamw", "lion"] = "sgd"
-    lr: float = 0.02  # peak lr per step (per global batch); no implicit batch-size scaling
+    lr: float = 0.02  # peak lr per step of the global batch (scaled only when lr_batch is set)
+    lr_batch: int | None = None  # the global batch optim.lr was tuned for; None -> no batch scaling
+    lr_scaling: Literal["linear", "sqrt"] = "linear"  # peak lr ∝ B (SGD rule) or √B (Adam rule)
     momentum: float = 0.9  # SGD only
     nesterov: bool = True  # SGD only
     weight_decay: float = 0.0  # applied to matrices only (ndim >= 2), never to biases/LN
@@ -113,7 +116,10 @@ class RunSection:
     out_dir: str = "runs"
     name: str | None = None  # run folder name; None -> derived from the overrides
     log: Literal["auto", "bar", "lines", "none"] = "auto"  # auto: a bar on a TTY, else lines
-    tensorboard: bool = True  # write TensorBoard events when tensorboard is installed
+    divergence_factor: float | None = 100.0  # stop when the training loss exceeds this x ln(classes); null: never
+    tensorboard: bool = False  # also log to TensorBoard (<run>/tb; the "tensorboard" extra)
+    wandb: bool = False  # also log to Weights & Biases, offline unless WANDB_MODE says otherwise (<run>/wandb)
+    wandb_project: str = "mlplab"
     threads: int | None = None  # torch CPU threads; None -> torch's default
 
 
@@ -142,7 +148,7 @@ _SECTION_CLS: dict[str, type] = typing.get_type_hints(RunConfig)
 # keys that do not change what a run computes: left out of derived names and resume checks
 NON_SEMANTIC = frozenset({"run.log", "run.threads", "run.tensorboard", "run.out_dir", "run.name",
                           "run.device", "data.root", "data.download", "data.num_workers",
-                          "run.nan_check_every"})
+                          "run.nan_check_every", "run.divergence_factor", "run.wandb", "run.wandb_project"})
 
 
 def _field_names(cls: type) -> list[str]:
@@ -157,7 +163,7 @@ def to_dict(cfg: RunConfig) -> dict[str, Any]:
 def from_dict(d: dict[str, Any]) -> RunConfig:
     """Inverse of :func:`to_dict`; missing keys take defaults, unknown ones are refused."""
     if not isinstance(d, dict):
-        raise TypeError(f"a run config must be a dict, got {type(d).__name__}")
+        raise BadType(f"a run config must be a dict, got {type(d).__name__}")
     return validate(_apply_dict(RunConfig(), d))
 
 
@@ -166,7 +172,7 @@ def _apply_dict(cfg: RunConfig, d: dict[str, Any]) -> RunConfig:
         if sec not in _SECTION_CLS:
             raise ValueError(f"unknown config section {sec!r}; valid sections are: {', '.join(_SECTION_CLS)}")
         if not isinstance(values, dict):
-            raise TypeError(f"config section {sec!r} must be a dict, got {type(values).__name__}")
+            raise BadType(f"config section {sec!r} must be a dict, got {type(values).__name__}")
         if sec == "schedule" and values:
             cfg.schedule = ScheduleSection()  # the dict states its own duration
         for k, v in values.items():
@@ -195,28 +201,6 @@ def config_diff(a: RunConfig, b: RunConfig, ignore: frozenset[str] = NON_SEMANTI
 
 # ----------------------------------------------------------------------------- overrides
 
-def _coerce(value: Any, tp: Any) -> Any:
-    """int -> float where a float is expected; list -> tuple where a tuple is expected."""
-    origin = typing.get_origin(tp)
-    args = typing.get_args(tp)
-    if tp is float and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
-    if origin is tuple and isinstance(value, list):
-        inner = [a for a in args if a is not Ellipsis]
-        if len(inner) == len(value):
-            return tuple(_coerce(v, a) for v, a in zip(value, inner))
-        if inner:
-            return tuple(_coerce(v, inner[0]) for v in value)
-        return tuple(value)
-    if origin in (typing.Union, types.UnionType) and value is not None:
-        for a in args:
-            if a is float and isinstance(value, int) and not isinstance(value, bool) and int not in args:
-                return float(value)
-            if typing.get_origin(a) is tuple and isinstance(value, list):
-                return _coerce(value, a)
-    return value
-
-
 def _set(cfg: RunConfig, key: str, value: Any) -> None:
     parts = key.split(".")
     sec = parts[0]
@@ -240,11 +224,11 @@ def _set(cfg: RunConfig, key: str, value: Any) -> None:
     if len(parts) > 2:
         raise ValueError(f"unknown config key {key!r}: {sec}.{name} has no sub-keys")
     tp = typing.get_type_hints(type(section))[name]
-    setattr(section, name, _coerce(value, tp))
+    setattr(section, name, coerce(value, tp))
     try:
-        check_config_types(section, f"config section {sec!r}")
-    except TypeError as e:
-        raise TypeError(f"config key {key!r}: {e}") from None
+        check_types(section, f"config section {sec!r}")
+    except BadType as e:
+        raise BadType(f"config key {key!r}: {e}") from None
 
 
 def parse_value(text: str) -> Any:
@@ -281,7 +265,7 @@ def _count_set(*values: Any) -> int:
 def validate(cfg: RunConfig) -> RunConfig:
     """Type checks every section and refuses inconsistent combinations."""
     for sec in _SECTION_CLS:
-        check_config_types(getattr(cfg, sec), f"config section {sec!r}")
+        check_types(getattr(cfg, sec), f"config section {sec!r}")
     s, r, o, d = cfg.schedule, cfg.run, cfg.optim, cfg.data
     if _count_set(s.epochs, s.steps, s.examples) != 1:
         raise ValueError(
@@ -302,6 +286,8 @@ def validate(cfg: RunConfig) -> RunConfig:
             raise ValueError(f"{name} must be >= 0, got {v}")
     if not (o.lr > 0 and math.isfinite(o.lr)):
         raise ValueError(f"optim.lr must be a finite number > 0, got {o.lr}")
+    if o.lr_batch is not None and o.lr_batch < 1:
+        raise ValueError(f"optim.lr_batch must be a batch size >= 1 (or null for no scaling), got {o.lr_batch}")
     if s.min_lr > o.lr:
         raise ValueError(f"schedule.min_lr={s.min_lr} is above optim.lr={o.lr}")
     if o.head_lr is not None and not (o.head_lr > 0 and math.isfinite(o.head_lr)):
@@ -314,6 +300,8 @@ def validate(cfg: RunConfig) -> RunConfig:
         raise ValueError(f"optim.grad_clip must be > 0 or null, got {o.grad_clip}")
     if r.batch_size < 1 or (r.eval_batch_size is not None and r.eval_batch_size < 1):
         raise ValueError("run.batch_size and run.eval_batch_size must be >= 1")
+    if r.divergence_factor is not None and not r.divergence_factor > 0:
+        raise ValueError(f"run.divergence_factor must be > 0 or null, got {r.divergence_factor}")
     if r.nan_check_every < 1:
         raise ValueError(f"run.nan_check_every must be >= 1, got {r.nan_check_every}")
     if not 0.0 <= d.val_fraction < 1.0:
@@ -344,6 +332,18 @@ class Durations:
     total_steps: int
     total_epochs: int  # epochs started; the last one may be partial
     warmup_steps: int  # never more than total_steps
+    peak_lr: float  # optim.lr scaled to run.batch_size (see peak_lr)
+
+
+def peak_lr(cfg: RunConfig) -> float:
+    """The peak learning rate for ``run.batch_size``: ``optim.lr`` as is, or, when ``optim.lr_batch``
+    names the batch it was tuned for, scaled by B/B_ref (``linear``: Goyal et al. 2017, for SGD) or
+    √(B/B_ref) (``sqrt``: Malladi et al. 2022, for Adam-type optimisers)."""
+    o = cfg.optim
+    if o.lr_batch is None:
+        return o.lr
+    ratio = cfg.run.batch_size / o.lr_batch
+    return o.lr * (ratio if o.lr_scaling == "linear" else math.sqrt(ratio))
 
 
 def durations(cfg: RunConfig, n_train: int, world_size: int = 1) -> Durations:
@@ -353,12 +353,12 @@ def durations(cfg: RunConfig, n_train: int, world_size: int = 1) -> Durations:
     final epoch runs only its remaining steps."""
     r, s = cfg.run, cfg.schedule
     if r.batch_size % world_size:
-        raise ValueError(f"run.batch_size={r.batch_size} must be divisible by the {world_size} processes")
+        raise BadInput(f"run.batch_size={r.batch_size} must be divisible by the {world_size} processes")
     bs = r.batch_size // world_size
     eval_bs = max(1, (r.eval_batch_size or min(1024, 4 * r.batch_size)) // world_size)
     steps_per_epoch = (n_train // world_size) // bs
     if steps_per_epoch < 1:
-        raise ValueError(f"the training split has {n_train} examples, fewer than one batch of "
+        raise BadInput(f"the training split has {n_train} examples, fewer than one batch of "
                          f"{r.batch_size}; lower run.batch_size")
     if s.epochs is not None:
         total_steps = max(1, math.ceil(s.epochs * steps_per_epoch))
@@ -369,7 +369,7 @@ def durations(cfg: RunConfig, n_train: int, world_size: int = 1) -> Durations:
     warmup = round(s.warmup_epochs * steps_per_epoch) if s.warmup_epochs is not None else (s.warmup_steps or 0)
     return Durations(batch_per_rank=bs, eval_batch_per_rank=eval_bs, steps_per_epoch=steps_per_epoch,
                      total_steps=total_steps, total_epochs=math.ceil(total_steps / steps_per_epoch),
-                     warmup_steps=min(warmup, total_steps))
+                     warmup_steps=min(warmup, total_steps), peak_lr=peak_lr(cfg))
 
 
 # ----------------------------------------------------------------------------- names
@@ -402,6 +402,23 @@ def config_to_name(base_label: str, overrides: dict[str, Any]) -> str:
 
 # ----------------------------------------------------------------------------- building
 
+def _read_config_file(path: Path) -> dict[str, Any]:
+    """A JSON config file as a dict, or an error naming the file and what is wrong with it."""
+    if not path.is_file():
+        raise FileNotFoundError(f"config file {str(path)!r} does not exist")
+    try:
+        d = json.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as e:
+        raise BadInput(f"config file {str(path)!r} is not UTF-8 text (byte {e.start}); save it as UTF-8") from None
+    except json.JSONDecodeError as e:
+        what = "is empty" if not path.read_bytes().strip() else f"is not valid JSON ({e.msg} at line {e.lineno})"
+        raise BadInput(f"config file {str(path)!r} {what}; it must hold one JSON object of sections") from None
+    if not isinstance(d, dict):
+        raise BadInput(f"config file {str(path)!r} holds a JSON {type(d).__name__}; it must hold one object "
+                       '{"model": {...}, "optim": {...}, ...}')
+    return d
+
+
 def load_config(base: str | Path) -> tuple[dict[str, Any], str]:
     """A named config (``mlplab.train.presets.CONFIGS``) or a JSON file -> (dict, label)."""
     from .presets import CONFIGS
@@ -410,11 +427,7 @@ def load_config(base: str | Path) -> tuple[dict[str, Any], str]:
         return copy.deepcopy(CONFIGS[base]), base
     path = Path(base)
     if path.suffix == ".json" or path.exists():
-        if not path.is_file():
-            raise FileNotFoundError(f"config file {str(path)!r} does not exist")
-        with open(path) as f:
-            d = json.load(f)
-        return d, path.stem
+        return _read_config_file(path), path.stem
     raise ValueError(f"unknown config {str(base)!r}: not a named config ({', '.join(sorted(CONFIGS))}) "
                      "and not a JSON file")
 

@@ -20,10 +20,11 @@ from typing import Any
 
 import torch.nn as nn
 
-from ..models.registry import create_model, get_model_entry
+from ..errors import BadInput
+from ..models.registry import get_model_entry
 from .config import RunConfig
 
-__all__ = ["checkpoint_model", "with_model_resolution", "build_model"]
+__all__ = ["checkpoint_model", "with_model_resolution", "check_pretrained", "pretrained_model", "reset_head"]
 
 
 def checkpoint_model(cfg: RunConfig) -> tuple[str, dict[str, Any]]:
@@ -41,24 +42,38 @@ def with_model_resolution(cfg: RunConfig) -> RunConfig:
         return cfg
     name, kwargs = checkpoint_model(cfg)
     if name != cfg.model.name:
-        raise ValueError(f"model.name={cfg.model.name!r} but {cfg.model.init_from} holds a {name!r}; set "
-                         f"model.name={name} (mlplab finetune does this)")
+        raise BadInput(f"model.name={cfg.model.name!r} but {cfg.model.init_from} holds a {name!r}; set "
+                       f"model.name={name} (mlplab finetune does this)")
     if "image_size" not in kwargs:
         return cfg
+    if cfg.model.expand != 1 and get_model_entry(name).family != "mlp_mixer":
+        raise BadInput(f"model.expand={cfg.model.expand} works on Mixers (expand_resolution, SPEC §7) but "
+                       f"{cfg.model.init_from} holds a {name!r}; drop model.expand")
     size = kwargs["image_size"] * cfg.model.expand
     if cfg.data.image_size is not None and cfg.data.image_size != size:
-        raise ValueError(f"data.image_size={cfg.data.image_size} but the pretrained model takes {size}x{size} "
-                         f"images (image_size {kwargs['image_size']} x model.expand {cfg.model.expand}); drop "
-                         "data.image_size, the data is resized to the model's resolution")
+        raise BadInput(f"data.image_size={cfg.data.image_size} but the pretrained model takes {size}x{size} "
+                       f"images (image_size {kwargs['image_size']} x model.expand {cfg.model.expand}); drop "
+                       "data.image_size, the data is resized to the model's resolution")
     return dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, image_size=size))
 
 
-def build_model(cfg: RunConfig, info: Any) -> nn.Module:
-    """The model of a run on data described by ``info`` (a ``DatasetInfo``)."""
-    from .loop import resolve_model_kwargs
+def check_pretrained(cfg: RunConfig, in_chans: int) -> RunConfig:
+    """Everything about ``model.init_from`` that can be checked before a file is written: the file
+    reads as a checkpoint, its model is ``model.name``, ``model.expand`` applies, its resolution
+    agrees with ``data.image_size`` and its channels with the dataset's ``in_chans``. Returns
+    :func:`with_model_resolution` of ``cfg``."""
+    resized = with_model_resolution(cfg)
+    _, kwargs = checkpoint_model(cfg)
+    chans = kwargs.get("in_chans", in_chans)
+    if chans != in_chans:
+        raise BadInput(f"the pretrained model takes {chans}-channel images but {cfg.data.dataset} has "
+                       f"{in_chans}; fine-tune on data with {chans} channels")
+    return resized
 
-    if cfg.model.init_from is None:
-        return create_model(cfg.model.name, **resolve_model_kwargs(cfg, info))
+
+def pretrained_model(cfg: RunConfig, info: Any) -> nn.Module:
+    """The model of ``model.init_from`` for a run on data described by ``info`` (a
+    ``DatasetInfo``): loaded, expanded by ``model.expand``, with a new head where asked."""
     from ..interop import load_pretrained
     from ..models.expand import expand_resolution
 
@@ -71,10 +86,6 @@ def build_model(cfg: RunConfig, info: Any) -> nn.Module:
         model = expand_resolution(model, cfg.model.expand)
     if cfg.model.new_head is True:
         reset_head(model)
-    chans = getattr(model.config, "in_chans", info.in_chans)
-    if chans != info.in_chans:
-        raise ValueError(f"the pretrained model takes {chans}-channel images but {cfg.data.dataset} has "
-                         f"{info.in_chans}; fine-tune on data with {chans} channels")
     return model
 
 

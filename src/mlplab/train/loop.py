@@ -31,40 +31,39 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
-import json
+import math
 import os
-import shutil
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
-from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ..models.registry import get_model_entry
+from ..errors import BadInput, RunFailure
+from ..data.table import get_info
+from ..models.registry import create_model, get_model_entry
 from ..utils.io import atomic_write_json
 from . import checkpoint as ckpt
 from .backend import compile_model, resolve_compile
-from .config import Durations, RunConfig, config_diff, durations, from_dict, to_dict, validate
+from .config import Durations, RunConfig, durations, validate
 from .data import RunData, eval_loader, load_run_data, train_loader
-from .init import build_model, with_model_resolution
+from .init import check_pretrained, pretrained_model, with_model_resolution
 from .distributed import DistInfo, all_reduce_sum, barrier, cleanup, init_distributed
-from .metrics import MetricsWriter, Progress, cpu_has_native_bf16, flops_per_example, format_count, matmul_flops_per_s
+from .loggers import open_loggers
+from .metrics import Progress, cpu_has_native_bf16, flops_per_example, format_count, matmul_flops_per_s
 from .optim import build_optimizer, lr_at, set_lr
+from .rundir import RunExistsError, RunFolder, RunLockedError, open_run_folder, truncate_metrics
 
-__all__ = ["train", "evaluate", "weights_digest", "resolve_device", "resolve_precision", "resolve_model_kwargs",
-           "NonFiniteError", "RunExistsError"]
-
-
-class NonFiniteError(RuntimeError):
-    """The loss or the gradients became NaN/inf."""
+__all__ = ["train", "check_run", "evaluate", "weights_digest", "resolve_device", "resolve_precision", "resolve_model_kwargs",
+           "NonFiniteError", "RunExistsError", "RunLockedError"]
 
 
-class RunExistsError(ValueError):
-    """The run folder holds a run that this call must not overwrite."""
+class NonFiniteError(RunFailure):
+    """The loss, the gradients, the weights or the evaluation became NaN/inf, or the loss diverged."""
 
 
 # ----------------------------------------------------------------------------- resolution
@@ -109,6 +108,58 @@ def resolve_model_kwargs(cfg: RunConfig, info: Any) -> dict[str, Any]:
     return kwargs
 
 
+def _dataset_info(cfg: RunConfig) -> Any:
+    """The table's record for ``data.dataset``, with the size ``data.image_size`` resizes to."""
+    info = get_info(cfg.data.dataset)  # unknown -> BadInput naming the known ones
+    if cfg.data.image_size is not None:
+        info = dataclasses.replace(info, image_size=(cfg.data.image_size, cfg.data.image_size))
+    return info
+
+
+def _check_memory(n_params: int, device: torch.device) -> None:
+    """Refuse a model whose weights, gradients and optimiser state (16 bytes per fp32 parameter
+    with AdamW) cannot fit in the memory available now."""
+    need = 16 * n_params
+    if device.type == "cuda":
+        free = torch.cuda.mem_get_info(device)[0]
+    else:
+        try:
+            with open("/proc/meminfo") as f:
+                free = next(int(ln.split()[1]) * 1024 for ln in f if ln.startswith("MemAvailable:"))
+        except (OSError, StopIteration, ValueError):
+            return
+    if need > free:
+        raise BadInput(f"the model has {format_count(n_params)} parameters, needing about {need / 2**30:.1f} GiB "
+                       f"for weights, gradients and optimiser state; {device.type} has {free / 2**30:.1f} GiB "
+                       "available. Choose a smaller model (model.kwargs)")
+
+
+def check_run(cfg: RunConfig, memory: bool = True) -> RunConfig:
+    """Everything about ``cfg`` that can be checked without loading data or writing a file: the
+    config's own rules, the dataset's name, the model against the dataset's image size and
+    channels, the model's constructor (built on the ``meta`` device: no memory) and whether its
+    training state fits in memory (``memory=False`` skips that: another machine will run it); with
+    ``model.init_from``, the checkpoint (``train.init.check_pretrained``). Returns the validated
+    config; raises ``BadInput`` otherwise.
+    ``train`` calls it first; ``mlplab train --print-config`` and ``reproduce --set`` too."""
+    cfg = validate(cfg)
+    if cfg.model.init_from is not None:  # the checkpoint decides the model (train.init)
+        check_pretrained(cfg, get_info(cfg.data.dataset).in_chans)
+        return cfg
+    info = _dataset_info(cfg)
+    if info.image_size == (0, 0):
+        return cfg  # image folders: the size is known only once the images are read
+    kwargs = resolve_model_kwargs(cfg, info)
+    try:
+        with torch.device("meta"):
+            model = create_model(cfg.model.name, **kwargs)
+    except NotImplementedError:
+        return cfg  # an op without a meta kernel: the real build (before any write) checks the rest
+    if memory:
+        _check_memory(sum(p.numel() for p in model.parameters()), resolve_device(cfg.run.device))
+    return cfg
+
+
 def weights_digest(model: nn.Module) -> str:
     """sha256 of the state dict's names and raw bytes: a fingerprint of the exact weights."""
     h = hashlib.sha256()
@@ -149,57 +200,6 @@ def evaluate(model: nn.Module, loader, dist: DistInfo, autocast: Callable) -> di
     return {"acc": top1 / n, "top5": top5 / n, "loss": loss / n}
 
 
-# ----------------------------------------------------------------------------- run folder
-
-def _check_run_dir(cfg: RunConfig, run_dir: Path, resume: bool, overwrite: bool) -> bool:
-    """Every rank: may this call use ``run_dir``? Returns whether an existing run is continued."""
-    cfg_file = run_dir / "config.json"
-    exists = cfg_file.is_file()
-    if exists and resume:
-        with open(cfg_file) as f:
-            saved = from_dict(json.load(f))
-        diff = config_diff(saved, cfg)
-        if diff:
-            lines = "; ".join(f"{k}: saved {a!r}, now {b!r}" for k, (a, b) in diff.items())
-            raise RunExistsError(f"cannot resume {run_dir}: its config differs ({lines}). Nothing was "
-                                 "changed; use the saved config, or a new run.name")
-        return True
-    if exists and not overwrite:
-        state = "a finished run" if (run_dir / "results.json").is_file() else "an unfinished run"
-        raise RunExistsError(f"{run_dir} already holds {state}; pass --resume (resume=True) to continue it, "
-                             "--overwrite to replace it, or choose another run.name")
-    return False
-
-
-def _init_run_dir(cfg: RunConfig, run_dir: Path) -> None:
-    """Rank 0, new runs only: clear what an overwritten run left and write ``config.json``."""
-    for name in ("checkpoint", "checkpoint.old", "checkpoint.new", "tb"):
-        shutil.rmtree(run_dir / name, ignore_errors=True)
-    for name in ("metrics.jsonl", "results.json"):
-        (run_dir / name).unlink(missing_ok=True)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(run_dir / "config.json", to_dict(cfg))
-
-
-def _truncate_metrics(run_dir: Path, epoch: int) -> None:
-    """Drop records of epochs after the checkpoint (a killed run may have logged them)."""
-    path = run_dir / "metrics.jsonl"
-    if not path.is_file():
-        return
-    keep = []
-    with open(path) as f:
-        for line in f:
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError:
-                continue  # a line cut by the kill
-            if rec.get("epoch", 0) <= epoch:
-                keep.append(line if line.endswith("\n") else line + "\n")
-    from ..utils.io import atomic_write_text
-
-    atomic_write_text(path, "".join(keep))
-
-
 # ----------------------------------------------------------------------------- the loop
 
 def _rng_state(device: torch.device) -> dict[str, Any]:
@@ -231,8 +231,7 @@ def train(cfg: RunConfig, *, resume: bool = False, overwrite: bool = False,
     ``resume``: continue the run in ``<out_dir>/<name>`` from its last checkpoint (its config
     must be the same). ``overwrite``: replace an existing run folder. ``on_epoch_end(record)`` is
     called after each epoch's metrics and checkpoint are written (tests use it)."""
-    cfg = validate(cfg)
-    assert cfg.run.name is not None, "make_config fills run.name"
+    cfg = check_run(cfg)
     if cfg.run.threads:
         torch.set_num_threads(cfg.run.threads)
     dist = init_distributed("cuda" if cfg.run.device != "cpu" and torch.cuda.is_available() else "cpu")
@@ -242,295 +241,226 @@ def train(cfg: RunConfig, *, resume: bool = False, overwrite: bool = False,
         cleanup(dist)
 
 
-def _train(cfg: RunConfig, dist: DistInfo, resume: bool, overwrite: bool,
-           on_epoch_end: Callable | None) -> dict[str, Any]:
-    """The run, top to bottom: folder, setup, epochs, final test, results."""
-    t_start = time.perf_counter()
-    device = resolve_device(cfg.run.device, dist)
-    run_dir = Path(cfg.run.out_dir) / cfg.run.name
-    continuing = _open_run_folder(cfg, run_dir, resume, overwrite, dist)
-    if continuing and (run_dir / "results.json").is_file():
-        with open(run_dir / "results.json") as f:
-            return json.load(f)  # finished already: nothing to do
-    run = _setup(cfg, dist, device, run_dir)
-    state = _restore(run) if continuing else TrainState()
-    if dist.is_main:  # after the restore, which may rewrite metrics.jsonl
-        run.writer = MetricsWriter(run_dir, cfg.run.tensorboard)
-    run.announce(state.epoch if continuing else None)
-    guard = FiniteGuard(run, state.step)
-    try:
-        for epoch in range(state.epoch, run.dur.total_epochs):
-            rec = _train_epoch(run, state, epoch, guard)
-            _end_epoch(run, state, epoch, rec, t_start)
-            if on_epoch_end is not None:
-                on_epoch_end(rec)
-        final = _final_test(run, state)
-    finally:
-        if run.writer is not None:
-            run.writer.close()
-    return _write_results(run, state, final, t_start)
 
-
-# ----------------------------------------------------------------------------- setup
-
-@dataclass
-class TrainState:
-    """Where a run is; what a checkpoint restores (with the weights, optimiser and RNG)."""
-
-    epoch: int = 0  # epochs completed
-    step: int = 0  # optimiser steps completed
-    history: list = dataclasses.field(default_factory=list)  # one record per completed epoch
-    wall_before: float = 0.0  # wall seconds spent before this process (resumed runs)
-
+# ----------------------------------------------------------------------------- the parts of a run
 
 @dataclass
 class _Run:
-    """What the epochs of one run share, built once by :func:`_setup`."""
-
+    """Everything the epochs read, built before anything is written to the run folder."""
     cfg: RunConfig
     dist: DistInfo
     device: torch.device
     precision: str
-    run_dir: Path
     data: RunData
-    model: nn.Module  # the bare model (evaluated, checkpointed)
-    train_model: nn.Module  # the model the steps run through (maybe DDP / compiled)
-    compiled: bool
+    model: nn.Module
     optimizer: torch.optim.Optimizer
     dur: Durations
     n_params: int
-    fpe: float  # forward FLOPs per example
-    peak: float  # measured matmul FLOP/s at the run's precision
-    progress: Progress
-    writer: MetricsWriter | None = None  # rank 0, opened once the folder is restored
+    fpe: float  # forward FLOPs per example (0 when unknown)
+    train_model: nn.Module | None = None  # model, wrapped in DDP / torch.compile (after resume)
+    compiled: bool = False
 
     def autocast(self):
         if self.precision == "bf16":
             return torch.autocast(self.device.type, dtype=torch.bfloat16)
         return contextlib.nullcontext()
 
-    @property
-    def periodic(self) -> tuple[Any, str]:
-        """The split evaluated after epochs: val when held out, else test."""
-        return (self.data.val, "val") if self.data.val is not None else (self.data.test, "test")
 
-    def announce(self, resumed_at: int | None) -> None:
-        if not self.dist.is_main:
-            return
-        d = self.dur
-        self.progress.line(
-            f"run {self.run_dir}: {self.cfg.model.name} {format_count(self.n_params)} params, "
-            f"{format_count(self.fpe) if self.fpe else '?'}FLOP/example, {len(self.data.train)} train examples, "
-            f"{d.total_steps} steps ({d.steps_per_epoch}/epoch), {self.device.type} {self.precision}"
-            f"{' compiled' if self.compiled else ' eager'}, {self.dist.world_size} process(es)"
-            + (f", resumed at epoch {resumed_at}" if resumed_at is not None else ""))
-
-
-def _open_run_folder(cfg: RunConfig, run_dir: Path, resume: bool, overwrite: bool, dist: DistInfo) -> bool:
-    """Check (every rank) and, for a new run, initialise (rank 0) the run folder; returns whether
-    an existing run is continued."""
-    continuing = _check_run_dir(cfg, run_dir, resume, overwrite)
-    barrier(dist)  # every rank has looked before rank 0 writes
-    if not continuing and dist.is_main:
-        _init_run_dir(cfg, run_dir)
-    barrier(dist)
-    return continuing
-
-
-def _setup(cfg: RunConfig, dist: DistInfo, device: torch.device, run_dir: Path) -> _Run:
-    """Data on the device, the model, its optimiser, the durations and the loggers."""
+def _prepare(cfg: RunConfig, dist: DistInfo) -> _Run:
+    """Device, data, model, durations and optimiser: every check that needs no write happens
+    here, so a refused run leaves no folder behind."""
     r = cfg.run
+    device = resolve_device(r.device, dist)
     precision = resolve_precision(r.precision, device)
     if precision == "bf16" and device.type == "cpu" and not cpu_has_native_bf16() and dist.is_main:
         print("mlplab train: warning: this CPU has no native bf16 (AVX512-BF16/AMX); bf16 matmuls are "
               "emulated and several times slower than fp32", file=sys.stderr)
     torch.manual_seed(r.seed)
     data = load_run_data(with_model_resolution(cfg), device)  # a pretrained model's resolution (train.init)
-    model = build_model(cfg, data.info).to(device)
     dur = durations(cfg, len(data.train), dist.world_size)
-    train_model: nn.Module = model
-    if dist.enabled:
-        train_model = nn.parallel.DistributedDataParallel(
-            model, device_ids=[device.index] if device.type == "cuda" else None)
-    if resolve_compile(r.compile, device, precision, dur.total_steps):
-        train_model = compile_model(train_model, device)
-    compiled = train_model is not model and not isinstance(train_model, nn.parallel.DistributedDataParallel)
-    return _Run(
-        cfg=cfg, dist=dist, device=device, precision=precision, run_dir=run_dir, data=data, model=model,
-        train_model=train_model, compiled=compiled, optimizer=build_optimizer(model, cfg.optim), dur=dur,
-        n_params=sum(p.numel() for p in model.parameters()),
-        fpe=flops_per_example(model, tuple(data.train.images.shape[1:])),
-        peak=matmul_flops_per_s(device, torch.bfloat16 if precision == "bf16" else torch.float32),
-        progress=Progress(r.log if dist.is_main else "none"))
+    model = (create_model(cfg.model.name, **resolve_model_kwargs(cfg, data.info)) if cfg.model.init_from is None
+             else pretrained_model(cfg, data.info)).to(device)
+    fpe = flops_per_example(model, tuple(data.train.images.shape[1:]))
+    return _Run(cfg, dist, device, precision, data, model, build_optimizer(model, cfg.optim), dur,
+                n_params=sum(p.numel() for p in model.parameters()), fpe=fpe)
 
 
-def _restore(run: _Run) -> TrainState:
-    """Continue from the run folder's checkpoint (if one was written) and drop metrics logged
-    after it."""
-    state = TrainState()
-    found = ckpt.find_checkpoint(run.run_dir)
+@dataclass
+class _Progress:
+    """Where a run stands; restored from the checkpoint when resuming."""
+    epoch: int = 0  # epochs completed
+    step: int = 0  # optimiser steps completed
+    history: list = field(default_factory=list)
+    wall_before: float = 0.0  # seconds spent before this process started
+    checkpoint_epoch: int | None = None  # epoch of the last (good) checkpoint written
+
+
+def _resume(run: _Run, folder: RunFolder) -> _Progress:
+    """The run's position: from its checkpoint when continuing, else the start."""
+    dist = run.dist
+    state = _Progress()
+    found = ckpt.find_checkpoint(folder.path) if folder.continuing else None
     if found is not None:
         saved = ckpt.load_checkpoint(found, run.model)
-        if len(saved["rng"]) != run.dist.world_size:
-            raise ValueError(f"the checkpoint in {found} was written by {len(saved['rng'])} process(es); "
-                             f"resume it with the same number, not {run.dist.world_size}")
+        if len(saved["rng"]) != dist.world_size:
+            raise BadInput(f"the checkpoint in {found} was written by {len(saved['rng'])} process(es); "
+                           f"resume it with the same number, not {dist.world_size}")
         run.optimizer.load_state_dict(saved["optimizer"])
-        state = TrainState(epoch=int(saved["epoch"]), step=int(saved["step"]), history=list(saved["history"]),
-                           wall_before=float(saved["wall_s"]))
-        _set_rng_state(saved["rng"][run.dist.rank], run.device)
-    if run.dist.is_main:
-        _truncate_metrics(run.run_dir, state.epoch)
-    barrier(run.dist)
+        state = _Progress(int(saved["epoch"]), int(saved["step"]), list(saved["history"]),
+                          float(saved["wall_s"]), int(saved["epoch"]))
+        _set_rng_state(saved["rng"][dist.rank], run.device)
+    if folder.continuing and dist.is_main:
+        truncate_metrics(folder.path, state.epoch)
+    barrier(dist)
     return state
 
 
-# ----------------------------------------------------------------------------- one epoch
+def _wrap(run: _Run) -> None:
+    """DDP (after resuming: it broadcasts rank 0's weights) and torch.compile when chosen."""
+    m: nn.Module = run.model
+    if run.dist.enabled:
+        m = nn.parallel.DistributedDataParallel(
+            m, device_ids=[run.device.index] if run.device.type == "cuda" else None)
+    if resolve_compile(run.cfg.run.compile, run.device, run.precision, run.dur.total_steps):
+        m = compile_model(m, run.device)
+    run.train_model = m
+    run.compiled = m is not run.model and not isinstance(m, nn.parallel.DistributedDataParallel)
 
-class FiniteGuard:
-    """The NaN guard (see the module docstring): steps fold their finiteness into device flags;
-    :meth:`check` reads them (one host sync) and raises naming the first bad step."""
 
-    def __init__(self, run: _Run, step: int):
-        self.run = run
-        self.bad = torch.zeros((), dtype=torch.bool, device=run.device)
-        self.first_bad = torch.full((), -1, dtype=torch.long, device=run.device)
-        self.step_t = torch.full((), step, dtype=torch.long, device=run.device)
+class _Guard:
+    """NaN and divergence guard (big_vision habit), kept on the device.
 
-    def observe(self, ok: torch.Tensor) -> None:
-        """Record one step's finiteness (no sync) and advance the step counter."""
-        self.first_bad = torch.where(~ok & ~self.bad, self.step_t, self.first_bad)
-        self.bad = self.bad | ~ok
+    Each step folds two facts into device flags, with the first bad step: the loss (and, when
+    gradients are clipped, the gradient norm, which the clipping computes anyway) is finite, and
+    the loss is at most ``run.divergence_factor × ln K`` — ln K being the cross-entropy of a
+    uniform guess over K classes, where every run starts. The flags are read every
+    ``run.nan_check_every`` steps and before every checkpoint; a bad step stops the run naming
+    its 1-based step and epoch. Up to ``nan_check_every − 1`` steps may run after the bad one,
+    but never past a checkpoint, so no checkpoint is written from a diverged run."""
+
+    NONFINITE, DIVERGED = 2, 1
+
+    def __init__(self, run: _Run, step: int, run_dir: Path):
+        self.run, self.run_dir = run, run_dir
+        device = run.device
+        factor = run.cfg.run.divergence_factor
+        self.limit = math.inf if factor is None else factor * math.log(max(run.data.info.num_classes, 2))
+        self.code = torch.zeros((), dtype=torch.long, device=device)  # worst problem seen
+        self.first = torch.full((), -1, dtype=torch.long, device=device)  # its first step (0-based)
+        self.step_t = torch.full((), step, dtype=torch.long, device=device)
+
+    def fold(self, loss: torch.Tensor, grad_norm: torch.Tensor | None) -> None:
+        finite = torch.isfinite(loss) if grad_norm is None else torch.isfinite(loss) & torch.isfinite(grad_norm)
+        code = torch.where(finite, (loss > self.limit).long() * self.DIVERGED,
+                           torch.full_like(self.code, self.NONFINITE))
+        self.first = torch.where((code > 0) & (self.code == 0), self.step_t, self.first)
+        self.code = torch.maximum(self.code, code)
         self.step_t += 1
 
-    def check(self) -> None:
-        never = torch.full_like(self.first_bad, 2**62)
-        flag = torch.stack([self.bad.long(), torch.where(self.first_bad < 0, never, self.first_bad)])
+    def check(self, checkpoint_epoch: int | None) -> None:
+        """Read the flags (one host sync); raise :class:`NonFiniteError` on a bad step."""
+        flag = torch.stack([self.code, torch.where(self.first < 0, torch.full_like(self.first, 2**62),
+                                                   self.first)])
         if self.run.dist.enabled:
             torch.distributed.all_reduce(flag[:1], op=torch.distributed.ReduceOp.MAX)
             torch.distributed.all_reduce(flag[1:], op=torch.distributed.ReduceOp.MIN)
-        b, at = flag.tolist()
-        if b:
-            where = f"step {at}" if at < 2**62 else "a step on another process"
-            raise NonFiniteError(f"non-finite loss or gradient at {where} (epoch {at // self.run.dur.steps_per_epoch}) "
-                                 f"of run {self.run.run_dir}; lower optim.lr, add optim.grad_clip, or use "
-                                 "run.precision=fp32. The last checkpoint (if any) is from before this step.")
+        code, at = flag.tolist()
+        if code:
+            what = ("non-finite loss or gradient" if code == self.NONFINITE else
+                    f"diverged (training loss above run.divergence_factor x ln K = {self.limit:.4g})")
+            where = f"step {at + 1} (epoch {at // self.run.dur.steps_per_epoch + 1})" if at < 2**62 \
+                else "a step on another process"
+            self.stop(f"{what} at {where}", checkpoint_epoch)
+
+    def stop(self, what: str, checkpoint_epoch: int | None) -> None:
+        kept = (f"the last good checkpoint (epoch {checkpoint_epoch}) is {self.run_dir / 'checkpoint'}"
+                if checkpoint_epoch is not None else "no checkpoint was written")
+        raise NonFiniteError(f"{what} of run {self.run_dir}; {kept}. Lower optim.lr, add optim.grad_clip, "
+                             f"or use run.precision=fp32, then start a new run.name")
 
 
-def _train_epoch(run: _Run, state: TrainState, epoch: int, guard: FiniteGuard) -> dict[str, Any]:
-    """One pass of optimiser steps (a partial one at the end of a step-counted run); returns the
-    epoch's training record. Reads device values only every ``run.nan_check_every`` steps."""
-    cfg, dist, dur = run.cfg, run.dist, run.dur
+def _train_epoch(run: _Run, epoch: int, state: _Progress, guard: _Guard, progress: Progress) -> dict[str, Any]:
+    """One pass over this rank's shard; returns the epoch's training record (all ranks reduced)."""
+    cfg, dur, dist, device = run.cfg, run.dur, run.dist, run.device
     t_epoch = time.perf_counter()
     run.train_model.train()
-    loader = train_loader(run.data, epoch, dur.batch_per_rank, cfg.run.seed, dist)
     params = [p for p in run.model.parameters() if p.requires_grad]
-    sums = torch.zeros(2, dtype=torch.float64, device=run.device)  # loss·n, correct
+    loader = train_loader(run.data, epoch, dur.batch_per_rank, cfg.run.seed, dist)
+    sums = torch.zeros(2, dtype=torch.float64, device=device)  # loss·n, correct
     seen = 0  # examples this epoch on this rank (host int: no sync)
     steps_this_epoch = min(dur.steps_per_epoch, dur.total_steps - state.step)
     for i, (x, y) in enumerate(loader):
         if i >= steps_this_epoch:
             break
-        if x.device != run.device:
-            x, y = x.to(run.device, non_blocking=True), y.to(run.device, non_blocking=True)
-        set_lr(run.optimizer, lr_at(state.step, dur.total_steps, dur.warmup_steps, cfg.optim.lr, cfg.schedule))
+        if x.device != device:
+            x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+        set_lr(run.optimizer, lr_at(state.step, dur.total_steps, dur.warmup_steps, dur.peak_lr, cfg.schedule))
         with run.autocast():
             logits = run.train_model(x)
         loss = F.cross_entropy(logits.float(), y)
         run.optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        ok = torch.isfinite(loss)
-        if cfg.optim.grad_clip is not None:
-            ok = ok & torch.isfinite(nn.utils.clip_grad_norm_(params, cfg.optim.grad_clip))
+        gnorm = nn.utils.clip_grad_norm_(params, cfg.optim.grad_clip) if cfg.optim.grad_clip is not None else None
         run.optimizer.step()
-        guard.observe(ok)
+        guard.fold(loss.detach(), gnorm)
         labels = y.argmax(-1) if y.ndim == 2 else y
-        n = len(labels)
-        sums += torch.stack([loss.detach().double() * n, (logits.argmax(-1) == labels).sum().double()])
-        seen += n
+        sums += torch.stack([loss.detach().double() * len(labels), (logits.argmax(-1) == labels).sum().double()])
+        seen += len(labels)
         state.step += 1
         if state.step % cfg.run.nan_check_every == 0:
-            guard.check()
-        if run.progress.due():  # a TTY only: one sync per 0.5 s to show the running loss
+            guard.check(state.checkpoint_epoch)
+        if progress.due():  # a TTY only: one sync per 0.5 s to show the running loss
             l_, a_ = sums.tolist()
-            run.progress.update(epoch + 1, dur.total_epochs, i + 1, steps_this_epoch,
-                                f"loss {l_ / seen:.4f} acc {a_ / seen:.3f}")
-    guard.check()
+            progress.update(epoch + 1, dur.total_epochs, i + 1, steps_this_epoch,
+                            f"loss {l_ / seen:.4f} acc {a_ / seen:.3f}")
+    guard.check(state.checkpoint_epoch)
     all_reduce_sum(sums, dist)
     loss_sum, correct = sums.tolist()
     seen *= dist.world_size  # every rank runs the same number of equal batches
-    if run.device.type == "cuda":
-        torch.cuda.synchronize(run.device)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
     train_time = time.perf_counter() - t_epoch
     return {"epoch": epoch + 1, "step": state.step, "lr": run.optimizer.param_groups[0]["lr"],
             "train_loss": loss_sum / max(seen, 1), "train_acc": correct / max(seen, 1),
-            "train_time_s": train_time, "images_per_s": seen / max(train_time, 1e-9),
-            "_t_epoch": t_epoch}
+            "train_time_s": train_time, "images_per_s": seen / max(train_time, 1e-9)}
 
 
-def _end_epoch(run: _Run, state: TrainState, epoch: int, rec: dict[str, Any], t_start: float) -> None:
-    """After an epoch's steps: evaluate (when due), log, checkpoint (when due)."""
-    r = run.cfg.run
-    t_epoch = rec.pop("_t_epoch")
-    last = epoch + 1 == run.dur.total_epochs
-    if (r.eval_every and (epoch + 1) % r.eval_every == 0) or last:
-        split, name = run.periodic
-        ev = evaluate(run.model, eval_loader(split, run.data, run.dur.eval_batch_per_rank, run.dist), run.dist,
-                      run.autocast)
-        rec.update({f"{name}_{k}": v for k, v in ev.items()})
-    rec["epoch_time_s"] = time.perf_counter() - t_epoch
-    if run.fpe:
-        rec["flops_per_s"] = 3.0 * run.fpe * rec["images_per_s"]
-        rec["mfu"] = rec["flops_per_s"] / run.peak
-    state.history.append(rec)
-    state.epoch = epoch + 1
-    if run.writer is not None:
-        run.writer.write(rec, state.step)
-    if run.dist.is_main:
-        shown = {k: v for k, v in rec.items() if k.endswith(("loss", "acc"))}
-        run.progress.line(f"epoch {epoch + 1}/{run.dur.total_epochs} step {state.step} "
-                          + " ".join(f"{k} {v:.4f}" for k, v in shown.items())
-                          + f" {rec['images_per_s']:.0f} img/s {rec['epoch_time_s']:.1f}s"
-                          + (f" mfu {rec['mfu']:.1%}" if "mfu" in rec else ""))
-    if (r.checkpoint_every and (epoch + 1) % r.checkpoint_every == 0) or last:
-        _save(run, state, t_start)
+def _weights_finite(model: nn.Module) -> bool:
+    """Every floating parameter and buffer is finite (one host sync)."""
+    flags = [torch.isfinite(t).all() for t in model.state_dict().values() if t.is_floating_point()]
+    return bool(torch.stack(flags).all()) if flags else True
 
 
-def _save(run: _Run, state: TrainState, t_start: float) -> None:
+def _save_checkpoint(run: _Run, state: _Progress, run_dir: Path, guard: _Guard, t_start: float) -> None:
+    """Write the checkpoint of ``state.epoch`` after checking the weights are finite (the guard
+    was read at the end of the epoch, and the evaluation's loss checked by the caller)."""
+    if not _weights_finite(run.model):
+        guard.stop(f"non-finite weights after step {state.step} (epoch {state.epoch})", state.checkpoint_epoch)
     rng = _gather_rng(run.device, run.dist)
     if run.dist.is_main:
-        ckpt.save_checkpoint(run.run_dir, run.model, {
+        ckpt.save_checkpoint(run_dir, run.model, {
             "epoch": state.epoch, "step": state.step, "optimizer": run.optimizer.state_dict(), "rng": rng,
             # the loader's order and augmentation are functions of (seed, epoch, rank)
             "loader": {"epoch": state.epoch, "seed": run.cfg.run.seed, "world_size": run.dist.world_size},
             "history": state.history, "wall_s": state.wall_before + time.perf_counter() - t_start,
         })
+    state.checkpoint_epoch = state.epoch
     barrier(run.dist)
 
 
-# ----------------------------------------------------------------------------- the end
-
-def _final_test(run: _Run, state: TrainState) -> dict[str, float]:
-    """The test metrics: those of the last epoch when it evaluated the test split, else a test now."""
-    _, name = run.periodic
-    if name == "test" and state.history and "test_acc" in state.history[-1]:
-        return {k: state.history[-1][f"test_{k}"] for k in ("acc", "top5", "loss")}  # just evaluated
-    return evaluate(run.model, eval_loader(run.data.test, run.data, run.dur.eval_batch_per_rank, run.dist),
-                    run.dist, run.autocast)
-
-
-def _write_results(run: _Run, state: TrainState, final: dict[str, float], t_start: float) -> dict[str, Any]:
-    """Check the replicas agree, summarise the run and write ``results.json`` (rank 0)."""
-    dist, history = run.dist, state.history
+def _results(run: _Run, state: _Progress, final: dict[str, float], run_dir: Path, peak: float,
+             t_start: float) -> dict[str, Any]:
+    """The results dict (``results.json``): final test metrics, speed, cost, provenance."""
     digest = weights_digest(run.model)
-    if dist.enabled:  # DDP keeps replicas identical; check it once, cheaply
-        digests: list[Any] = [None] * dist.world_size
+    if run.dist.enabled:  # DDP keeps replicas identical; check it once, cheaply
+        digests: list[Any] = [None] * run.dist.world_size
         torch.distributed.all_gather_object(digests, digest)
         if len(set(digests)) != 1:
             raise RuntimeError(f"model replicas differ across ranks at the end of training: {digests}")
+    history, fpe = state.history, run.fpe
     timed = history[1:] if len(history) > 1 else history
     t_train = sum(h["train_time_s"] for h in timed)
     ips = sum(h["images_per_s"] * h["train_time_s"] for h in timed) / max(t_train, 1e-9)
-    fpe, peak = run.fpe, run.peak
     results: dict[str, Any] = {
         "test_acc": final["acc"], "test_top5": final["top5"], "test_loss": final["loss"],
         "train_loss": history[-1]["train_loss"] if history else float("nan"),
@@ -543,14 +473,79 @@ def _write_results(run: _Run, state: TrainState, final: dict[str, float], t_star
         "flops_per_s": 3.0 * fpe * ips if fpe else None,
         "matmul_flops_per_s": peak, "mfu": 3.0 * fpe * ips / peak if fpe else None,
         "precision": run.precision, "compiled": run.compiled, "device": str(run.device),
-        "world_size": dist.world_size, "threads": torch.get_num_threads(), "loadavg": list(os.getloadavg()),
-        "weights_sha256": digest, "run_dir": str(run.run_dir), "history": history,
+        "world_size": run.dist.world_size, "threads": torch.get_num_threads(), "loadavg": list(os.getloadavg()),
+        "weights_sha256": digest, "run_dir": str(run_dir), "history": history,
     }
     if run.data.val is not None and "val_acc" in history[-1]:
         results.update({k: history[-1][k] for k in ("val_acc", "val_top5", "val_loss")})
-    if dist.is_main:
-        atomic_write_json(run.run_dir / "results.json", results)
-        run.progress.line(f"test acc {final['acc']:.4f} top5 {final['top5']:.4f} loss {final['loss']:.4f} "
-                          f"({results['wall_s']:.1f}s) -> {run.run_dir}")
-    barrier(dist)
+    return results
+
+
+# ----------------------------------------------------------------------------- the loop
+
+def _train(cfg: RunConfig, dist: DistInfo, resume: bool, overwrite: bool,
+           on_epoch_end: Callable | None) -> dict[str, Any]:
+    t_start = time.perf_counter()
+    r = cfg.run
+    run = _prepare(cfg, dist)
+    dur, data = run.dur, run.data
+    with open_run_folder(cfg, dist, resume, overwrite) as folder:
+        if folder.finished is not None:
+            return folder.finished  # finished already: nothing to do
+        run_dir = folder.path
+        state = _resume(run, folder)
+        _wrap(run)
+        peak = matmul_flops_per_s(run.device, torch.bfloat16 if run.precision == "bf16" else torch.float32)
+        progress = Progress(r.log if dist.is_main else "none")
+        periodic_split, periodic_name = (data.val, "val") if data.val is not None else (data.test, "test")
+        if dist.is_main:
+            progress.line(f"run {run_dir}: {cfg.model.name} {format_count(run.n_params)} params, "
+                          f"{format_count(run.fpe) if run.fpe else '?'}FLOP/example, {len(data.train)} train "
+                          f"examples, {dur.total_steps} steps ({dur.steps_per_epoch}/epoch), peak lr {dur.peak_lr:.3g}, {run.device.type} "
+                          f"{run.precision}{' compiled' if run.compiled else ' eager'}, {dist.world_size} "
+                          f"process(es)" + (f", resumed at epoch {state.epoch}" if folder.continuing else ""))
+        guard = _Guard(run, state.step, run_dir)
+        with open_loggers(run_dir, cfg, enabled=dist.is_main) as loggers:
+            for epoch in range(state.epoch, dur.total_epochs):
+                t_epoch = time.perf_counter()
+                rec = _train_epoch(run, epoch, state, guard, progress)
+                last = epoch + 1 == dur.total_epochs
+                if (r.eval_every and (epoch + 1) % r.eval_every == 0) or last:
+                    ev = evaluate(run.model, eval_loader(periodic_split, data, dur.eval_batch_per_rank, dist),
+                                  dist, run.autocast)
+                    rec.update({f"{periodic_name}_{k}": v for k, v in ev.items()})
+                    if not ev["loss"] <= guard.limit:  # NaN, inf or diverged: no checkpoint from these weights
+                        guard.stop(f"{periodic_name} loss {ev['loss']:.4g} (non-finite or above run.divergence_factor "
+                                   f"x ln K = {guard.limit:.4g}) after step {state.step} (epoch {epoch + 1})",
+                                   state.checkpoint_epoch)
+                rec["epoch_time_s"] = time.perf_counter() - t_epoch
+                if run.fpe:
+                    rec["flops_per_s"] = 3.0 * run.fpe * rec["images_per_s"]
+                    rec["mfu"] = rec["flops_per_s"] / peak
+                state.history.append(rec)
+                state.epoch = epoch + 1
+                loggers.log(rec, state.step)
+                if dist.is_main:
+                    shown = {k: v for k, v in rec.items() if k.endswith(("loss", "acc"))}
+                    progress.line(f"epoch {epoch + 1}/{dur.total_epochs} step {state.step} " +
+                                  " ".join(f"{k} {v:.4f}" for k, v in shown.items()) +
+                                  f" {rec['images_per_s']:.0f} img/s {rec['epoch_time_s']:.1f}s" +
+                                  (f" mfu {rec['mfu']:.1%}" if "mfu" in rec else ""))
+                if (r.checkpoint_every and (epoch + 1) % r.checkpoint_every == 0) or last:
+                    _save_checkpoint(run, state, run_dir, guard, t_start)
+                if on_epoch_end is not None:
+                    on_epoch_end(rec)
+
+            if periodic_name == "test" and state.history and "test_acc" in state.history[-1]:
+                final = {k: state.history[-1][f"test_{k}"] for k in ("acc", "top5", "loss")}  # just evaluated
+            else:
+                final = evaluate(run.model, eval_loader(data.test, data, dur.eval_batch_per_rank, dist), dist,
+                                 run.autocast)
+            results = _results(run, state, final, run_dir, peak, t_start)
+            if dist.is_main:
+                atomic_write_json(run_dir / "results.json", results)
+                loggers.finish(results)
+                progress.line(f"test acc {final['acc']:.4f} top5 {final['top5']:.4f} loss {final['loss']:.4f} "
+                              f"({results['wall_s']:.1f}s) -> {run_dir}")
+        barrier(dist)
     return results

@@ -9,17 +9,15 @@ shared machine.
 from __future__ import annotations
 
 import functools
-import json
 import sys
 import time
-from pathlib import Path
 from typing import Any, TextIO
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-__all__ = ["flops_per_example", "matmul_flops_per_s", "cpu_has_native_bf16", "MetricsWriter", "Progress",
+__all__ = ["flops_per_example", "matmul_flops_per_s", "cpu_has_native_bf16", "Progress",
            "format_count"]
 
 
@@ -85,36 +83,6 @@ def _matmul_rate(device_str: str, dtype_str: str, threads: int) -> float:
 def matmul_flops_per_s(device: torch.device, dtype: torch.dtype) -> float:
     """Measured dense matmul FLOP/s on ``device`` at ``dtype`` (cached for the process)."""
     return _matmul_rate(str(device), str(dtype).replace("torch.", ""), torch.get_num_threads())
-
-
-class MetricsWriter:
-    """Appends one JSON line per record to ``metrics.jsonl`` (flushed each time), and mirrors
-    scalars to TensorBoard when it is installed and wanted."""
-
-    def __init__(self, run_dir: Path, tensorboard: bool = True):
-        self.path = Path(run_dir) / "metrics.jsonl"
-        self._f = open(self.path, "a")
-        self._tb = None
-        if tensorboard:
-            try:
-                from torch.utils.tensorboard import SummaryWriter
-            except ImportError:  # tensorboard not installed: metrics.jsonl only
-                SummaryWriter = None
-            if SummaryWriter is not None:
-                self._tb = SummaryWriter(log_dir=str(Path(run_dir) / "tb"))
-
-    def write(self, record: dict[str, Any], step: int) -> None:
-        self._f.write(json.dumps(record) + "\n")
-        self._f.flush()
-        if self._tb is not None:
-            for k, v in record.items():
-                if isinstance(v, (int, float)) and not isinstance(v, bool):
-                    self._tb.add_scalar(k, v, step)
-
-    def close(self) -> None:
-        self._f.close()
-        if self._tb is not None:
-            self._tb.close()
 
 
 class Progress:

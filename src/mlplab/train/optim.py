@@ -14,6 +14,7 @@ from typing import Iterable
 import torch
 import torch.nn as nn
 
+from ..errors import BadInput
 from .config import OptimSection, ScheduleSection
 
 __all__ = ["Lion", "param_groups", "freeze_body", "build_optimizer", "lr_at", "set_lr"]
@@ -75,7 +76,7 @@ def freeze_body(model: nn.Module) -> None:
     """Linear probe: only the classifier head (``model.head``) keeps receiving gradients."""
     head = getattr(model, "head", None)
     if not isinstance(head, nn.Module) or not any(True for _ in head.parameters()):
-        raise ValueError(f"optim.freeze=body needs a model with a classifier head (model.head); "
+        raise BadInput(f"optim.freeze=body needs a model with a classifier head (model.head); "
                          f"{type(model).__name__} has none")
     keep = {id(p) for p in head.parameters()}
     for p in model.parameters():

@@ -12,21 +12,46 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..aggregate import RunRecord, select
+from ..claims import Analysis, Claim, decided
+from ..plan import Plan, experiment
 from ..plots import Panel, Series, draw
 from ..recipes import Scale
-from ..registry import Plan, experiment
-from ..report import Analysis, Claim
 from ..sweep import Sweep, product
-from .common import (FAMILY_LABEL, NEIGHBOUR_RULE, err_rows, log2, mixer, model_seed, neighbour_rule, pairs_for,
-                     spearman_rule, sw_mlp, sw_widths)
+from ..verdicts import compare, interior_optimum, trend
+from .common import (FAMILY_LABEL, TRAIN_COLUMNS, TRAIN_METRICS, err_rows, fair_width, log2, mixer, model_seed,
+                     pairs_for, per_seed, seed_table, sw_mlp, sw_widths)
+
+INTERIOR_RULE = ("the S ≈ C pair (twins averaged per seed) against each end of the (S, C) sweep: paired one-sided "
+                 "t-tests, centre < end, Holm-corrected over the two ends; HELD if both hold, DID NOT HOLD if the "
+                 "centre is significantly worse than either end, UNDECIDED otherwise (e.g. a flat side)")
+TREND_RULE = ("per seed, the least-squares slope of test error against log2(width); one-sample t-test of the "
+              "per-seed slopes < 0")
+
+
+def _point(r: RunRecord) -> tuple:
+    return (r.get("meta.omega"), r.get("meta.family"), r.get("meta.S"), r.get("meta.C"), r.get("meta.m"))
+
+
+def _key(row: dict[str, Any]) -> tuple:
+    return (row["omega"], row["family"], row.get("S"), row.get("C"), row["m"])
+
+
+def _width_claim(runs: list[RunRecord], rows: list[dict[str, Any]], label: str) -> Any:
+    """"Error falls as the effective width grows" over ``rows`` (one family, one Ω)."""
+    tab = seed_table(runs, _point)
+    pts = [_key(r) for r in rows]
+    return trend([r["m"] for r in rows], per_seed(tab, pts), sign=-1, what="Δ test error (points)")
 
 IMAGENET = ("imagefolder", "imagenet")
 
 
 def _budget_models(depth: int, patch: int, channels: dict[int, Sequence[int] | None],
                    densities: dict[int, Sequence[float]], gamma: float = 1.0, block: str = "s",
-                   sw_gamma: float | None = None, tokens: dict[int, Sequence[int]] | None = None):
-    """Derived fan-out: (meta.omega, meta.family) → one run per planned (S, C) pair or SW-MLP width."""
+                   sw_gamma: float | None = None, tokens: dict[int, Sequence[int]] | None = None, s0: int = 64):
+    """Derived fan-out: (meta.omega, meta.family) → one run per planned (S, C) pair or SW-MLP width.
+
+    SW-MLP widths are rounded to a multiple of the S0 patches (:func:`fair_width`) and the density
+    follows from Ω (p = Ω/(γm²)), so every SW-MLP has the Mixer's per-patch stem and the same Ω."""
 
     def derive(o: dict[str, Any]) -> list[dict[str, Any]]:
         om, fam = int(o["meta.omega"]), o["meta.family"]
@@ -34,12 +59,14 @@ def _budget_models(depth: int, patch: int, channels: dict[int, Sequence[int] | N
             out = []
             if tokens is not None:  # same widths as the Mixer pairs (fig4)
                 for C, S in pairs_for(om, gamma, tokens=tokens[om], symmetric=False):
-                    m = S * C
+                    m = fair_width(S * C, s0)
                     p = min(1.0, om / ((sw_gamma or gamma) * m * m))
                     out.append({**sw_mlp(m, p, 2 * depth, patch, sw_gamma or gamma), "meta.m": m, "meta.p": p,
                                 "meta.S": S, "meta.C": C})
                 return out
-            for m, p in sw_widths(om, densities.get(om, ()), sw_gamma or gamma):
+            for m, _ in sw_widths(om, densities.get(om, ()), sw_gamma or gamma):
+                m = fair_width(m, s0)
+                p = min(1.0, om / ((sw_gamma or gamma) * m * m))
                 out.append({**sw_mlp(m, p, 2 * depth, patch, sw_gamma or gamma), "meta.m": m, "meta.p": p})
             return out
         rp = fam.startswith("rp_")
@@ -68,12 +95,11 @@ def _dataset_title(manifest: dict[str, Any]) -> str:
 
 
 def _analyse_fig5(runs: list[RunRecord], manifest: dict[str, Any]) -> Analysis:
-    rows = err_rows(runs, "width", BY)
+    runs = select(runs, "width")
+    rows = err_rows(runs, None, BY, TRAIN_METRICS)
     panels, claims = [], []
     omegas = sorted({r["omega"] for r in rows})
     fams = [f for f in ("s_mixer", "rp_s_mixer", "sw_mlp") if any(r["family"] == f for r in rows)]
-    rho: dict[str, list[tuple[int, float]]] = {f: [] for f in fams}
-    verdict_by_fam: dict[str, list[bool | None]] = {f: [] for f in fams}
     for om in omegas:
         series = []
         for f in fams:
@@ -84,19 +110,12 @@ def _analyse_fig5(runs: list[RunRecord], manifest: dict[str, Any]) -> Analysis:
             ms = sorted({r["m"] for r in rs})
             e = [float(np.mean([r["test_error"] for r in rs if r["m"] == m])) for m in ms]
             series.append(Series(FAMILY_LABEL[f], ms, e))
-            held, rh = spearman_rule(ms, e, -1)
-            verdict_by_fam[f].append(held)
-            rho[f].append((om, rh))
+            claims.append(decided(f"{FAMILY_LABEL[f]}, Ω = {log2(om)}: test error falls as the effective width grows",
+                                  TREND_RULE, _width_claim(runs, rs, FAMILY_LABEL[f])))
         panels.append(Panel(f"{_dataset_title(manifest)}, Ω = {log2(om)}", "effective width m = S·C (SW-MLP: m)",
                             "test error (%)", series, xscale="log"))
-    for f in fams:
-        v = verdict_by_fam[f]
-        decided = [x for x in v if x is not None]
-        held = None if not decided else all(decided)
-        claims.append(Claim(f"{FAMILY_LABEL[f]}: at a fixed budget Ω, test error falls as the effective width grows",
-                            "Spearman ρ(width, mean test error) < 0 at every Ω with ≥ 3 distinct widths",
-                            held, "; ".join(f"Ω={log2(om)}: ρ={r:+.2f}" for om, r in rho[f])))
-    return Analysis(rows, ["omega", "family", "S", "C", "m", "p", "test_error", "test_error_std", "n"],
+    rows = sorted(rows, key=lambda r: (r["omega"], r["family"], r["m"]))
+    return Analysis(rows, ["omega", "family", "S", "C", "m", "p", *TRAIN_COLUMNS],
                     {"fig5": draw(panels, "Fig. 5: test error vs effective width at fixed Ω")}, claims)
 
 
@@ -111,22 +130,23 @@ def fig5(sc: Scale) -> Plan:
     over densities 1 − p ∈ {0.1, …, 0.9}: test error against the effective width m = S·C.
     Published: error decreases monotonically with m for all three families, on CIFAR-10/100 and
     STL-10, at Ω = 2^18, 2^21, 2^27; the RP S-Mixer follows the S-Mixer closely.
-    Time: paper ≈ 140 runs × 200 epochs per dataset (GPU days); cpu ≈ 20 min on 2 cores
-    (Ω = 2^13, 2^15; depth 4; 3 epochs on 10k Fashion-MNIST images; 2 seeds); smoke seconds.
+    Time: paper ≈ 140 runs × 200 epochs per dataset (GPU days); cpu: Ω = 2^14, depth 4, C ∈
+    {4, 8, 16} and swapped, SW-MLP 1 − p ∈ {0.1, 0.5, 0.9} (widths rounded to multiples of S0 = 49),
+    3 seeds, 8 epochs on all 60k Fashion-MNIST images: 45 runs (see ``reproduce --list``); smoke
+    seconds.
     Notes: SW-MLPs are run at the smallest budget only at paper scale (at Ω = 2^27 a masked
     dense SW-MLP of width ≥ 12 000 does not fit); at cpu scale at every budget.
     """
-    omegas = sc.pick([2**10], [2**13, 2**15], [2**18, 2**21, 2**27])
-    channels = sc.pick({2**10: [4]}, {2**13: [4, 8, 16], 2**15: [8, 16, 24]},
+    omegas = sc.pick([2**10], [2**14], [2**18, 2**21, 2**27])
+    channels = sc.pick({2**10: [4]}, {2**14: [4, 8, 16]},
                        {2**18: [16, 32, 48], 2**21: [16, 32, 64], 2**27: [128, 256]})
-    dens = sc.pick({2**10: [0.5]}, {2**13: [0.9, 0.5, 0.1], 2**15: [0.9, 0.5, 0.1]},
-                   {2**18: [0.9, 0.7, 0.5, 0.3, 0.1]})
+    dens = sc.pick({2**10: [0.5]}, {2**14: [0.9, 0.5, 0.1]}, {2**18: [0.9, 0.7, 0.5, 0.3, 0.1]})
     depth = sc.pick(2, 4, 8)
     patch = sc.patch_for_tokens(4)
-    base = sc.recipe(epochs=200, cpu_epochs=3, optim="sgd", lr=0.02)
+    base = sc.recipe(epochs=200, cpu_epochs=8, optim="sgd", lr=0.02)
     sweep = Sweep("width", base, [product(("meta.omega", omegas), ("meta.family", ["s_mixer", "rp_s_mixer", "sw_mlp"]))],
-                  seeds=sc.seed_list(3), derived=[_budget_models(depth, patch, channels, dens), model_seed],
-                  name_keys=NAME_KEYS, est_epoch_s=sc.pick(1.0, 6.0, 15.0), epochs=base["schedule.epochs"],
+                  seeds=sc.seed_list(3), derived=[_budget_models(depth, patch, channels, dens, s0=sc.s0(patch)), model_seed, sc.family_lr],
+                  name_keys=NAME_KEYS, est_epoch_s=sc.pick(1.0, 3.0, 15.0), epochs=base["schedule.epochs"],
                   description=f"families × Ω ∈ {[log2(o) for o in omegas]} × planned pairs/densities, depth {depth}")
     return Plan([[sweep]], settings={"Ω": [log2(o) for o in omegas], "depth": depth, "patch": patch,
                                      "channels (C) per Ω": {log2(k): v for k, v in channels.items()}})
@@ -136,21 +156,23 @@ def fig5(sc: Scale) -> Plan:
 
 
 def _analyse_fig6(runs: list[RunRecord], manifest: dict[str, Any]) -> Analysis:
-    rows = err_rows(runs, "pairs", BY)
+    runs = select(runs, "pairs")
+    rows = sorted(err_rows(runs, None, BY, TRAIN_METRICS), key=lambda r: (r["omega"], r["C"]))
     panels, claims = [], []
+    tab = seed_table(runs, _point)
     for om in sorted({r["omega"] for r in rows}):
-        rs = sorted([r for r in rows if r["omega"] == om], key=lambda r: r["C"])
+        rs = [r for r in rows if r["omega"] == om]  # sorted by C
         dist = [abs(math.log(r["S"] / r["C"])) for r in rs]
-        near = [int(np.argmin(dist))] if rs else []
+        near = [i for i, d in enumerate(dist) if d <= min(dist) + 1e-12]
+        fam = rs[0]["family"]
         panels.append(Panel(f"{_dataset_title(manifest)}, Ω = {log2(om)}", "channels C", "test error (%)",
-                            [Series("S-Mixer" if rs and rs[0]["family"] == "s_mixer" else "MLP-Mixer",
-                                    [r["C"] for r in rs], [r["test_error"] for r in rs],
+                            [Series(FAMILY_LABEL.get(fam, fam), [r["C"] for r in rs], [r["test_error"] for r in rs],
                                     [r["test_error_std"] for r in rs], mark=near)],
-                            xscale="log", vlines=[(om ** (1 / 3) if rs and rs[0]["family"] == "s_mixer" else
-                                                   (om / 4) ** (1 / 3), "S = C (C*)")]))
-        held, detail = neighbour_rule(rs)
-        claims.append(Claim(f"Ω = {log2(om)}: test error is lowest near S ≈ C", NEIGHBOUR_RULE, held, detail))
-    return Analysis(rows, ["omega", "family", "S", "C", "m", "test_error", "test_error_std", "n"],
+                            xscale="log", vlines=[(om ** (1 / 3) if fam == "s_mixer" else (om / 4) ** (1 / 3),
+                                                   "S = C (C*)")]))
+        v = interior_optimum([r["S"] for r in rs], [r["C"] for r in rs], per_seed(tab, [_key(r) for r in rs]))
+        claims.append(decided(f"Ω = {log2(om)}: test error is lowest near S ≈ C", INTERIOR_RULE, v))
+    return Analysis(rows, ["omega", "family", "S", "C", "m", *TRAIN_COLUMNS],
                     {"fig6": draw(panels, "Fig. 6: test error vs (S, C) at fixed Ω (circle: S ≈ C)")}, claims)
 
 
@@ -165,8 +187,13 @@ def fig6(sc: Scale) -> Plan:
     Ω = 2^21, SGD lr 0.1, batch 128, 600 epochs; STL-10 Ω = 2^18, SGD lr 0.1, 2000 epochs;
     ImageNet: MLP-Mixers L = 8, γ = 4, Ω = 290217984, P ∈ {7, 8, 14, 16, 28, 32} (S = (224/P)²).
     Published: a U-shaped curve with its minimum at the pairs closest to S = C.
-    Time: paper: 6 pairs × 3 seeds × 600–2000 epochs (GPU days); cpu ≈ 8 min (Ω = 2^16, L = 4,
-    5 pairs incl. S ≈ C, 5 epochs, 2 seeds); smoke seconds.
+    Time: paper: 6 pairs × 3 seeds × 600–2000 epochs (GPU days); cpu: Ω = 2^16, L = 4, the 6 pairs
+    C ∈ {8, 16, 40} and swapped (S ≈ C twins 41/40, 40/41), 3 seeds, 12 epochs on all 60k
+    Fashion-MNIST images, AdamW lr 3e-3 (``recipes.CPU_LR``), batch 256: 18 runs, see the README
+    for the measured minutes; quick (the README's main job): C ∈ {8, 40} and swapped — the S ≈ C
+    twins and both ends, all the interior test needs — 3 seeds, 6 epochs: 12 runs; smoke seconds.
+    Verdict: the S ≈ C twins against both ends, paired one-sided t-tests with Holm's correction
+    (``verdicts.interior_optimum``).
     """
     ds = sc.dataset
     if sc.paper and ds in IMAGENET:
@@ -186,19 +213,21 @@ def fig6(sc: Scale) -> Plan:
                       description="ImageNet MLP-Mixers L=8, γ=4, one pair per patch size")
         return Plan([[sweep]], settings={"Ω": omega, "γ": gamma, "depth": depth})
     omega = sc.pick(2**10, 2**16, 2**18 if ds == "stl10" else 2**21)
-    channels = sc.pick([4, 8], [8, 16, 40], [16, 32, 48] if omega == 2**18 else [16, 32, 64])
+    channels = [8, 40] if sc.quick else sc.pick([4, 8], [8, 16, 40], [16, 32, 48] if omega == 2**18 else [16, 32, 64])
     depth = sc.pick(2, 4, 12)
+    ep = 6 if sc.quick else 12  # cpu: the training loss flattens by ~12 epochs (loss_change column)
     if ds == "cifar10":
-        base = sc.recipe(epochs=2000, cpu_epochs=5, optim="adamw", lr=0.02, batch_size=1024)
+        base = sc.recipe(epochs=2000, cpu_epochs=ep, optim="adamw", lr=0.02, batch_size=1024)
     elif ds == "cifar100":
-        base = sc.recipe(epochs=600, cpu_epochs=5, optim="sgd", lr=0.1)
+        base = sc.recipe(epochs=600, cpu_epochs=ep, optim="sgd", lr=0.1)
     elif ds == "stl10":
-        base = sc.recipe(epochs=2000, cpu_epochs=5, optim="sgd", lr=0.1)
+        base = sc.recipe(epochs=2000, cpu_epochs=ep, optim="sgd", lr=0.1)
     else:
-        base = sc.recipe(epochs=600, cpu_epochs=5, optim="sgd", lr=0.1)
+        base = sc.recipe(epochs=600, cpu_epochs=ep, optim="sgd", lr=0.1)
     patch = sc.patch_for_tokens(4)
     sweep = Sweep("pairs", base, [product(("meta.omega", [omega]), ("meta.family", ["s_mixer"]))],
-                  seeds=sc.seed_list(3), derived=[_budget_models(depth, patch, {omega: channels}, {}), model_seed],
+                  seeds=sc.seed_list(3), derived=[_budget_models(depth, patch, {omega: channels}, {}, s0=sc.s0(patch)),
+                                                  model_seed, sc.family_lr],
                   name_keys=NAME_KEYS, est_epoch_s=sc.pick(1.0, 7.0, 40.0), epochs=base["schedule.epochs"],
                   description=f"S-Mixer L={depth}, Ω={log2(omega)}, C ∈ {channels} and swapped pairs")
     return Plan([[sweep]], settings={"Ω": log2(omega), "depth": depth, "patch": patch, "channels": channels})
@@ -208,7 +237,8 @@ def fig6(sc: Scale) -> Plan:
 
 
 def _analyse_fig4(runs: list[RunRecord], manifest: dict[str, Any]) -> Analysis:
-    rows = err_rows(runs, "train", BY)
+    train_runs = select(runs, "train")
+    rows = sorted(err_rows(train_runs, None, BY, TRAIN_METRICS), key=lambda r: (r["family"], r["m"]))
     claims = []
     series = []
     for f in ("mlp_mixer", "sw_mlp"):
@@ -244,27 +274,30 @@ def _analyse_fig4(runs: list[RunRecord], manifest: dict[str, Any]) -> Analysis:
                                     [r["lambda_sw_std"] for r in srows]),
                              Series("SW-MLP theory √L+", [r["m"] for r in srows], [r["sw_theory"] for r in srows], style="--")],
                             xscale="log", hlines=[(cg, f"c_γ = 1 + √γ = {cg:.3f}")]))
-        held_sw, rho_sw = spearman_rule([r["m"] for r in srows], [r["lambda_sw"] for r in srows], +1)
+        lam = {int(r.get("seed", i)): [next((x["lambda_sw"] for x in r.results.get("rows", []) if int(x["m"]) == row["m"]),
+                                            float("nan")) for row in srows] for i, r in enumerate(spec_runs)}
+        v = trend([r["m"] for r in srows], lam, sign=+1, what="Δ λ_max")
         dev = max(abs(r["lambda_mixer"] - cg) for r in srows)
         tol = 0.25
-        held = None if held_sw is None else (held_sw and dev < tol)
+        held = v.held if v.held is not True else bool(dev < tol)
         claims.append(Claim("λ_max grows with width for the SW-MLP but stays at c_γ = 1 + √γ for the Mixer",
-                            f"Spearman ρ(m, λ_SW) > 0 and max over widths |λ_Mixer − c_γ| < {tol}",
-                            held, f"ρ(m, λ_SW) = {rho_sw:+.2f}; max |λ_Mixer − c_γ| = {dev:.3f} (c_γ = {cg:.3f})"))
+                            f"per-seed slope of λ_SW against log2(m) > 0 (one-sample t-test, α = 0.05, ≥ 3 seeds) "
+                            f"and max over widths |λ_Mixer − c_γ| < {tol}", held,
+                            f"max |λ_Mixer − c_γ| = {dev:.3f} (c_γ = {cg:.3f})", v))
     mx = [r for r in rows if r["family"] == "mlp_mixer"]
     sw = [r for r in rows if r["family"] == "sw_mlp"]
-    held_mx, rho_mx = spearman_rule([r["m"] for r in mx], [r["test_error"] for r in mx], -1)
-    claims.append(Claim("MLP-Mixer: test error falls as the width grows at fixed Ω",
-                        "Spearman ρ(m, test error) < 0 over the Mixer widths", held_mx, f"ρ = {rho_mx:+.2f}"))
+    if mx:
+        claims.append(decided("MLP-Mixer: test error falls as the width grows at fixed Ω", TREND_RULE,
+                              _width_claim(train_runs, mx, "MLP-Mixer")))
     if mx and sw:
-        mw = max(r["m"] for r in mx)
-        em = np.mean([r["test_error"] for r in mx if r["m"] == mw])
-        es = np.mean([r["test_error"] for r in sw if r["m"] == mw]) if any(r["m"] == mw for r in sw) else float("nan")
-        held = None if not math.isfinite(es) else bool(em < es)
-        claims.append(Claim("at the largest width the Mixer beats the SW-MLP of the same Ω and width (SW-MLP trainability)",
-                            "mean test error of the Mixer < that of the SW-MLP at the largest m",
-                            held, f"m = {mw}: Mixer {em:.2f}% vs SW-MLP {es:.2f}%"))
-    return Analysis(rows, ["family", "S", "C", "m", "p", "test_error", "test_error_std", "n"],
+        tab = seed_table(train_runs, _point)
+        top = max(mx, key=lambda r: r["m"])
+        sw_top = min(sw, key=lambda r: abs(r["m"] - top["m"]))
+        v = compare(tab.get(_key(top), {}), tab.get(_key(sw_top), {}), what="Mixer − SW-MLP test error (points)")
+        claims.append(decided("at the largest width the Mixer beats the SW-MLP of the same Ω and width (SW-MLP "
+                              "trainability)", f"paired one-sided t-test, Mixer (m = {top['m']}) < SW-MLP "
+                              f"(m = {sw_top['m']}, width rounded to a multiple of S0 for the same stem)", v))
+    return Analysis(rows, ["family", "S", "C", "m", "p", *TRAIN_COLUMNS],
                     {"fig4": draw(panels, "Fig. 4: error and λ_max vs width at fixed Ω")}, claims,
                     tables={"spectra": srows})
 
@@ -291,8 +324,8 @@ def fig4(sc: Scale) -> Plan:
     base = sc.recipe(epochs=600, cpu_epochs=3, optim="adamw", lr=0.01, augment="autoaugment")
     train = Sweep("train", base, [product(("meta.omega", [omega]), ("meta.family", ["mlp_mixer", "sw_mlp"]))],
                   seeds=sc.seed_list(4), derived=[_budget_models(depth, patch, {}, {}, gamma=gamma, block="mlp",
-                                                                 tokens={omega: tokens}), model_seed],
-                  name_keys=NAME_KEYS, est_epoch_s=sc.pick(1.0, 15.0, 20.0), epochs=base["schedule.epochs"],
+                                                                 tokens={omega: tokens}, s0=sc.s0(patch)), model_seed, sc.family_lr],
+                  name_keys=NAME_KEYS, est_epoch_s=sc.pick(1.0, 90.0, 20.0), epochs=base["schedule.epochs"],
                   description=f"MLP-Mixer vs SW-MLP, Ω={log2(omega)}, γ=2, L=3, S ∈ {tokens}")
     spec_omega = sc.pick(2**12, 2**19, 2**19)
     spectra = Sweep("spectra", {"omega": spec_omega, "gamma": gamma,
@@ -326,11 +359,10 @@ def _analyse_figS1(runs: list[RunRecord], manifest: dict[str, Any]) -> Analysis:
             if e.size:
                 panels.append(Panel(f"spectrum, a = {d['a']:g}, Ω = {d['omega']:g}", "singular value", "count",
                                     [Series(f"{d['trials']} trials", (e[:-1] + e[1:]) / 2, d["hist"], style="-")]))
-        held, rho = spearman_rule([d["a"] for d in spec], [d["largest_mean"] for d in spec], +1)
-        if len(spec) == 2:
-            held = spec[1]["largest_mean"] > spec[0]["largest_mean"]
+        lm = [d["largest_mean"] for d in spec]
+        held = bool(all(b > a for a, b in zip(lm, lm[1:]))) if len(spec) >= 2 else None
         claims.append(Claim("the largest normalised singular value grows with a (sparser and wider at fixed Ω)",
-                            "mean σ_max increases with a (Spearman ρ > 0)", held,
+                            "mean σ_max over the trials increases strictly with a", held,
                             ", ".join(f"a={d['a']:g}: {d['largest_mean']:.2f}" for d in spec)))
     if len(rows) >= 2:
         best = min(rows, key=lambda r: r["test_error"])
@@ -364,8 +396,8 @@ def figS1(sc: Scale) -> Plan:
     patch = sc.patch_for_tokens(4)
     base = sc.recipe(epochs=200, cpu_epochs=4)
     train = Sweep("train", base, [product(("meta.omega", [omega]), ("meta.family", ["sw_mlp"]))],
-                  seeds=sc.seed_list(3), derived=[_budget_models(depth, patch, {}, {omega: dens}), model_seed],
-                  name_keys=NAME_KEYS, est_epoch_s=sc.pick(1.0, 5.0, 15.0), epochs=base["schedule.epochs"],
+                  seeds=sc.seed_list(3), derived=[_budget_models(depth, patch, {}, {omega: dens}, s0=sc.s0(patch)), model_seed, sc.family_lr],
+                  name_keys=NAME_KEYS, est_epoch_s=sc.pick(1.0, 30.0, 15.0), epochs=base["schedule.epochs"],
                   description=f"SW-MLP, Ω={log2(omega)}, {2 * depth} blocks, p ∈ {dens}")
     spectrum = Sweep("spectrum", {"omega": sc.pick(100.0, 1000.0, 1000.0), "trials": sc.pick(3, 20, 50)},
                      [("a", [0.5, 1.0, 1.5])],
@@ -379,30 +411,30 @@ def figS1(sc: Scale) -> Plan:
 
 
 def _analyse_figS2(runs: list[RunRecord], manifest: dict[str, Any]) -> Analysis:
-    rows = err_rows(runs, "width", BY)
-    rows3 = err_rows(runs, "expansion", {**BY, "gamma": lambda r: r.get("meta.gamma")})
+    width_runs, exp_runs = select(runs, "width"), select(runs, "expansion")
+    rows = sorted(err_rows(width_runs, None, BY, TRAIN_METRICS), key=lambda r: (r["omega"], r["m"]))
+    by3 = {**BY, "gamma": lambda r: r.get("meta.gamma")}
+    rs3 = sorted(err_rows(exp_runs, None, by3, TRAIN_METRICS), key=lambda r: r["C"])
     panels, claims = [], []
     series = []
     for om in sorted({r["omega"] for r in rows}):
-        rs = sorted([r for r in rows if r["omega"] == om], key=lambda r: r["m"])
+        rs = [r for r in rows if r["omega"] == om]
         series.append(Series(f"Ω = {log2(om)}", [r["m"] for r in rs], [r["test_error"] for r in rs],
                              [r["test_error_std"] for r in rs]))
-        ms = sorted({r["m"] for r in rs})
-        e = [np.mean([r["test_error"] for r in rs if r["m"] == m]) for m in ms]
-        held, rho = spearman_rule(ms, e, -1)
-        claims.append(Claim(f"MLP-Mixer (γ = 4), Ω = {log2(om)}: test error falls as the width m = S·C grows",
-                            "Spearman ρ(m, mean test error) < 0", held, f"ρ = {rho:+.2f}"))
+        claims.append(decided(f"MLP-Mixer (γ = 4), Ω = {log2(om)}: test error falls as the width m = S·C grows",
+                              TREND_RULE, _width_claim(width_runs, rs, "MLP-Mixer")))
     panels.append(Panel(f"{_dataset_title(manifest)}: width sweep (Fig. S.2)", "width m = S·C", "test error (%)",
                         series, xscale="log"))
-    rs3 = sorted(rows3, key=lambda r: r["C"])
     if rs3:
         panels.append(Panel(f"fixed m = {rs3[0]['m']} (Fig. S.3)", "expansion γ (C shown in table)", "test error (%)",
                             [Series("MLP-Mixer", [r["gamma"] for r in rs3], [r["test_error"] for r in rs3],
                                     [r["test_error_std"] for r in rs3], style="o")]))
-        held, detail = neighbour_rule(rs3)
-        claims.append(Claim("at fixed width m, the best Mixer is near S = C, where the expansion γ that spends Ω is largest",
-                            NEIGHBOUR_RULE, held, detail))
-    return Analysis(rows + rs3, ["omega", "S", "C", "m", "gamma", "test_error", "test_error_std", "n"],
+        tab = seed_table(exp_runs, lambda r: (r.get("meta.S"), r.get("meta.C")))
+        v = interior_optimum([r["S"] for r in rs3], [r["C"] for r in rs3],
+                             per_seed(tab, [(r["S"], r["C"]) for r in rs3]))
+        claims.append(decided("at fixed width m, the best Mixer is near S = C, where the expansion γ that spends Ω "
+                              "is largest", INTERIOR_RULE, v))
+    return Analysis(rows + rs3, ["omega", "S", "C", "m", "gamma", *TRAIN_COLUMNS],
                     {"figS2-S3": draw(panels, "Figs. S.2/S.3: MLP-Mixer width and expansion sweeps")}, claims)
 
 
@@ -426,9 +458,9 @@ def figS2_S3(sc: Scale) -> Plan:
     patch = sc.patch_for_tokens(4)
     base = sc.recipe(epochs=200, cpu_epochs=3, optim="sgd", lr=0.1)
     width = Sweep("width", base, [product(("meta.omega", omegas), ("meta.family", ["mlp_mixer"]))],
-                  seeds=sc.seed_list(3), derived=[_budget_models(depth, patch, channels, {}, gamma=4.0, block="mlp"),
-                                                  model_seed],
-                  name_keys=NAME_KEYS, est_epoch_s=sc.pick(1, 10, 20), epochs=base["schedule.epochs"],
+                  seeds=sc.seed_list(3), derived=[_budget_models(depth, patch, channels, {}, gamma=4.0, block="mlp", s0=sc.s0(patch)),
+                                                  model_seed, sc.family_lr],
+                  name_keys=NAME_KEYS, est_epoch_s=sc.pick(1, 60, 20), epochs=base["schedule.epochs"],
                   description="MLP-Mixer γ=4 over planner pairs")
     m = sc.pick(64, 256, 4096)
     om3 = sc.pick(2**10, 2**14, 2**20)
@@ -439,8 +471,8 @@ def figS2_S3(sc: Scale) -> Plan:
             "meta.S": S, "meta.C": m // S, "meta.m": m, "meta.omega": om3, "meta.family": "mlp_mixer",
             "meta.gamma": round(gamma_for_width(om3, m, m // S), 4)} for S in Ss]
     exp = Sweep("expansion", base, [("meta.S", Ss)], seeds=sc.seed_list(3),
-                derived=[lambda o: next(p for p in pts if p["meta.S"] == o["meta.S"]), model_seed],
-                name_keys=["meta.S", "meta.C", "meta.gamma", "run.seed"], est_epoch_s=sc.pick(1, 5, 20),
+                derived=[lambda o: next(p for p in pts if p["meta.S"] == o["meta.S"]), model_seed, sc.family_lr],
+                name_keys=["meta.S", "meta.C", "meta.gamma", "run.seed"], est_epoch_s=sc.pick(1, 30, 20),
                 epochs=base["schedule.epochs"], description=f"fixed m={m}, Ω={log2(om3)}, γ from the budget")
     return Plan([[width, exp]], settings={"Ω (S.2)": [log2(o) for o in omegas], "m (S.3)": m,
                                           "Ω (S.3)": log2(om3), "depth": depth})
@@ -460,7 +492,8 @@ TABLE1_PUBLISHED = [
 def _analyse_table1(runs: list[RunRecord], manifest: dict[str, Any]) -> Analysis:
     by = {"model": lambda r: r.get("meta.label"), "S": lambda r: r.get("meta.S"), "C": lambda r: r.get("meta.C"),
           "P": lambda r: r.get("meta.P"), "lr": lambda r: r.get("optim.lr")}
-    rows = err_rows(runs, "models", by)
+    runs = select(runs, "models")
+    rows = err_rows(runs, None, by, TRAIN_METRICS)
     ds = _dataset_title(manifest)
     best = {}
     for r in rows:
@@ -480,13 +513,17 @@ def _analyse_table1(runs: list[RunRecord], manifest: dict[str, Any]) -> Analysis
     wide = [b for k, b in best.items() if k.endswith("wide")]
     if narrow and wide:
         n, w = narrow[0], wide[0]
-        claims.append(Claim("the wider Mixer (more tokens, fewer channels, same Ω) has lower test error than the narrower",
-                            "best-lr mean test error of the wide model < that of the narrow model", bool(w["test_error"] < n["test_error"]),
-                            f"wide {w['test_error']:.2f}% (S={w['S']}, C={w['C']}) vs narrow {n['test_error']:.2f}% (S={n['S']}, C={n['C']})"))
+        tab = seed_table(runs, lambda r: (r.get("meta.label"), r.get("optim.lr")))
+        v = compare(tab[(w["model"], w["lr"])], tab[(n["model"], n["lr"])], what="wide − narrow test error (points)")
+        claims.append(decided("the wider Mixer (more tokens, fewer channels, same Ω) has lower test error than the "
+                              "narrower", "each at its best lr (by mean test error; one lr at cpu scale): paired "
+                              "one-sided t-test, wide < narrow", v,
+                              f"wide {w['test_error']:.2f}% (S={w['S']}, C={w['C']}) vs narrow {n['test_error']:.2f}% "
+                              f"(S={n['S']}, C={n['C']})"))
     panel = [Panel(f"{ds}: test error per lr", "lr", "test error (%)",
                    [Series(lab, [r["lr"] for r in rows if r["model"] == lab], [r["test_error"] for r in rows if r["model"] == lab],
                            [r["test_error_std"] for r in rows if r["model"] == lab]) for lab in labels], xscale="log")]
-    return Analysis(rows, ["model", "P", "S", "C", "lr", "test_error", "test_error_std", "n"],
+    return Analysis(rows, ["model", "P", "S", "C", "lr", *TRAIN_COLUMNS],
                     {"table1": draw(panel, "Table 1: wide vs narrow MLP-Mixer at equal connections")}, claims, published=pub)
 
 
@@ -535,8 +572,8 @@ def table1(sc: Scale) -> Plan:
         lrs = [base["optim.lr"]]
     labels = [m["meta.label"] for m in models]
     sweep = Sweep("models", base, [product(("meta.label", labels), ("optim.lr", lrs))], seeds=sc.seed_list(3),
-                  derived=[lambda o: next(m for m in models if m["meta.label"] == o["meta.label"]), model_seed],
-                  name_keys=["meta.label", "optim.lr", "run.seed"], est_epoch_s=sc.pick(1, 30, 10),
+                  derived=[lambda o: next(m for m in models if m["meta.label"] == o["meta.label"]), model_seed, sc.family_lr],
+                  name_keys=["meta.label", "optim.lr", "run.seed"], est_epoch_s=sc.pick(1, 180, 10),
                   epochs=base["schedule.epochs"], description="narrow vs wide MLP-Mixer at equal Ω")
     return Plan([[sweep]], settings={"models": "; ".join(f"{m['meta.label']}: P={m['meta.P']}, S={m['meta.S']}, C={m['meta.C']}"
                                                          for m in models), "lr": lrs})

@@ -2,15 +2,13 @@
 planner, and the small statistics the verdicts use."""
 from __future__ import annotations
 
-import math
 from typing import Any, Callable, Sequence
 
-import numpy as np
+from ..aggregate import RunRecord, group_runs, select, test_error
 
-from ..aggregate import RunRecord, group_runs, select, spearman, test_error
-
-__all__ = ["mixer", "sw_mlp", "model_seed", "pairs_for", "sw_widths", "family_of", "err_rows",
-           "FAMILY_LABEL", "log2", "neighbour_rule", "NEIGHBOUR_RULE", "ERR", "fmt_pair"]
+__all__ = ["mixer", "sw_mlp", "model_seed", "pairs_for", "sw_widths", "family_of", "err_rows", "FAMILY_LABEL",
+           "log2", "ERR", "fmt_pair", "fair_width", "connections", "loss_change", "TRAIN_METRICS", "TRAIN_COLUMNS",
+           "seed_table", "per_seed"]
 
 ERR = {"test_error": test_error, "train_loss": lambda r: (r.results or {}).get("train_loss", float("nan")),
        "test_loss": lambda r: (r.results or {}).get("test_loss", float("nan"))}
@@ -104,39 +102,63 @@ def fmt_pair(S: Any, C: Any) -> str:
     return f"S={S},C={C}"
 
 
-NEIGHBOUR_RULE = ("HELD if the pair with the lowest mean test error (pairs sorted by C) has |log(S/C)| no larger "
-                  "than either neighbouring pair's; if it does not, but the pair closest to S = C is within one "
-                  "seed-std of the best (statistically tied), UNDECIDED; otherwise DID NOT HOLD")
+def fair_width(m: float, s0: int) -> int:
+    """The SW-MLP width nearest ``m`` that is a multiple of the S0 patches (at least S0).
+
+    An SW-MLP of such a width gets the same stem as the Mixer it is compared with — the per-patch
+    FC (C0 → m/S0 channels), then the sparse layers on vec(X) — instead of a dense embedding of
+    the whole image whose ch·H·W·m weights lie outside Ω (SPEC §2, issue 8)."""
+    return max(int(s0), int(round(m / s0)) * int(s0))
 
 
-def neighbour_rule(rows: list[dict[str, Any]], key: str = "test_error") -> tuple[bool | None, str]:
-    """fig6-style rule on rows sorted by C (each with S, C, ``key`` and ``key_std``): the argmin
-    pair has |log(S/C)| ≤ that of each neighbour (moving away from S = C never helps), or the
-    pair(s) closest to S = C are within max(std of the best, std of that pair) of the best — a tie
-    is reported as undecided (None), never as the claim holding."""
-    rows = [r for r in rows if r.get(key) is not None and math.isfinite(r[key])]
-    if len(rows) < 3:
-        return None, f"only {len(rows)} finished pairs"
-    rows = sorted(rows, key=lambda r: r["C"])
-    i = int(np.argmin([r[key] for r in rows]))
-    dist = [abs(math.log(r["S"] / r["C"])) for r in rows]
-    nb = [j for j in (i - 1, i + 1) if 0 <= j < len(rows)]
-    by_argmin = all(dist[i] <= dist[j] + 1e-12 for j in nb)
-    best = rows[i]
-    dmin = min(dist)
-    closest = min((r for r, d in zip(rows, dist) if d <= dmin + 1e-12), key=lambda r: r[key])
-    std = lambda r: r.get(f"{key}_std") or 0.0  # noqa: E731
-    tied = closest[key] - best[key] <= max(std(best), std(closest))
-    held = True if by_argmin else (None if tied else False)
-    return held, (f"best pair S={best['S']}, C={best['C']} ({key} {best[key]:.2f} ± {std(best):.2f}); "
-                               f"|log(S/C)| = {dist[i]:.2f} vs neighbours {[round(dist[j], 2) for j in nb]}; "
-                               f"pair closest to S = C: S={closest['S']}, C={closest['C']} "
-                               f"({closest[key]:.2f} ± {std(closest):.2f}, "
-                               f"{'tied with' if tied else 'worse than'} the best)")
+def connections(r: RunRecord) -> float:
+    """Mean connections per mixing layer as built (SPEC §3): Mixer γ(C·S² + C²·S)/2 from
+    ``meta.S``, ``meta.C``; SW-MLP p·γ·m² from ``meta.m``, ``meta.p``."""
+    from ...theory.budget import omega_mixer, omega_sw_mlp
+
+    gamma = float(r.get("model.kwargs.expansion") or 1.0)
+    if r.get("model.name") == "sw_mlp":
+        m, p = r.get("meta.m"), r.get("meta.p")
+        return omega_sw_mlp(m, p, gamma) if m and p else float("nan")
+    S, C = r.get("meta.S") or r.get("model.kwargs.num_tokens"), r.get("meta.C") or r.get("model.kwargs.hidden_dim")
+    return omega_mixer(S, C, gamma) if S and C else float("nan")
 
 
-def spearman_rule(x: Sequence[float], y: Sequence[float], sign: int) -> tuple[bool | None, float]:
-    rho = spearman(x, y)
-    if not math.isfinite(rho):
-        return None, rho
-    return (rho * sign > 0), rho
+def loss_change(r: RunRecord, last: int = 2) -> float:
+    """Relative change (%) of the training loss per epoch over the last ``last`` epochs: near 0
+    when training has plateaued, e.g. −0.5 means the loss still fell 0.5% per epoch at the end."""
+    h = [e.get("train_loss") for e in (r.results or {}).get("history", []) if e.get("train_loss") is not None]
+    if len(h) < 2:
+        return float("nan")
+    k = min(last, len(h) - 1)
+    return 100.0 * ((h[-1] / h[-1 - k]) ** (1.0 / k) - 1.0) if h[-1 - k] > 0 else float("nan")
+
+
+def train_error(r: RunRecord) -> float:
+    acc = (r.results or {}).get("train_acc")
+    return 100.0 * (1.0 - float(acc)) if acc is not None else float("nan")
+
+
+# Columns every training table carries: test error, and what makes comparisons fair and shows
+# convergence — parameters, connections per mixing layer, training error, last-epochs loss change.
+TRAIN_METRICS: dict[str, Callable[[RunRecord], float]] = {
+    "test_error": test_error, "train_error": train_error, "loss_change": loss_change,
+    "params": lambda r: float((r.results or {}).get("params", float("nan"))), "connections": connections}
+TRAIN_COLUMNS = ["test_error", "test_error_std", "train_error", "loss_change", "params", "connections", "n"]
+
+
+def seed_table(runs: Sequence[RunRecord], point: Callable[[RunRecord], Any],
+               metric: Callable[[RunRecord], float] = test_error) -> dict[Any, dict[int, float]]:
+    """point → {seed → metric} over finished runs (the per-seed numbers the verdicts test)."""
+    out: dict[Any, dict[int, float]] = {}
+    for r in runs:
+        if r.results is None:
+            continue
+        out.setdefault(point(r), {})[int(r.get("run.seed", 0))] = float(metric(r))
+    return out
+
+
+def per_seed(table: dict[Any, dict[int, float]], points: Sequence[Any]) -> dict[int, list[float]]:
+    """{seed → [value at each point, NaN where missing]} for the seeds present anywhere."""
+    seeds = sorted({s for p in points for s in table.get(p, {})})
+    return {s: [table.get(p, {}).get(s, float("nan")) for p in points] for s in seeds}

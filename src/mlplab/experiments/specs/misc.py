@@ -8,10 +8,10 @@ from typing import Any
 import numpy as np
 
 from ..aggregate import RunRecord, group_runs, select
+from ..claims import Analysis, Claim, decided
+from ..plan import Plan, experiment
 from ..plots import Bars, Heatmap, Images, Panel, Series, draw
 from ..recipes import Scale
-from ..registry import Plan, experiment
-from ..report import Analysis, Claim
 from ..sweep import Sweep, expand, product
 from .common import FAMILY_LABEL, err_rows, mixer, model_seed, sw_mlp
 
@@ -107,8 +107,8 @@ def fig2abc(sc: Scale) -> Plan:
             models.append({**sw_mlp(S * S, 2.0 ** -n, 2 * depth, patch, gamma), "meta.family": "sw_mlp",
                            "meta.S": S, "meta.n": n, "meta.p": 2.0 ** -n})
     train = Sweep("train", base, [("meta.i", list(range(len(models))))], seeds=seeds,
-                  derived=[lambda o: models[o["meta.i"]], model_seed],
-                  name_keys=["meta.family", "meta.S", "meta.n", "run.seed"], est_epoch_s=sc.pick(1, 8, 20),
+                  derived=[lambda o: models[o["meta.i"]], model_seed, sc.family_lr],
+                  name_keys=["meta.family", "meta.S", "meta.n", "run.seed"], est_epoch_s=sc.pick(1, 48, 20),
                   epochs=base["schedule.epochs"], description="Mixers and SW-MLPs of matching width")
     batches = sc.pick(2, 10, 40)
     pts = _cka_pairs(train, sizes, ns, seeds, batches)
@@ -164,8 +164,8 @@ def fig2d(sc: Scale) -> Plan:
     widths = sc.pick([64], [256, 1024], [256, 1024, 4096])
     base = sc.recipe(epochs=200, cpu_epochs=4, optim="adamw", lr=0.01, augment="none", cpu_optim=("adamw", 0.01))
     sweep = Sweep("shallow", base, [product(("model.name", ["monarch_mlp", "kronecker_mlp"]), ("meta.width", widths))],
-                  seeds=sc.seed_list(5), derived=[lambda o: {"model.kwargs.width": o["meta.width"]}, model_seed],
-                  name_keys=["model.name", "meta.width", "run.seed"], est_epoch_s=sc.pick(1, 3, 5),
+                  seeds=sc.seed_list(5), derived=[lambda o: {"model.kwargs.width": o["meta.width"]}, model_seed, sc.family_lr],
+                  name_keys=["model.name", "meta.width", "run.seed"], est_epoch_s=sc.pick(1, 18, 5),
                   epochs=base["schedule.epochs"], description="Monarch vs Kronecker shallow MLP")
     return Plan([[sweep]], settings={"widths": widths})
 
@@ -214,8 +214,8 @@ def figS5(sc: Scale) -> Plan:
     base = sc.recipe(epochs=200, cpu_epochs=3, extra={"data.image_size": 90} if stl else None)
     sweep = Sweep("patch", base, [("model.kwargs.patch_size", patches)], seeds=sc.seed_list(3),
                   derived=[lambda o: {**mixer(S, S, 4, o["model.kwargs.patch_size"]), "meta.S0": (side // o["model.kwargs.patch_size"]) ** 2},
-                           model_seed],
-                  name_keys=["model.kwargs.patch_size", "run.seed"], est_epoch_s=sc.pick(1, 8, 30),
+                           model_seed, sc.family_lr],
+                  name_keys=["model.kwargs.patch_size", "run.seed"], est_epoch_s=sc.pick(1, 48, 30),
                   epochs=base["schedule.epochs"], description=f"S-Mixer S=C={S}, 4 blocks, P ∈ {patches}")
     return Plan([[sweep]], settings={"S = C": S, "patches": patches, "image side": side})
 

@@ -8,41 +8,41 @@ from typing import Any
 import numpy as np
 
 from ..aggregate import RunRecord, mean_std, select
+from ..claims import Analysis, Claim, decided
+from ..plan import Plan, experiment
 from ..plots import Bars, Panel, Series, draw
 from ..recipes import Scale
-from ..registry import Plan, experiment
-from ..report import Analysis, Claim
 from ..sweep import Sweep, product
-from .common import FAMILY_LABEL, err_rows, mixer, model_seed
+from ..verdicts import trend, worst_of
+from .common import FAMILY_LABEL, TRAIN_COLUMNS, TRAIN_METRICS, err_rows, mixer, model_seed, seed_table
 
 
 # ------------------------------------------------------------------------------------------ fig7
 
 
 def _analyse_fig7(runs: list[RunRecord], manifest: dict[str, Any]) -> Analysis:
+    runs = select(runs, "depth")
     by = {"family": lambda r: r.get("model.name"), "depth": lambda r: r.get("model.kwargs.depth")}
-    rows = sorted(err_rows(runs, "depth", by), key=lambda r: (r["family"], r["depth"]))
+    rows = sorted(err_rows(runs, None, by, TRAIN_METRICS), key=lambda r: (r["family"], r["depth"]))
     series = []
     for f in ("s_mixer", "rp_s_mixer"):
         rs = [r for r in rows if r["family"] == f]
         series.append(Series(FAMILY_LABEL[f], [r["depth"] for r in rs], [r["test_error"] for r in rs],
                              [r["test_error_std"] for r in rs]))
     depths = sorted({r["depth"] for r in rows})
-    gaps = []
-    for L in depths:
-        n = [r for r in rows if r["family"] == "s_mixer" and r["depth"] == L]
-        p = [r for r in rows if r["family"] == "rp_s_mixer" and r["depth"] == L]
-        if n and p:
-            gaps.append((L, p[0]["test_error"] - n[0]["test_error"]))
-    held = None
-    detail = "; ".join(f"L={L}: {g:+.2f}" for L, g in gaps)
-    if len(gaps) >= 2:
-        held = bool(gaps[-1][1] < gaps[0][1])
-    claim = Claim("the RP S-Mixer catches up with the normal S-Mixer as depth grows",
-                  "gap (RP − normal mean test error) at the largest depth < gap at the smallest depth", held,
-                  "gaps " + detail)
-    rows_out = rows + [{"family": "gap RP − normal", "depth": L, "test_error": g} for L, g in gaps]
-    return Analysis(rows_out, ["family", "depth", "test_error", "test_error_std", "n"],
+    tab = seed_table(runs, lambda r: (r.get("model.name"), r.get("model.kwargs.depth")))
+    seeds = sorted({s for v in tab.values() for s in v})
+    nan = float("nan")
+    gap = {s: [tab.get(("rp_s_mixer", L), {}).get(s, nan) - tab.get(("s_mixer", L), {}).get(s, nan) for L in depths]
+           for s in seeds}  # per seed: RP − normal test error at each depth
+    v = trend(depths, gap, sign=-1, what="Δ gap (points)")
+    mean_gap = [float(np.nanmean([gap[s][i] for s in seeds])) if seeds else nan for i in range(len(depths))]
+    claim = decided("the RP S-Mixer catches up with the normal S-Mixer as depth grows",
+                    "per seed, the gap (RP − normal test error) against log2(depth): least-squares slope; "
+                    "one-sample t-test of the per-seed slopes < 0", v,
+                    "mean gaps " + "; ".join(f"L={L}: {g:+.2f}" for L, g in zip(depths, mean_gap)))
+    rows_out = rows + [{"family": "gap RP − normal", "depth": L, "test_error": g} for L, g in zip(depths, mean_gap)]
+    return Analysis(rows_out, ["family", "depth", *TRAIN_COLUMNS],
                     {"fig7": draw([Panel(f"{manifest['scale']['dataset']}: S-Mixer vs RP S-Mixer", "depth L",
                                          "test error (%)", series, xticks=depths)], "Fig. 7: RP vs normal over depth")},
                     [claim])
@@ -64,8 +64,8 @@ def fig7(sc: Scale) -> Plan:
     patch = sc.patch_for_tokens(4)
     sweep = Sweep("depth", base, [product(("meta.rp", [False, True]), ("model.kwargs.depth", depths))],
                   seeds=sc.seed_list(3), derived=[lambda o: {k: v for k, v in mixer(S, S, o["model.kwargs.depth"], patch,
-                                                                                     rp=o["meta.rp"]).items()}, model_seed],
-                  name_keys=["model.name", "model.kwargs.depth", "run.seed"], est_epoch_s=sc.pick(1, 6, 30),
+                                                                                     rp=o["meta.rp"]).items()}, model_seed, sc.family_lr],
+                  name_keys=["model.name", "model.kwargs.depth", "run.seed"], est_epoch_s=sc.pick(1, 36, 30),
                   epochs=base["schedule.epochs"], description=f"S-Mixer vs RP S-Mixer, S=C={S}, L ∈ {depths}")
     return Plan([[sweep]], settings={"S = C": S, "depths": depths, "patch": patch})
 
@@ -82,20 +82,22 @@ def _rp_label(v: Any) -> str:
 
 
 def _analyse_figS4(runs: list[RunRecord], manifest: dict[str, Any]) -> Analysis:
-    by = {"rp_blocks": lambda r: _rp_label(r.get("model.kwargs.rp_blocks", "none"))}
-    rows = err_rows(runs, "blocks", by)
-    singles = [r for r in rows if r["rp_blocks"].startswith("block ")]
-    held, detail = None, ""
-    if len(singles) >= 2:
-        worst = max(singles, key=lambda r: r["test_error"])
-        held = worst["rp_blocks"] == "block 0"
-        detail = ", ".join(f"{r['rp_blocks']}: {r['test_error']:.2f}%" for r in singles)
-    claim = Claim("the first block carries locality: making block 0 random-permuted hurts most",
-                  "among single-block replacements, RP at block 0 has the highest mean test error", held, detail)
+    runs = select(runs, "blocks")
+    label = lambda r: _rp_label(r.get("model.kwargs.rp_blocks", "none"))  # noqa: E731
+    rows = err_rows(runs, None, {"rp_blocks": label}, TRAIN_METRICS)
+    tab = seed_table(runs, label)
+    singles = [r["rp_blocks"] for r in rows if r["rp_blocks"].startswith("block ")]
+    claims = []
+    if "block 0" in singles and len(singles) >= 2:
+        v = worst_of(tab["block 0"], {k: tab[k] for k in singles if k != "block 0"})
+        claims.append(decided("the first block carries locality: making block 0 random-permuted hurts most",
+                              "among single-block replacements, block 0's test error against each other's: paired "
+                              "one-sided t-tests (block 0 higher), Holm-corrected, all must hold", v,
+                              ", ".join(f"{r['rp_blocks']}: {r['test_error']:.2f}%" for r in rows)))
     fig = draw([Bars(f"{manifest['scale']['dataset']}: 4-block S-Mixer, one block RP", "test error (%)",
                      [r["rp_blocks"] for r in rows], [r["test_error"] for r in rows], [r["test_error_std"] for r in rows])],
                "Fig. S.4: replacing one block with an RP block")
-    return Analysis(rows, ["rp_blocks", "test_error", "test_error_std", "n"], {"figS4": fig}, [claim])
+    return Analysis(rows, ["rp_blocks", *TRAIN_COLUMNS], {"figS4": fig}, claims)
 
 
 @experiment("figS4", "Replace one block of a 4-block S-Mixer with an RP block", analyse=_analyse_figS4,
@@ -114,7 +116,7 @@ def figS4(sc: Scale) -> Plan:
     base = sc.recipe(epochs=200, cpu_epochs=4)
     patch = sc.patch_for_tokens(4)
     sweep = Sweep("blocks", {**base, **mixer(S, S, depth, patch)}, [("model.kwargs.rp_blocks", choices)],
-                  seeds=sc.seed_list(3), derived=[model_seed], est_epoch_s=sc.pick(1, 6, 25),
+                  seeds=sc.seed_list(3), derived=[model_seed, sc.family_lr], est_epoch_s=sc.pick(1, 36, 25),
                   epochs=base["schedule.epochs"], description=f"S-Mixer S=C={S}, L=4, one block RP at a time")
     return Plan([[sweep]], settings={"S = C": S, "depth": depth})
 
@@ -197,7 +199,7 @@ def figS6_S8(sc: Scale) -> Plan:
         sweeps.append(Sweep(part, base, [("meta.rp", [False, True])], seeds=sc.seed_list(1, cpu=1),
                             derived=[lambda o, block=block: mixer(S, S, depth, patch, block=block,
                                                                   gamma=4.0 if block == "mlp" else None, rp=o["meta.rp"]),
-                                     model_seed],
-                            name_keys=["model.name", "run.seed"], est_epoch_s=sc.pick(1, 2 if block == "s" else 6, 30),
+                                     model_seed, sc.family_lr],
+                            name_keys=["model.name", "run.seed"], est_epoch_s=sc.pick(1, 12 if block == "s" else 36, 30),
                             epochs=base["schedule.epochs"], description=_S678[part]))
     return Plan([sweeps], settings={"S = C": S, "depth": depth, "epochs": ep})

@@ -1,0 +1,53 @@
+"""Claims and analyses: what an experiment's ``analyse(runs, manifest)`` returns.
+
+A :class:`Claim` is a published statement, the rule that decides it here, and the outcome —
+with the statistics behind it (:class:`mlplab.experiments.verdicts.Verdict`) when seeds are
+involved. A leaf module: the specs build claims, the report prints them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .verdicts import ALPHA, MIN_SEEDS, Verdict, verdict_word
+
+__all__ = ["Claim", "Analysis", "decided", "STAT_RULE"]
+
+STAT_RULE = (f"HELD needs the claimed direction at one-sided α = {ALPHA} across ≥ {MIN_SEEDS} seeds; the "
+             f"opposite direction at that level is DID NOT HOLD; anything else is UNDECIDED")
+
+
+@dataclass
+class Claim:
+    """A published claim, the rule that decides it here, and the outcome (None: undecided)."""
+
+    claim: str
+    rule: str
+    held: bool | None
+    detail: str = ""
+    stats: Verdict | None = None
+
+    @property
+    def verdict(self) -> str:
+        """**HELD**, **DID NOT HOLD** or **UNDECIDED** (without the asterisks)."""
+        return verdict_word(self.held)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"claim": self.claim, "rule": self.rule, "held": self.held, "verdict": self.verdict,
+                "detail": self.detail, "stats": self.stats.to_dict() if self.stats else None}
+
+
+def decided(claim: str, rule: str, v: Verdict, detail: str = "") -> Claim:
+    """A claim decided by a statistical rule: its outcome and evidence are the verdict's."""
+    return Claim(claim, f"{rule}. {STAT_RULE}", v.held, detail, v)
+
+
+@dataclass
+class Analysis:
+    table: list[dict[str, Any]]  # the main results table -> results.csv
+    columns: list[str] | None = None
+    figures: dict[str, Any] = field(default_factory=dict)  # file stem -> matplotlib figure
+    claims: list[Claim] = field(default_factory=list)
+    published: list[dict[str, Any]] = field(default_factory=list)  # published numbers beside ours
+    tables: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # extra CSVs
+    notes: list[str] = field(default_factory=list)

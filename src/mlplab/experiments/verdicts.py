@@ -1,0 +1,309 @@
+"""The statistical rules that decide a published claim from the runs of several seeds.
+
+Pure functions on result tables (per-seed numbers in, a :class:`Verdict` out); no I/O, no
+knowledge of experiments. Every rule follows the same logic:
+
+- fewer than ``MIN_SEEDS`` seeds (paired across the points compared) → UNDECIDED;
+- the claim's direction significant at level ``ALPHA`` (one-sided, corrected where several
+  tests decide together) → HELD;
+- the opposite direction significant → DID NOT HOLD;
+- otherwise → UNDECIDED (the data cannot tell, whichever way the means lean).
+
+Rules:
+
+- :func:`compare`: "a < b" — paired one-sided t-test on the per-seed differences a − b.
+- :func:`trend`: "y falls (or rises) with x" — per seed, the least-squares slope of y against
+  log2 x (and Spearman's ρ, shown); a one-sample t-test on the per-seed slopes.
+- :func:`interior_optimum`: "lowest near S ≈ C" — the S ≈ C point against each extreme of
+  log(S/C), paired one-sided t-tests with Holm's correction (both must hold); also a quadratic fit
+  in log(S/C) to the seed-mean curve with a bootstrap (over seeds) interval for its minimum.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Mapping, Sequence
+
+import numpy as np
+
+__all__ = ["ALPHA", "MIN_SEEDS", "Verdict", "paired_t", "holm", "compare", "trend", "interior_optimum",
+           "quadratic_minimum", "verdict_word", "worst_of"]
+
+ALPHA = 0.05  # one-sided level of every test
+MIN_SEEDS = 3  # fewer paired seeds than this: UNDECIDED without a test
+BOOTSTRAP = 2000  # resamples of the seeds for the interval of the minimum's location
+
+WORDS = {True: "HELD", False: "DID NOT HOLD", None: "UNDECIDED"}
+
+
+def verdict_word(held: bool | None) -> str:
+    return WORDS[held]
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A decision with its evidence: the test statistic, the p-value that decided, the effect
+    (in the units of the metric, e.g. points of test error) with a 95% interval, and the seeds."""
+
+    held: bool | None
+    statistic: str = ""  # e.g. "paired t (df = 2)"
+    value: float = float("nan")  # the statistic
+    p: float = float("nan")  # one-sided p-value (Holm-adjusted where several tests decide)
+    effect: float = float("nan")
+    effect_name: str = ""
+    interval: tuple[float, float] | None = None  # 95% interval of the effect
+    n: int = 0  # seeds
+    detail: str = ""
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def word(self) -> str:
+        return verdict_word(self.held)
+
+    def summary(self) -> str:
+        """One line: statistic, p, effect [interval], n, and the detail."""
+        parts = []
+        if self.statistic:
+            parts.append(f"{self.statistic} = {_g(self.value)}")
+        if math.isfinite(self.p):
+            parts.append(f"p = {_p(self.p)} (α = {ALPHA})")
+        if self.effect_name:
+            e = f"{self.effect_name} {_g(self.effect)}"
+            if self.interval is not None:
+                e += f" [95% CI {_g(self.interval[0])}, {_g(self.interval[1])}]"
+            parts.append(e)
+        parts.append(f"n = {self.n} seed{'s' if self.n != 1 else ''}")
+        s = "; ".join(parts)
+        return s + (f" — {self.detail}" if self.detail else "")
+
+    def to_dict(self) -> dict:
+        return {"held": self.held, "verdict": self.word, "statistic": self.statistic, "value": _num(self.value),
+                "p": _num(self.p), "effect": _num(self.effect), "effect_name": self.effect_name,
+                "interval": list(self.interval) if self.interval else None, "n": self.n, "detail": self.detail,
+                **{k: v for k, v in self.extra.items()}}
+
+
+def _num(x: float) -> float | None:
+    return float(x) if x is not None and math.isfinite(x) else None
+
+
+def _g(x: float) -> str:
+    if not math.isfinite(x):
+        return "–" if math.isnan(x) else ("+∞" if x > 0 else "−∞")
+    return f"{x:+.3g}" if abs(x) < 1000 else f"{x:+.4g}"
+
+
+def _p(p: float) -> str:
+    return f"{p:.2g}" if p >= 1e-4 else "< 1e-4"
+
+
+# ----------------------------------------------------------------------------------- the tests
+
+
+def paired_t(d: Sequence[float]) -> tuple[float, float, float, tuple[float, float]]:
+    """One-sample t-test of the per-seed differences ``d`` against 0.
+
+    Returns (t, p_less, p_greater, 95% interval of the mean). Zero spread: t = ±inf (p 0 or 1)
+    for a nonzero mean, t = 0 (p = 1 both ways) for a zero mean."""
+    from scipy.stats import t as student
+
+    d = np.asarray(d, dtype=float)
+    n = d.size
+    mean = float(d.mean())
+    sd = float(d.std(ddof=1)) if n > 1 else 0.0
+    if sd == 0.0:
+        if mean == 0.0:
+            return 0.0, 1.0, 1.0, (0.0, 0.0)
+        t = math.copysign(math.inf, mean)
+        return t, float(mean > 0), float(mean < 0), (mean, mean)
+    se = sd / math.sqrt(n)
+    t = mean / se
+    q = float(student.ppf(0.975, n - 1))
+    return t, float(student.cdf(t, n - 1)), float(student.sf(t, n - 1)), (mean - q * se, mean + q * se)
+
+
+def holm(pvalues: Sequence[float]) -> list[float]:
+    """Holm–Bonferroni adjusted p-values (same order as given): reject where adjusted < α."""
+    p = np.asarray(pvalues, dtype=float)
+    order = np.argsort(p)
+    adj = np.empty_like(p)
+    running = 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (len(p) - rank) * p[i]))
+        adj[i] = running
+    return [float(x) for x in adj]
+
+
+def _paired(a: Mapping[int, float], b: Mapping[int, float]) -> list[int]:
+    """Seeds with a finite value on both sides, sorted."""
+    return sorted(s for s in a if s in b and math.isfinite(a[s]) and math.isfinite(b[s]))
+
+
+def _decide(p_claim: float, p_against: float) -> bool | None:
+    if p_claim < ALPHA:
+        return True
+    if p_against < ALPHA:
+        return False
+    return None
+
+
+def compare(a: Mapping[int, float], b: Mapping[int, float], *, what: str = "a − b") -> Verdict:
+    """Claim "a < b" (e.g. the wide Mixer's error below the narrow one's), seed-paired.
+
+    ``a``, ``b``: seed → value. Paired one-sided t-test on a − b: HELD if mean(a − b) < 0 at
+    level α, DID NOT HOLD if > 0 at level α, else UNDECIDED; fewer than 3 paired seeds: UNDECIDED."""
+    seeds = _paired(a, b)
+    d = [a[s] - b[s] for s in seeds]
+    if len(seeds) < MIN_SEEDS:
+        return Verdict(None, effect=float(np.mean(d)) if d else float("nan"), effect_name=f"mean {what}",
+                       n=len(seeds), detail=f"fewer than {MIN_SEEDS} paired seeds: no test")
+    t, p_less, p_greater, ci = paired_t(d)
+    held = _decide(p_less, p_greater)
+    return Verdict(held, f"paired t (df = {len(seeds) - 1})", t, p_less if held is not False else p_greater,
+                   float(np.mean(d)), f"mean {what}", ci, len(seeds),
+                   extra={"p_claim": p_less, "p_against": p_greater})
+
+
+def _slope(x: np.ndarray, y: np.ndarray) -> float:
+    xc = x - x.mean()
+    return float((xc * (y - y.mean())).sum() / (xc * xc).sum())
+
+
+def trend(x: Sequence[float], y_by_seed: Mapping[int, Sequence[float]], *, sign: int = -1,
+          log_x: bool = True, what: str = "slope") -> Verdict:
+    """Claim "y falls with x" (``sign=-1``) or "rises" (``sign=+1``), across seeds.
+
+    ``x``: the points (≥ 3 distinct); ``y_by_seed``: seed → the values at those points (NaN for a
+    missing run; a seed needs ≥ 3 finite points). Per seed: the least-squares slope of y against
+    log2 x (x when ``log_x`` is false) and Spearman's ρ. One-sample t-test on the slopes: HELD if
+    sign·slope > 0 at level α, DID NOT HOLD if sign·slope < 0 at level α, else UNDECIDED."""
+    from scipy.stats import spearmanr
+
+    xa = np.asarray(x, dtype=float)
+    if log_x:
+        xa = np.log2(xa)
+    slopes, rhos = [], []
+    for s in sorted(y_by_seed):
+        y = np.asarray(y_by_seed[s], dtype=float)
+        ok = np.isfinite(y)
+        if ok.sum() < 3 or len(set(xa[ok])) < 3:
+            continue
+        slopes.append(_slope(xa[ok], y[ok]))
+        rhos.append(float(spearmanr(xa[ok], y[ok]).statistic) if np.ptp(y[ok]) > 0 else 0.0)
+    unit = f"{what} per doubling" if log_x else what
+    rho_txt = f"Spearman ρ per seed {', '.join(f'{r:+.2f}' for r in rhos)}" if rhos else "no seed with ≥ 3 points"
+    if len(slopes) < MIN_SEEDS:
+        return Verdict(None, effect=float(np.mean(slopes)) if slopes else float("nan"), effect_name=f"mean {unit}",
+                       n=len(slopes), detail=f"fewer than {MIN_SEEDS} seeds with ≥ 3 points: no test; {rho_txt}")
+    t, p_less, p_greater, ci = paired_t(slopes)
+    p_claim, p_against = (p_less, p_greater) if sign < 0 else (p_greater, p_less)
+    held = _decide(p_claim, p_against)
+    return Verdict(held, f"t of per-seed slopes (df = {len(slopes) - 1})", t,
+                   p_claim if held is not False else p_against, float(np.mean(slopes)), f"mean {unit}", ci,
+                   len(slopes), detail=rho_txt, extra={"p_claim": p_claim, "p_against": p_against,
+                                                       "rho_mean": float(np.mean(rhos))})
+
+
+def _quad_argmin(x: np.ndarray, y: np.ndarray) -> float:
+    """x at the minimum of the least-squares parabola through (x, y), within [min x, max x]."""
+    c2, c1, _ = np.polyfit(x, y, 2)
+    lo, hi = float(x.min()), float(x.max())
+    if c2 > 0:
+        return float(min(hi, max(lo, -c1 / (2 * c2))))
+    f = lambda v: c2 * v * v + c1 * v  # noqa: E731  concave or linear: the lower end
+    return lo if f(lo) <= f(hi) else hi
+
+
+def quadratic_minimum(x: Sequence[float], y_by_seed: Mapping[int, Sequence[float]], *,
+                      resamples: int = BOOTSTRAP, seed: int = 0) -> tuple[float, tuple[float, float]]:
+    """Location of the minimum of a parabola fitted to the seed-mean curve y(x), and a 95%
+    percentile bootstrap interval over seeds (resampled with replacement). Clipped to the range of x."""
+    xa = np.asarray(x, dtype=float)
+    Y = np.array([y_by_seed[s] for s in sorted(y_by_seed)], dtype=float)  # (seeds, points)
+    est = _quad_argmin(xa, np.nanmean(Y, axis=0))
+    rng = np.random.default_rng(seed)
+    boots = [_quad_argmin(xa, np.nanmean(Y[rng.integers(0, len(Y), len(Y))], axis=0)) for _ in range(resamples)]
+    return est, (float(np.percentile(boots, 2.5)), float(np.percentile(boots, 97.5)))
+
+
+def interior_optimum(S: Sequence[int], C: Sequence[int], err_by_seed: Mapping[int, Sequence[float]]) -> Verdict:
+    """Claim "the error is lowest near S ≈ C" over points (S_i, C_i) at one budget.
+
+    The centre is the point(s) with the smallest |log(S/C)| (twins such as (41, 40) and (40, 41)
+    averaged per seed); the extremes are the points with the smallest and the largest log(S/C).
+    Two paired one-sided t-tests, centre < each extreme, Holm-corrected: HELD if both reject;
+    DID NOT HOLD if the centre is significantly *worse* than either extreme (reverse tests, Holm);
+    otherwise UNDECIDED — in particular when one side is flat. The effect is the smaller of the
+    two mean advantages (points); also shown: the minimum of a parabola in log(S/C) fitted to the
+    seed-mean curve, with a 95% bootstrap interval, as S/C."""
+    x = np.log(np.asarray(S, dtype=float) / np.asarray(C, dtype=float))
+    if len(set(np.round(x, 12))) < 3:
+        return Verdict(None, n=0, detail="fewer than 3 distinct S/C ratios")
+    ad = np.abs(x)
+    centre = np.flatnonzero(ad <= ad.min() + 1e-12)
+    lo, hi = int(np.argmin(x)), int(np.argmax(x))
+    if lo in centre or hi in centre:
+        return Verdict(None, n=0, detail="the point closest to S = C is an end of the sweep: no interior to test")
+    Y = {s: np.asarray(v, dtype=float) for s, v in err_by_seed.items()}
+    seeds = sorted(s for s, v in Y.items() if np.isfinite(v[[*centre, lo, hi]]).all())
+    cen = {s: float(Y[s][centre].mean()) for s in seeds}
+    d_lo = [cen[s] - Y[s][lo] for s in seeds]
+    d_hi = [cen[s] - Y[s][hi] for s in seeds]
+    ends = f"centre {_sc(S, C, centre)} vs ends {_sc(S, C, [lo])}, {_sc(S, C, [hi])}"
+    if len(seeds) < MIN_SEEDS:
+        eff = float(min(-np.mean(d_lo), -np.mean(d_hi))) if seeds else float("nan")
+        return Verdict(None, effect=eff, effect_name="min advantage of the centre (points)", n=len(seeds),
+                       detail=f"fewer than {MIN_SEEDS} seeds: no test; {ends}")
+    t_lo, pl_lo, pg_lo, ci_lo = paired_t(d_lo)
+    t_hi, pl_hi, pg_hi, ci_hi = paired_t(d_hi)
+    p_claim = holm([pl_lo, pl_hi])
+    p_against = holm([pg_lo, pg_hi])
+    if max(p_claim) < ALPHA:
+        held, p = True, max(p_claim)
+    elif min(p_against) < ALPHA:
+        held, p = False, min(p_against)
+    else:
+        held, p = None, max(p_claim)
+    # the deciding comparison: the weaker advantage (the end the centre beats least)
+    weak_lo = -np.mean(d_lo) <= -np.mean(d_hi)
+    t, ci, dd = (t_lo, ci_lo, d_lo) if weak_lo else (t_hi, ci_hi, d_hi)
+    xm, (xl, xh) = quadratic_minimum(x, {s: Y[s] for s in seeds})
+    detail = (f"{ends}; centre − end {_sc(S, C, [lo])}: {np.mean(d_lo):+.2f} [95% CI {ci_lo[0]:+.2f}, {ci_lo[1]:+.2f}]"
+              f" (Holm p {p_claim[0]:.2g}); centre − end {_sc(S, C, [hi])}: {np.mean(d_hi):+.2f} "
+              f"[95% CI {ci_hi[0]:+.2f}, {ci_hi[1]:+.2f}] (Holm p {p_claim[1]:.2g}); parabola in log(S/C): minimum "
+              f"at S/C = {math.exp(xm):.3g} [bootstrap 95% {math.exp(xl):.3g}, {math.exp(xh):.3g}]")
+    return Verdict(held, f"paired t, weaker end (df = {len(seeds) - 1})", t, p, -float(np.mean(dd)),
+                   "advantage of the centre over the weaker end (points)", (-ci[1], -ci[0]), len(seeds), detail,
+                   extra={"p_claim_holm": p_claim, "p_against_holm": p_against,
+                          "argmin_S_over_C": math.exp(xm), "argmin_interval": [math.exp(xl), math.exp(xh)]})
+
+
+def _sc(S: Sequence[int], C: Sequence[int], idx) -> str:
+    return "/".join(f"(S={S[i]}, C={C[i]})" for i in idx)
+
+
+def worst_of(target: Mapping[int, float], others: Mapping[str, Mapping[int, float]]) -> Verdict:
+    """Claim "``target`` is higher than every one of ``others``" (e.g. RP at block 0 hurts most),
+    seed-paired: one paired one-sided t-test per other, Holm-corrected. HELD if all reject;
+    DID NOT HOLD if some other is significantly higher than the target (reverse tests, Holm);
+    else UNDECIDED."""
+    names = [k for k in others if len(_paired(target, others[k])) >= MIN_SEEDS]
+    n = min((len(_paired(target, others[k])) for k in others), default=0)
+    if len(names) < len(others) or not names:
+        return Verdict(None, n=n, detail=f"fewer than {MIN_SEEDS} paired seeds for some comparison: no test")
+    tests = {k: paired_t([others[k][s] - target[s] for s in _paired(target, others[k])]) for k in names}
+    p_claim = holm([tests[k][1] for k in names])  # other − target < 0
+    p_against = holm([tests[k][2] for k in names])
+    weakest = max(names, key=lambda k: np.mean([others[k][s] - target[s] for s in _paired(target, others[k])]))
+    t, _, _, ci = tests[weakest]
+    eff = -float(np.mean([others[weakest][s] - target[s] for s in _paired(target, others[weakest])]))
+    if max(p_claim) < ALPHA:
+        held, p = True, max(p_claim)
+    elif min(p_against) < ALPHA:
+        held, p = False, min(p_against)
+    else:
+        held, p = None, max(p_claim)
+    detail = "; ".join(f"vs {k}: Holm p {pc:.2g}" for k, pc in zip(names, p_claim))
+    return Verdict(held, f"paired t vs the closest ({weakest}, df = {n - 1})", -t, p, eff,
+                   f"margin over {weakest}", (-ci[1], -ci[0]), n, detail,
+                   extra={"p_claim_holm": p_claim, "p_against_holm": p_against})
