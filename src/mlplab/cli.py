@@ -18,6 +18,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "sweep": ("mlplab.commands.sweep", "run a sweep of training runs"),
     "reproduce": ("mlplab.commands.reproduce", "run a published experiment by id"),
     "report": ("mlplab.commands.report", "aggregate runs of an experiment into figures and a report"),
+    "finetune": ("mlplab.commands.finetune", "fine-tune or linear-probe a pretrained checkpoint"),
     "convert": ("mlplab.commands.convert", "convert timm / Flax / Scaling-MLPs checkpoints to mlplab or timm"),
 }
 

@@ -52,6 +52,17 @@ def test_lion_matches_its_definition():
     torch.testing.assert_close(p.detach(), ref, rtol=0, atol=1e-6)
 
 
+def test_lion_one_step_by_hand():
+    # θ = (1, -2, 0.5), g = (0.3, -0.1, 0), m0 = 0, lr 0.1, wd 0.5, β = (0.9, 0.99):
+    # θ ← θ(1 − 0.1·0.5) − 0.1·sign(0.1·g) = (0.95 − 0.1, −1.9 + 0.1, 0.475 − 0) ; m ← 0.01·g
+    p = nn.Parameter(torch.tensor([1.0, -2.0, 0.5]))
+    p.grad = torch.tensor([0.3, -0.1, 0.0])
+    opt = Lion([p], lr=0.1, betas=(0.9, 0.99), weight_decay=0.5)
+    opt.step()
+    torch.testing.assert_close(p.detach(), torch.tensor([0.85, -1.8, 0.475]), rtol=0, atol=1e-7)
+    torch.testing.assert_close(opt.state[p]["exp_avg"], torch.tensor([0.003, -0.001, 0.0]), rtol=0, atol=1e-9)
+
+
 def test_schedule_warmup_cosine_floor():
     s = ScheduleSection(steps=110, warmup_steps=10, warmup_start_lr=1e-4, min_lr=1e-3)
     peak = 0.1

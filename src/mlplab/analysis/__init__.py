@@ -28,6 +28,8 @@ _EXPORTS = {
     "token_mixing_unit_images": "pictures",
     "PUBLISHED_EXPONENTS": "scaling",
     "ScalingLawFit": "scaling",
+    "bootstrap_scaling": "scaling",
+    "ScalingBootstrap": "scaling",
     "compute_budget": "scaling",
     "compute_optimal_frontier": "scaling",
     "fit_frontier_exponents": "scaling",

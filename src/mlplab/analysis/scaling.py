@@ -7,6 +7,8 @@
 * Compute-optimal frontier: the runs that reach the lowest error for their compute
   (:func:`compute_optimal_frontier`), and on it P*(C) ∝ C^β_P, N*(C) ∝ C^β_N
   (:func:`fit_frontier_exponents`); Bachmann et al. report β_P ≈ 0.35, β_N ≈ 0.65.
+* Uncertainty: a bootstrap over runs gives 95% intervals of α, β_P and β_N
+  (:func:`bootstrap_scaling`).
 
 Fitting across 6–10 decades of compute is ill-conditioned in raw units, so C is divided by its
 geometric mean C0 before fitting, b is fitted as log10(b/C0), and residuals are taken in log E
@@ -32,6 +34,8 @@ __all__ = [
     "compute_optimal_frontier",
     "fit_power",
     "fit_frontier_exponents",
+    "ScalingBootstrap",
+    "bootstrap_scaling",
 ]
 
 # Bachmann et al. (2023): compute-optimal parameters and examples grow as C^0.35 and C^0.65.
@@ -200,7 +204,7 @@ def fit_power(x: Sequence[float], y: Sequence[float]) -> tuple[float, float]:
     if lx.size < 2 or np.ptp(lx) == 0:
         raise ValueError("need at least two distinct x values to fit a power law")
     beta, logk = np.polyfit(lx, ly, 1)
-    return float(beta), float(math.exp(logk))
+    return float(beta), math.exp(logk) if logk < 700 else math.inf  # k overflows on a near-vertical frontier
 
 
 def fit_frontier_exponents(C: Sequence[float], E: Sequence[float], params: Sequence[float] | None = None,
@@ -227,3 +231,58 @@ def fit_frontier_exponents(C: Sequence[float], E: Sequence[float], params: Seque
         out[key + "_coef"] = k
         out[key + "_minus_published"] = beta - PUBLISHED_EXPONENTS[key]
     return out
+
+
+@dataclass
+class ScalingBootstrap:
+    """95% percentile intervals of α (the fit's exponent) and of β_P, β_N (the frontier's), from
+    resampling the runs with replacement; ``*_draws`` counts the resamples that gave a value (a
+    resample may have too few distinct runs to fit or a frontier of one run)."""
+
+    alpha: tuple[float, float]
+    beta_P: tuple[float, float]
+    beta_N: tuple[float, float]
+    alpha_draws: int
+    frontier_draws: int
+    resamples: int
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _interval(values: list[float]) -> tuple[float, float]:
+    if not values:
+        return (math.nan, math.nan)
+    lo, hi = np.percentile(np.asarray(values, dtype=np.float64), [2.5, 97.5])
+    return float(lo), float(hi)
+
+
+def bootstrap_scaling(C: Sequence[float], E: Sequence[float], params: Sequence[float],
+                      examples: Sequence[float], resamples: int = 500, seed: int = 0,
+                      method: str = "pareto") -> ScalingBootstrap:
+    """Bootstrap over runs (case resampling) of α in E(C) = a (b + C)^(−α) + E∞
+    (:func:`fit_scaling_law`) and of the frontier exponents β_P, β_N
+    (:func:`fit_frontier_exponents`). Each resample draws len(C) runs with replacement and refits
+    everything; the intervals are the 2.5% and 97.5% percentiles of the refitted values."""
+    C, E = np.asarray(C, dtype=np.float64).ravel(), np.asarray(E, dtype=np.float64).ravel()
+    P, NT = np.asarray(params, dtype=np.float64).ravel(), np.asarray(examples, dtype=np.float64).ravel()
+    if not (C.shape == E.shape == P.shape == NT.shape) or C.size < 4:
+        raise ValueError(f"need C, E, params and examples of one length >= 4, got {C.size}, {E.size}, "
+                         f"{P.size}, {NT.size}")
+    rng = np.random.default_rng(seed)
+    alphas, beta_p, beta_n = [], [], []
+    for _ in range(resamples):
+        i = rng.integers(0, C.size, C.size)
+        if np.unique(C[i]).size >= 4:
+            try:
+                alphas.append(fit_scaling_law(C[i], E[i], maxfev=2000).alpha)
+            except (RuntimeError, ValueError):
+                pass
+        try:
+            fr = fit_frontier_exponents(C[i], E[i], P[i], NT[i], method=method)
+        except ValueError:  # a frontier of one compute value: no exponent
+            continue
+        beta_p.append(fr["beta_P"])
+        beta_n.append(fr["beta_N"])
+    return ScalingBootstrap(_interval(alphas), _interval(beta_p), _interval(beta_n), len(alphas), len(beta_p),
+                            resamples)

@@ -14,6 +14,10 @@ Rules:
 - :func:`compare`: "a < b" — paired one-sided t-test on the per-seed differences a − b.
 - :func:`trend`: "y falls (or rises) with x" — per seed, the least-squares slope of y against
   log2 x (and Spearman's ρ, shown); a one-sample t-test on the per-seed slopes.
+- :func:`exponent_in_interval`: "the exponent is x" (Scaling MLPs' β_P = 0.35, β_N = 0.65) — a
+  bootstrap 95% interval of the fitted exponent: outside it → DID NOT HOLD; inside it and the
+  interval narrow enough to exclude the far-off values (``far``) → HELD; inside a wide interval
+  that also covers a far-off value → UNDECIDED (thin evidence).
 - :func:`interior_optimum`: "lowest near S ≈ C" — the S ≈ C point against each extreme of
   log(S/C), paired one-sided t-tests with Holm's correction (both must hold); also a quadratic fit
   in log(S/C) to the seed-mean curve with a bootstrap (over seeds) interval for its minimum.
@@ -27,7 +31,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 __all__ = ["ALPHA", "MIN_SEEDS", "Verdict", "paired_t", "holm", "compare", "trend", "interior_optimum",
-           "quadratic_minimum", "verdict_word", "worst_of"]
+           "quadratic_minimum", "verdict_word", "worst_of", "exponent_in_interval"]
 
 ALPHA = 0.05  # one-sided level of every test
 MIN_SEEDS = 3  # fewer paired seeds than this: UNDECIDED without a test
@@ -307,3 +311,23 @@ def worst_of(target: Mapping[int, float], others: Mapping[str, Mapping[int, floa
     return Verdict(held, f"paired t vs the closest ({weakest}, df = {n - 1})", -t, p, eff,
                    f"margin over {weakest}", (-ci[1], -ci[0]), n, detail,
                    extra={"p_claim_holm": p_claim, "p_against_holm": p_against})
+
+
+def exponent_in_interval(estimate: float, interval: tuple[float, float], published: float,
+                         far: Sequence[float], *, what: str, runs: int) -> Verdict:
+    """Decide "the exponent equals ``published``" from a point estimate and its bootstrap 95%
+    interval over ``runs`` runs (one seed each). ``far`` are values a different law would give
+    (e.g. 0 and 1 for a split of compute between parameters and examples): the claim is HELD only
+    when the interval holds ``published`` and none of them."""
+    lo, hi = interval
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        return Verdict(None, effect=estimate, effect_name=what, n=1, detail=f"no bootstrap interval from {runs} runs")
+    covered = [f for f in far if lo <= f <= hi]
+    if not lo <= published <= hi:
+        held: bool | None = False
+    else:
+        held = None if covered else True
+    detail = (f"published {published:g} {'inside' if lo <= published <= hi else 'outside'} the interval; "
+              + (f"the interval also holds {', '.join(f'{f:g}' for f in covered)}" if covered else
+                 f"it excludes {', '.join(f'{f:g}' for f in far)}") + f"; bootstrap over {runs} runs")
+    return Verdict(held, statistic="", effect=estimate, effect_name=what, interval=(lo, hi), n=1, detail=detail)

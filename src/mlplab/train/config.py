@@ -51,6 +51,12 @@ class ModelSection:
     name: str = "s_mixer"  # a registered model (``mlplab models`` lists them)
     # create_model overrides; image_size / in_chans / num_classes come from the dataset unless given
     kwargs: dict = field(default_factory=dict)
+    # fine-tuning (mlplab.train.init): start from a checkpoint (file or run folder; timm, Flax,
+    # Scaling-MLPs or mlplab) instead of a fresh model; the data is resized to the model's resolution
+    init_from: str | None = None
+    init_format: Literal["auto", "mlplab", "timm", "flax", "scaling_mlps"] = "auto"
+    expand: int = 1  # Mixers: expand_resolution(model, expand) after loading (K x the resolution)
+    new_head: bool | Literal["auto"] = "auto"  # auto: a new head when the class count differs
 
 
 @dataclass
@@ -79,6 +85,8 @@ class OptimSection:
     betas: tuple[float, float] = (0.9, 0.999)  # AdamW / LION
     eps: float = 1e-8  # AdamW
     grad_clip: float | None = None  # max global grad norm; None -> no clipping
+    head_lr: float | None = None  # peak lr of the classifier head (same schedule); None -> optim.lr
+    freeze: Literal["none", "body"] = "none"  # body: train the head only (linear probe)
 
 
 @dataclass
@@ -282,6 +290,12 @@ def validate(cfg: RunConfig) -> RunConfig:
         raise ValueError(f"optim.lr_batch must be a batch size >= 1 (or null for no scaling), got {o.lr_batch}")
     if s.min_lr > o.lr:
         raise ValueError(f"schedule.min_lr={s.min_lr} is above optim.lr={o.lr}")
+    if o.head_lr is not None and not (o.head_lr > 0 and math.isfinite(o.head_lr)):
+        raise ValueError(f"optim.head_lr must be a finite number > 0 or null, got {o.head_lr}")
+    if cfg.model.expand < 1:
+        raise ValueError(f"model.expand must be >= 1 (the resolution factor K), got {cfg.model.expand}")
+    if cfg.model.init_from is None and (cfg.model.expand != 1 or cfg.model.new_head is True):
+        raise ValueError("model.expand and model.new_head act on a pretrained model; set model.init_from too")
     if o.grad_clip is not None and o.grad_clip <= 0:
         raise ValueError(f"optim.grad_clip must be > 0 or null, got {o.grad_clip}")
     if r.batch_size < 1 or (r.eval_batch_size is not None and r.eval_batch_size < 1):

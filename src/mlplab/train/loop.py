@@ -51,6 +51,7 @@ from . import checkpoint as ckpt
 from .backend import compile_model, resolve_compile
 from .config import Durations, RunConfig, durations, validate
 from .data import RunData, eval_loader, load_run_data, train_loader
+from .init import check_pretrained, pretrained_model, with_model_resolution
 from .distributed import DistInfo, all_reduce_sum, barrier, cleanup, init_distributed
 from .loggers import open_loggers
 from .metrics import Progress, cpu_has_native_bf16, flops_per_example, format_count, matmul_flops_per_s
@@ -137,9 +138,14 @@ def check_run(cfg: RunConfig, memory: bool = True) -> RunConfig:
     """Everything about ``cfg`` that can be checked without loading data or writing a file: the
     config's own rules, the dataset's name, the model against the dataset's image size and
     channels, the model's constructor (built on the ``meta`` device: no memory) and whether its
-    training state fits in memory (``memory=False`` skips that: another machine will run it). Returns the validated config; raises ``BadInput`` otherwise.
+    training state fits in memory (``memory=False`` skips that: another machine will run it); with
+    ``model.init_from``, the checkpoint (``train.init.check_pretrained``). Returns the validated
+    config; raises ``BadInput`` otherwise.
     ``train`` calls it first; ``mlplab train --print-config`` and ``reproduce --set`` too."""
     cfg = validate(cfg)
+    if cfg.model.init_from is not None:  # the checkpoint decides the model (train.init)
+        check_pretrained(cfg, get_info(cfg.data.dataset).in_chans)
+        return cfg
     info = _dataset_info(cfg)
     if info.image_size == (0, 0):
         return cfg  # image folders: the size is known only once the images are read
@@ -270,9 +276,10 @@ def _prepare(cfg: RunConfig, dist: DistInfo) -> _Run:
         print("mlplab train: warning: this CPU has no native bf16 (AVX512-BF16/AMX); bf16 matmuls are "
               "emulated and several times slower than fp32", file=sys.stderr)
     torch.manual_seed(r.seed)
-    data = load_run_data(cfg, device)
+    data = load_run_data(with_model_resolution(cfg), device)  # a pretrained model's resolution (train.init)
     dur = durations(cfg, len(data.train), dist.world_size)
-    model = create_model(cfg.model.name, **resolve_model_kwargs(cfg, data.info)).to(device)
+    model = (create_model(cfg.model.name, **resolve_model_kwargs(cfg, data.info)) if cfg.model.init_from is None
+             else pretrained_model(cfg, data.info)).to(device)
     fpe = flops_per_example(model, tuple(data.train.images.shape[1:]))
     return _Run(cfg, dist, device, precision, data, model, build_optimizer(model, cfg.optim), dur,
                 n_params=sum(p.numel() for p in model.parameters()), fpe=fpe)

@@ -14,9 +14,10 @@ from typing import Iterable
 import torch
 import torch.nn as nn
 
+from ..errors import BadInput
 from .config import OptimSection, ScheduleSection
 
-__all__ = ["Lion", "param_groups", "build_optimizer", "lr_at", "set_lr"]
+__all__ = ["Lion", "param_groups", "freeze_body", "build_optimizer", "lr_at", "set_lr"]
 
 
 class Lion(torch.optim.Optimizer):
@@ -55,21 +56,37 @@ class Lion(torch.optim.Optimizer):
         return loss
 
 
-def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
-    """Two groups: matrices (decayed) and everything else (not decayed)."""
-    decay, no_decay = [], []
+def param_groups(model: nn.Module, weight_decay: float, head_lr_scale: float = 1.0) -> list[dict]:
+    """Matrices (decayed) and everything else (not decayed); with ``head_lr_scale != 1`` each is
+    split again into body and classifier head (``model.head``), the head's lr scaled by it
+    (Scaling-MLPs' fine-tuning: 0.01 head, 0.001 body). Frozen parameters are left out. Every
+    group carries ``lr_scale``, which :func:`set_lr` applies."""
+    head = getattr(model, "head", None)
+    head_ids = {id(p) for p in head.parameters()} if isinstance(head, nn.Module) and head_lr_scale != 1.0 else set()
+    buckets: dict[tuple[bool, bool], list] = {}
     for p in model.parameters():
-        if not p.requires_grad:
-            continue
-        (decay if p.ndim >= 2 else no_decay).append(p)
-    groups = [{"params": decay, "weight_decay": weight_decay}]
-    if no_decay:
-        groups.append({"params": no_decay, "weight_decay": 0.0})
-    return groups
+        if p.requires_grad:
+            buckets.setdefault((id(p) in head_ids, p.ndim >= 2), []).append(p)
+    order = [(False, True), (False, False), (True, True), (True, False)]  # body first: group 0 logs the base lr
+    return [{"params": buckets[key], "weight_decay": weight_decay if key[1] else 0.0,
+             "lr_scale": head_lr_scale if key[0] else 1.0} for key in order if key in buckets]
+
+
+def freeze_body(model: nn.Module) -> None:
+    """Linear probe: only the classifier head (``model.head``) keeps receiving gradients."""
+    head = getattr(model, "head", None)
+    if not isinstance(head, nn.Module) or not any(True for _ in head.parameters()):
+        raise BadInput(f"optim.freeze=body needs a model with a classifier head (model.head); "
+                         f"{type(model).__name__} has none")
+    keep = {id(p) for p in head.parameters()}
+    for p in model.parameters():
+        p.requires_grad_(id(p) in keep)
 
 
 def build_optimizer(model: nn.Module, cfg: OptimSection) -> torch.optim.Optimizer:
-    groups = param_groups(model, cfg.weight_decay)
+    if cfg.freeze == "body":
+        freeze_body(model)
+    groups = param_groups(model, cfg.weight_decay, (cfg.head_lr / cfg.lr) if cfg.head_lr is not None else 1.0)
     if cfg.name == "sgd":
         return torch.optim.SGD(groups, lr=cfg.lr, momentum=cfg.momentum,
                                nesterov=cfg.nesterov and cfg.momentum > 0)
@@ -96,5 +113,7 @@ def lr_at(step: int, total_steps: int, warmup_steps: int, peak: float, sched: Sc
 
 
 def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
+    """The scheduled lr on every group, times the group's ``lr_scale`` (the head's, see
+    :func:`param_groups`)."""
     for g in optimizer.param_groups:
-        g["lr"] = lr
+        g["lr"] = lr * g.get("lr_scale", 1.0)

@@ -8,10 +8,10 @@ never the registry.
 """
 from importlib import import_module
 
-MODULES = ["misc", "budget", "rp"]  # fig2a-c, fig2d, figS5, figS9, tableS3 | fig4-6, figS1-S3, table1 | fig7, figS4, figS6-S8
+MODULES = ["misc", "budget", "rp", "scaling"]  # fig2a-c, fig2d, figS5, figS9, tableS3 | fig4-6, figS1-S3, table1 | fig7, figS4, figS6-S8 | scaling
 
 ORDER = ["fig2a-c", "fig2d", "fig4", "fig5", "fig6", "fig7", "figS1", "figS2-S3", "figS4", "figS5",
-         "figS6-S8", "figS9", "table1", "tableS3", "implicit-bias"]
+         "figS6-S8", "figS9", "table1", "tableS3", "implicit-bias", "scaling"]
 
 for _m in MODULES:
     import_module(f"{__name__}.{_m}")

@@ -1,0 +1,165 @@
+"""scaling: the Scaling-MLPs study in miniature (Bachmann et al. 2023, SPEC §7): inverted-bottleneck
+MLPs of several sizes × training-set sizes × epoch counts; error against compute
+C = FLOP(f)·3·N·T, the fit E(C) = a(b + C)^(−α) + E∞, and the compute-optimal frontier's
+exponents P*(C) ∝ C^β_P, N*(C) ∝ C^β_N beside the published 0.35 / 0.65."""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from ...analysis.scaling import (PUBLISHED_EXPONENTS, bootstrap_scaling, compute_budget, fit_frontier_exponents,
+                                 fit_power, fit_scaling_law)
+from ..aggregate import RunRecord, select, test_error
+from ..claims import Analysis, Claim
+from ..plan import Plan, experiment
+from ..plots import Panel, Series, draw
+from ..recipes import Scale
+from ..sweep import Sweep, product
+from ..verdicts import exponent_in_interval
+
+# Far-off values of a frontier exponent: 0 (the resource does not grow with compute) and 1 (it
+# takes all of the compute growth). The published split is 0.35 / 0.65 (PUBLISHED_EXPONENTS).
+FAR_EXPONENTS = (0.0, 1.0)
+ALPHA_FLOOR = 0.01  # α below this: no usable decrease of the error with compute
+ALPHA_MAX = 10.0  # fit_scaling_law's upper bound on α
+
+
+def _run_rows(runs: list[RunRecord]) -> list[dict[str, Any]]:
+    """One row per finished run: its size, data, epochs, measured FLOPs and C = FLOP·3·N·T."""
+    rows = []
+    for r in runs:
+        res = r.results or {}
+        fpe, n, t = res.get("flops_per_example"), res.get("train_examples"), res.get("epochs")
+        if not (fpe and n and t):
+            continue
+        rows.append({"width": r.get("model.kwargs.width"), "depth": r.get("model.kwargs.depth"),
+                     "params": float(res.get("params", math.nan)), "N": int(n), "epochs": int(t),
+                     "flops_per_example": float(fpe), "compute": float(compute_budget(fpe, n, t)),
+                     "examples_seen": float(n) * float(t), "test_error": test_error(r)})
+    return sorted(rows, key=lambda r: r["compute"])
+
+
+def _alpha_claim(fit, boot, runs: int) -> Claim:
+    lo, hi = boot.alpha
+    at_bound = hi >= 0.99 * ALPHA_MAX  # the fit's own bound: α not identified by the data
+    held = None if not math.isfinite(lo) or at_bound else \
+        (True if lo > ALPHA_FLOOR else (False if hi < ALPHA_FLOOR else None))
+    return Claim("test error falls as a power law in compute, E(C) = a(b + C)^(−α) + E∞ with α > 0",
+                 f"the bootstrap 95% interval of α (over runs) lies above {ALPHA_FLOOR} → HELD; below it → "
+                 f"DID NOT HOLD; straddling it, or reaching the fit's bound α = {ALPHA_MAX:g} (α not identified) → "
+                 "UNDECIDED",
+                 held, f"α = {fit.alpha:.3g} [95% CI {lo:.3g}, {hi:.3g}] from {boot.alpha_draws}/{boot.resamples} "
+                       f"resamples, E∞ = {fit.e_inf:.3g}%, rms log-residual {fit.rmse_log:.3f}, {runs} runs"
+                       + ("; the interval reaches the fit's bound" if at_bound else ""))
+
+
+def _analyse_scaling(runs: list[RunRecord], manifest: dict[str, Any]) -> Analysis:
+    rows = _run_rows(select(runs, "runs"))
+    if len(rows) < 4:
+        return Analysis(rows, None, {}, [Claim("error follows a power law in compute", "needs ≥ 4 finished runs",
+                                               None, f"{len(rows)} finished")])
+    C = np.array([r["compute"] for r in rows])
+    E = np.array([r["test_error"] for r in rows])
+    P = np.array([r["params"] for r in rows])
+    NT = np.array([r["examples_seen"] for r in rows])
+    fit = fit_scaling_law(C, E)
+    front = fit_frontier_exponents(C, E, P, NT)
+    on = set(front["frontier"])
+    for i, r in enumerate(rows):
+        r["frontier"] = i in on
+        r["fit_error"] = float(fit.predict(r["compute"]))
+    resamples = int(manifest.get("settings", {}).get("bootstrap", 500))
+    boot = bootstrap_scaling(C, E, P, NT, resamples=resamples, seed=0)
+    claims = [_alpha_claim(fit, boot, len(rows))]
+    published = []
+    for key, ci, resource in (("beta_P", boot.beta_P, "parameters P*"), ("beta_N", boot.beta_N, "examples seen N*")):
+        pub = PUBLISHED_EXPONENTS[key]
+        v = exponent_in_interval(front[key], ci, pub, FAR_EXPONENTS, what=key.replace("beta_", "β_"), runs=len(rows))
+        claims.append(Claim(f"compute-optimal {resource} grow as C^{pub}",
+                            f"bootstrap 95% interval of the frontier's exponent (log-log least squares on the "
+                            f"Pareto frontier, {front['num_frontier']} runs): holds {pub} and excludes "
+                            f"{' and '.join(f'{f:g}' for f in FAR_EXPONENTS)} → HELD; excludes {pub} → DID NOT HOLD; "
+                            "holds both → UNDECIDED", v.held, f"frontier: {front['num_frontier']} of {len(rows)} runs", v))
+        published.append({"quantity": f"{key.replace('beta_', 'β_')} ({resource}(C) ∝ C^β)", "published": pub,
+                          "ours": round(front[key], 3), "95% CI": f"[{ci[0]:.3g}, {ci[1]:.3g}]"})
+    published.append({"quantity": "α (E(C) = a(b + C)^(−α) + E∞)", "published": "–", "ours": round(fit.alpha, 3),
+                      "95% CI": f"[{boot.alpha[0]:.3g}, {boot.alpha[1]:.3g}]"})
+    notes = [f"fit: a = {fit.a:.4g}, b = {fit.b:.4g}, α = {fit.alpha:.4g}, E∞ = {fit.e_inf:.4g}% "
+             f"(rms log-residual {fit.rmse_log:.3f}); frontier (Pareto): {front['num_frontier']} of {len(rows)} runs; "
+             f"bootstrap: {boot.resamples} resamples of the runs, α refitted in {boot.alpha_draws}, "
+             f"frontier exponents in {boot.frontier_draws}"]
+    fig = _figure(rows, fit, front, manifest)
+    cols = ["width", "depth", "params", "N", "epochs", "flops_per_example", "compute", "test_error", "fit_error",
+            "frontier"]
+    return Analysis(rows, cols, {"scaling": fig}, claims, published, notes=notes)
+
+
+def _figure(rows: list[dict[str, Any]], fit, front: dict[str, Any], manifest: dict[str, Any]):
+    """Fig. 1 of Scaling MLPs in miniature: error vs compute (every run a point, by width), the
+    frontier and the fit; then P* and N* along the frontier with their power laws."""
+    widths = sorted({r["width"] for r in rows})
+    series = [Series(f"width {w}", [r["compute"] for r in rows if r["width"] == w],
+                     [r["test_error"] for r in rows if r["width"] == w], style="o") for w in widths]
+    fr = [r for r in rows if r["frontier"]]
+    series.append(Series("compute-optimal frontier", [r["compute"] for r in fr], [r["test_error"] for r in fr],
+                         style="ks--"))
+    grid = np.geomspace(min(r["compute"] for r in rows), max(r["compute"] for r in rows), 100)
+    series.append(Series(f"fit a(b+C)^-α + E∞, α = {fit.alpha:.2f}", grid, fit.predict(grid), style="r-"))
+    panels = [Panel(f"{manifest['scale']['dataset']}: bottleneck MLPs", "compute C = FLOP·3·N·T",
+                    "test error (%)", series, xscale="log", yscale="log", xticks=None)]
+    cf = [r["compute"] for r in fr]
+    for key, col, label in (("beta_P", "params", "parameters P*"), ("beta_N", "examples_seen", "examples seen N·T")):
+        if key in front and len(fr) >= 2:
+            beta, k = fit_power(cf, [r[col] for r in fr])
+            panels.append(Panel(f"frontier: {label} ∝ C^{beta:.2f} (published {PUBLISHED_EXPONENTS[key]})",
+                                "compute C", label, [Series("frontier runs", cf, [r[col] for r in fr], style="ks"),
+                                                     Series(f"C^{beta:.2f}", grid, k * grid ** beta, style="r-")],
+                                xscale="log", yscale="log"))
+    return draw(panels, "Scaling MLPs Fig. 1 in miniature: error vs compute")
+
+
+@experiment("scaling", "Scaling MLPs in miniature: error vs compute, fit and compute-optimal frontier",
+            analyse=_analyse_scaling, default_dataset="cifar100", aliases=("scaling-mlps",))
+def scaling(sc: Scale) -> Plan:
+    """Scaling MLPs (Bachmann et al. 2023), Fig. 1 in miniature: test error against compute.
+
+    Command: ``mlplab reproduce scaling --scale cpu``.
+    Tests: inverted-bottleneck MLPs (z ↦ z + W_c GELU(W_e LN(z)), k = 4) of 5 widths × 3 training-set
+    sizes × 3 epoch counts, one run each, with augmentation (random crop + horizontal flip); compute
+    C = FLOP(f)·3·N·T from each run's measured forward FLOPs (``analysis.scaling.compute_budget``);
+    the fit E(C) = a(b + C)^(−α) + E∞ with a bootstrap (over runs) 95% interval of α; the Pareto
+    frontier (lowest error for its compute) and its exponents P*(C) ∝ C^β_P, N*(C) ∝ C^β_N (N the
+    examples seen, N·T) with bootstrap intervals.
+    Published: error falls as a power law in compute; compute-optimal P* ∝ C^0.35, N* ∝ C^0.65
+    (ImageNet-21k pre-training, batch 16384, LION).
+    Time: paper 6 published models (B-6/12, Wi-256/512/1024) × 3 × 3 runs on CIFAR-100 at 64×64
+    (GPU days); cpu ≈ 20 min on 2 cores (widths 16-256, depth 2, N ∈ {3,750, 15,000, 60,000} of
+    Fashion-MNIST, T ∈ {1, 2, 4} epochs, AdamW 3e-3 batch 256: 45 runs).
+    """
+    if sc.paper:
+        models = [{"model.kwargs.depth": d, "model.kwargs.width": w} for w in (256, 512, 1024) for d in (6, 12)]
+        subsets, epochs = [12500, 25000, 50000], [25, 50, 100]
+        base = sc.recipe(epochs=100, optim="lion", lr=5e-5, batch_size=1024, weight_decay=1e-3, augment="crop_flip",
+                         extra={"data.image_size": 64, "augment.mixup": 0.8, "augment.label_smoothing": 0.3})
+    else:
+        depth = sc.pick(1, 2, 2)
+        models = [{"model.kwargs.depth": depth, "model.kwargs.width": w} for w in sc.pick([4, 8], [16, 32, 64, 128, 256], [])]
+        subsets, epochs = sc.pick([32, 64], [3750, 15000, 60000], []), sc.pick([1, 2], [1, 2, 4], [])
+        base = sc.recipe(epochs=1, cpu_epochs=1, extra={"augment.hflip": True})
+    base.update({"model.name": "bottleneck_mlp", "data.subset": "random", "run.checkpoint_every": 0})
+    sweep = Sweep("runs", base, [product(("meta.model", list(range(len(models)))), ("data.train_subset", subsets),
+                                         ("schedule.epochs", epochs))],
+                  seeds=[0], derived=[lambda o: models[o["meta.model"]]],
+                  name_keys=["model.kwargs.width", "model.kwargs.depth", "data.train_subset", "schedule.epochs"],
+                  est_epoch_s=sc.pick(0.5, 5, 600), epochs=float(np.mean(epochs)),
+                  description=f"{len(models)} bottleneck MLPs × N ∈ {subsets} × T ∈ {epochs}")
+    return Plan([[sweep]], settings={"models": [f"B-{m['model.kwargs.depth']}/Wi-{m['model.kwargs.width']}" for m in models],
+                                     "N": subsets, "T": epochs, "bootstrap": sc.pick(50, 1000, 1000)},
+                notes=["one seed per run: the intervals come from a bootstrap over runs, not over seeds",
+                       "no mixup or label smoothing below paper scale (Scaling MLPs' scaling runs use mixup 0.8): "
+                       "with 1–4 epochs they only slow the fit; the lr (AdamW 3e-3, the cpu default) was not tuned"
+                       if not sc.paper else
+                       "from scratch on the requested dataset, not ImageNet-21k pre-training; batch 1024 instead "
+                       "of 16384 (a subset of 12,500 images is smaller than one such batch)"])

@@ -1,0 +1,100 @@
+"""The run's model: fresh from the registry, or initialised from a pretrained checkpoint.
+
+Fine-tuning (``model.init_from``; ``mlplab finetune CHECKPOINT CONFIG``): the checkpoint (any format
+``mlplab.load_pretrained`` reads) decides the architecture; ``model.kwargs`` are overrides on top
+(e.g. ``drop_path_rate``). Then
+
+* ``model.expand = K`` applies :func:`mlplab.expand_resolution` (Mixers; SPEC §7), and
+* the head is replaced when the dataset's class count differs (``model.new_head=auto``) or always
+  (``new_head=true``),
+
+and the data is resized to the model's resolution (``data.image_size`` is filled in; Scaling-MLPs
+upscale CIFAR to 64×64 the same way). With ``optim.head_lr`` (Scaling-MLPs: SGD, 0.01 head /
+0.001 body) and ``optim.freeze=body`` (linear probe: LION 1e-5) the optimiser treats head and
+body apart (:func:`mlplab.train.optim.param_groups`).
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import torch.nn as nn
+
+from ..errors import BadInput
+from ..models.registry import get_model_entry
+from .config import RunConfig
+
+__all__ = ["checkpoint_model", "with_model_resolution", "check_pretrained", "pretrained_model", "reset_head"]
+
+
+def checkpoint_model(cfg: RunConfig) -> tuple[str, dict[str, Any]]:
+    """(model name, inferred config) of ``model.init_from`` — read from the file, no model built."""
+    from ..interop import read_checkpoint
+
+    imp = read_checkpoint(cfg.model.init_from, cfg.model.init_format)
+    return imp.model_name, imp.kwargs
+
+
+def with_model_resolution(cfg: RunConfig) -> RunConfig:
+    """``cfg`` with ``data.image_size`` set to the pretrained model's resolution × ``model.expand``
+    (unchanged without ``init_from``); a given ``data.image_size`` must agree."""
+    if cfg.model.init_from is None:
+        return cfg
+    name, kwargs = checkpoint_model(cfg)
+    if name != cfg.model.name:
+        raise BadInput(f"model.name={cfg.model.name!r} but {cfg.model.init_from} holds a {name!r}; set "
+                       f"model.name={name} (mlplab finetune does this)")
+    if "image_size" not in kwargs:
+        return cfg
+    if cfg.model.expand != 1 and get_model_entry(name).family != "mlp_mixer":
+        raise BadInput(f"model.expand={cfg.model.expand} works on Mixers (expand_resolution, SPEC §7) but "
+                       f"{cfg.model.init_from} holds a {name!r}; drop model.expand")
+    size = kwargs["image_size"] * cfg.model.expand
+    if cfg.data.image_size is not None and cfg.data.image_size != size:
+        raise BadInput(f"data.image_size={cfg.data.image_size} but the pretrained model takes {size}x{size} "
+                       f"images (image_size {kwargs['image_size']} x model.expand {cfg.model.expand}); drop "
+                       "data.image_size, the data is resized to the model's resolution")
+    return dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, image_size=size))
+
+
+def check_pretrained(cfg: RunConfig, in_chans: int) -> RunConfig:
+    """Everything about ``model.init_from`` that can be checked before a file is written: the file
+    reads as a checkpoint, its model is ``model.name``, ``model.expand`` applies, its resolution
+    agrees with ``data.image_size`` and its channels with the dataset's ``in_chans``. Returns
+    :func:`with_model_resolution` of ``cfg``."""
+    resized = with_model_resolution(cfg)
+    _, kwargs = checkpoint_model(cfg)
+    chans = kwargs.get("in_chans", in_chans)
+    if chans != in_chans:
+        raise BadInput(f"the pretrained model takes {chans}-channel images but {cfg.data.dataset} has "
+                       f"{in_chans}; fine-tune on data with {chans} channels")
+    return resized
+
+
+def pretrained_model(cfg: RunConfig, info: Any) -> nn.Module:
+    """The model of ``model.init_from`` for a run on data described by ``info`` (a
+    ``DatasetInfo``): loaded, expanded by ``model.expand``, with a new head where asked."""
+    from ..interop import load_pretrained
+    from ..models.expand import expand_resolution
+
+    fields = {f.name for f in dataclasses.fields(get_model_entry(cfg.model.name).config_cls)}
+    overrides = dict(cfg.model.kwargs)
+    if "num_classes" in fields:
+        overrides["num_classes"] = info.num_classes
+    model = load_pretrained(cfg.model.init_from, cfg.model.init_format, **overrides)
+    if cfg.model.expand != 1:
+        model = expand_resolution(model, cfg.model.expand)
+    if cfg.model.new_head is True:
+        reset_head(model)
+    return model
+
+
+def reset_head(model: nn.Module) -> None:
+    """A fresh classifier head: zeros where the family zero-initialises it (Mixers), else the
+    default ``nn.Linear`` initialisation."""
+    head = model.head
+    if getattr(model.config, "zero_head", False):
+        nn.init.zeros_(head.weight)
+        nn.init.zeros_(head.bias)
+    else:
+        head.reset_parameters()
