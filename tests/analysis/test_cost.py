@@ -6,8 +6,8 @@ import pytest
 
 import mlplab
 from mlplab import cli
-from mlplab.analysis.cost import (count_flops, count_params, measured_flops, mixer_counts, model_summary,
-                                  models_table, state_bytes)
+from mlplab.analysis.cost import (config_flops, count_flops, count_params, measured_flops, mixer_counts,
+                                  model_summary, models_table, state_bytes, sw_mlp_counts)
 from mlplab.layers.masked import SparseLinear
 from mlplab.models.registry import model_config
 
@@ -73,6 +73,24 @@ def test_mixer_counts_from_config_equal_the_built_model(name, overrides):
     assert c["flops"] == count_flops(model)
     assert 4 * c["params"] + 8 * c["buffer_entries"] == state_bytes(model)
     assert model_summary(name, **overrides) == model_summary(name, build=True, **overrides)
+
+
+@pytest.mark.parametrize("name, overrides", [c for c in CASES if c[0].startswith("sw_mlp")]
+                         + [("sw_mlp", dict(image_size=8, patch_size=2, omega=300.0, density=0.3, depth=1, norm=False)),
+                            ("sw_mlp_block", dict(image_size=8, patch_size=4, width=28, expansion=1.5, bias=False)),
+                            ("sw_mlp", dict(image_size=8, patch_size=2, width=32, stem="dense"))])
+def test_sw_mlp_counts_from_config_equal_the_built_model(name, overrides):
+    model = mlplab.create_model(name, **overrides)
+    c = sw_mlp_counts(model.cfg)
+    assert (c["params"], c["flops"], c["effective_width"]) == (count_params(model), count_flops(model), model.width)
+    assert config_flops(name, **overrides) == count_flops(model)
+
+
+def test_config_flops_builds_what_it_cannot_count_from_the_config():
+    for name, overrides in CASES:
+        assert config_flops(name, **overrides) == count_flops(mlplab.create_model(name, **overrides)), name
+    with pytest.raises(ValueError, match="masked"):
+        sw_mlp_counts(model_config("sw_mlp", storage="sparse"))
 
 
 def test_models_table_lists_every_registered_model():

@@ -35,10 +35,11 @@ from ..layers.pk import PKMixing
 from ..layers.stem import PatchEmbed
 from ..models.mixer import Mixer, MixerBlock, MixerConfig
 from ..models.registry import create_model, get_model_entry, list_models, model_config
+from ..models.sw_mlp import DEFAULT_SW_WIDTH, SWMLPConfig, sw_width
 
 __all__ = [
     "count_params", "count_flops", "flops_per_example", "measured_flops", "state_bytes", "skip_init",
-    "mixer_counts", "model_summary", "models_table", "format_count",
+    "mixer_counts", "sw_mlp_counts", "config_flops", "model_summary", "models_table", "format_count",
 ]
 
 
@@ -198,6 +199,47 @@ def mixer_counts(cfg: MixerConfig) -> dict[str, int]:
         if i in rp:  # an RP block stores J1, J2 of its token and channel PK layers
             buffers += s_in * C + 3 * S * C
     return {"params": params, "flops": flops, "buffer_entries": buffers, "effective_width": S * C}
+
+
+def sw_mlp_counts(cfg: SWMLPConfig) -> dict[str, int]:
+    """Params (masked weights counted dense, as :func:`count_params` does) and matmul FLOPs per
+    example of a ``storage="masked"`` SW-MLP from its config alone. Building a wide SW-MLP draws
+    its masks (seconds at m ≈ 3000), so cost estimates use this; ``tests/analysis/test_cost.py``
+    checks it against built models. Sparse storage costs 2·nnz per layer, known only once the
+    masks are drawn: build it and use :func:`count_flops`."""
+    if cfg.storage != "masked":
+        raise ValueError("sw_mlp_counts counts masked SW-MLPs only; build a sparse one and use count_flops")
+    s0 = (cfg.image_size // cfg.patch_size) ** 2
+    m = cfg.width if cfg.width is not None else (sw_width(cfg.omega, cfg.density, cfg.expansion)
+                                                 if cfg.omega is not None else DEFAULT_SW_WIDTH)
+    K, b, n = cfg.num_classes, int(cfg.bias), 2 * int(cfg.norm)
+    if cfg.stem == "patch" or (cfg.stem == "auto" and m % s0 == 0):  # per-patch FC C0 -> m/S0, on S0 patches
+        c0 = cfg.in_chans * cfg.patch_size ** 2
+        params, flops = c0 * (m // s0) + m // s0, 2 * s0 * c0 * (m // s0)
+    else:  # dense embedding of the flattened image
+        d = cfg.in_chans * cfg.image_size ** 2
+        params, flops = d * m + m, 2 * d * m
+    h = m if cfg.block == "fc" else int(round(cfg.expansion * m))
+    layers = [(m, m)] if cfg.block == "fc" else [(m, h), (h, m)]  # (in, out) of each masked layer of a block
+    for _ in range(cfg.depth):
+        params += n * m + sum(i * o + b * o for i, o in layers)
+        flops += sum(2 * i * o for i, o in layers)
+    params += n * m + m * K + K
+    flops += 2 * m * K
+    return {"params": params, "flops": flops, "effective_width": m}
+
+
+def config_flops(name: str, **overrides: Any) -> int:
+    """Forward matmul FLOPs per example of registered model ``name`` with ``overrides``: Mixers
+    (:func:`mixer_counts`) and masked SW-MLPs (:func:`sw_mlp_counts`) from the config alone, any
+    other model built with initialisation skipped and walked (:func:`count_flops`)."""
+    cfg = model_config(name, **overrides)
+    if isinstance(cfg, MixerConfig):
+        return mixer_counts(cfg)["flops"]
+    if isinstance(cfg, SWMLPConfig) and cfg.storage == "masked":
+        return sw_mlp_counts(cfg)["flops"]
+    with skip_init():
+        return count_flops(create_model(name, **overrides))
 
 
 def model_summary(name: str, build: bool = False, **overrides: Any) -> dict[str, Any]:

@@ -17,6 +17,7 @@ augmentation); :meth:`Scale.recipe` turns them into dotted overrides of
 """
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -75,8 +76,10 @@ def run_dir_overrides(run_dir: str | os.PathLike) -> dict[str, Any]:
     return {"run.out_dir": str(run_dir.parent), "run.name": run_dir.name}
 
 
+@functools.lru_cache(maxsize=None)
 def dataset_available(name: str) -> bool:
-    """Whether ``name`` can be loaded here without a download (synthetic always can)."""
+    """Whether ``name`` can be loaded here without a download (synthetic always can; asked once
+    per process)."""
     if name == "synthetic":
         return True
     try:

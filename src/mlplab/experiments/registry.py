@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..utils.io import atomic_write_json
+from .cost import estimate_cost, sweep_epochs
 from .executors import SweepResult, check_specs, run_specs
 from .plan import ALIASES, EXPERIMENTS, Experiment, Plan, experiment
 from .recipes import Scale, make_scale
@@ -57,49 +58,10 @@ def plan_experiment(id: str, scale: str = "cpu", dataset: str | None = None,
         for sw in plan.sweeps:
             if sw.task == "train":
                 sw.base_overrides = {**sw.base_overrides, **overrides}
-                sw.epochs = _planned_epochs(sw)
+                sw.epochs = sweep_epochs(sw)
         plan.notes.append("overrides applied to every training run: "
                           + ", ".join(f"{k}={v}" for k, v in overrides.items()))
     return exp, sc, plan
-
-
-# training-set sizes for the cost estimate of runs whose duration is given in steps or examples
-TRAIN_SIZES = {"fashion_mnist": 60000, "mnist": 60000, "cifar10": 50000, "cifar100": 50000, "stl10": 5000,
-               "tiny_imagenet": 100000, "imagefolder": 1281167}
-
-
-def _planned_epochs(sw: Sweep) -> float:
-    """Epochs per run of a training sweep after overrides, for the cost estimate: the
-    ``schedule.epochs`` value, or steps × batch (or examples) over the training-set size when the
-    duration was switched to ``schedule.steps``/``examples`` (``schedule.epochs=null``)."""
-    o = sw.base_dict()
-    if o.get("schedule.epochs") is not None:
-        return float(o["schedule.epochs"])
-    n = o.get("data.train_subset") or TRAIN_SIZES.get(str(o.get("data.dataset")), 50000)
-    if o.get("schedule.steps") is not None:
-        return float(o["schedule.steps"]) * float(o.get("run.batch_size") or 128) / float(n)
-    if o.get("schedule.examples") is not None:
-        return float(o["schedule.examples"]) / float(n)
-    return sw.epochs
-
-
-# per training run on top of its epochs: process start / imports, data loading, final test, checkpoints
-RUN_OVERHEAD_S = {"smoke": 2.0, "quick": 15.0, "cpu": 15.0, "paper": 60.0}
-
-
-def estimate_cost(plan: Plan, scale: str = "cpu") -> dict[str, float]:
-    """runs, run-epochs and estimated seconds (runs × (epochs × est. s/epoch + overhead)) of a plan.
-
-    The s/epoch figures of the cpu scale were measured on a 2-core box (1 process, ~1 200 img/s
-    for a 1 MFLOP S-Mixer on 10k Fashion-MNIST images) and scaled by FLOPs; paper figures are
-    rough V100-class guesses."""
-    runs = epochs = secs = 0.0
-    for sw in plan.sweeps:
-        n = len(expand(sw))
-        runs += n
-        epochs += n * sw.epochs
-        secs += n * (sw.epochs * sw.est_epoch_s + (RUN_OVERHEAD_S.get(scale, 0.0) if sw.task == "train" else 0.0))
-    return {"runs": int(runs), "run_epochs": epochs, "est_s": secs}
 
 
 def _fmt_time(s: float) -> str:
@@ -113,25 +75,29 @@ def _fmt_time(s: float) -> str:
 
 
 def format_list(scales: Sequence[str] = ("smoke", "quick", "cpu", "paper")) -> str:
-    """The table printed by ``mlplab reproduce --list`` (the quick scale only where it differs
-    from cpu)."""
+    """The table printed by ``mlplab reproduce --list``: runs, run-epochs and estimated wall time
+    per scale (:func:`mlplab.experiments.cost.estimate_cost`; quick only where it differs from
+    cpu). The cpu and quick scales are planned on the dataset they would use on this machine."""
     lines = []
     for id in list_experiments():
         exp = EXPERIMENTS[id]
         lines.append(f"{id:14s} {exp.title}")
         for sc in scales:
             try:
-                _, scale, plan = plan_experiment(id, sc, check_available=False)
+                _, scale, plan = plan_experiment(id, sc, check_available=sc in ("quick", "cpu"))
                 c = estimate_cost(plan, sc)
-                if sc == "quick" and c == estimate_cost(plan_experiment(id, "cpu", check_available=False)[2], "cpu"):
+                if sc == "quick" and c == estimate_cost(plan_experiment(id, "cpu")[2], "cpu"):
                     continue
                 where = scale.dataset
-                if sc in ("quick", "cpu") and scale.dataset not in ("synthetic", "fashion_mnist"):
-                    where += " (fashion_mnist if absent)"
+                if sc in ("quick", "cpu") and scale.requested_dataset not in (None, scale.dataset):
+                    where += f" ({scale.requested_dataset} is not here)"
+                machine = "1 V100-class GPU, guess" if sc == "paper" else f"2 CPU cores, --jobs {c['jobs']}"
                 lines.append(f"{'':14s} {sc:5s}: {c['runs']:4d} runs, {c['run_epochs']:8.0f} run-epochs,"
-                             f" ~{_fmt_time(c['est_s']):>7s} ({'1 V100-class GPU' if sc == 'paper' else '2 CPU cores'}); {where}")
+                             f" ~{_fmt_time(c['est_s']):>7s} ({machine}); {where}")
             except Exception as e:  # a plan that cannot be built is shown, not hidden
                 lines.append(f"{'':14s} {sc:5s}: cannot plan: {e}")
+    lines.append("cpu-scale times: epochs × examples × (3 × forward FLOPs / R + τ) per run plus start-up, runs dealt "
+                 "to 2 workers; R, τ measured on a 2-core AVX2 EPYC (mlplab.experiments.cost)")
     return "\n".join(lines)
 
 

@@ -1,0 +1,111 @@
+"""Calibrate the cost estimate of ``mlplab reproduce --list`` (``mlplab.experiments.cost``).
+
+Trains representative models of the cpu-scale plans, exactly as planned (same overrides) but 2
+epochs on a random subset, one thread, in this process, and measures the second epoch in
+**CPU seconds of this process** (``time.process_time``): with one thread that is the wall time
+the epoch takes on a core of its own, whatever else runs on the machine (the machine this was
+written on was shared, load 5–9; wall clocks there say more about the neighbours than about the
+model). Then fits ``seconds per example = 3F / R + τ`` by least squares over the normal (non-RP)
+models and reports the RP slowdown against the S-Mixer of the same shape.
+
+    . .venv/bin/activate
+    nice -n 19 python benchmarks/calibrate_cost.py --out runs/calibrate_cost.json
+
+The numbers it printed are kept in ``mlplab.experiments.cost.CALIBRATION`` with their date.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+# (label, experiment id, test on a run's overrides picking one planned model)
+PICKS = [
+    ("fig6 S-Mixer S=124 C=8", "fig6", lambda o: o.get("meta.S") == 124),
+    ("fig6 S-Mixer S=41 C=40", "fig6", lambda o: o.get("meta.S") == 41),
+    ("fig5 S-Mixer (smallest)", "fig5", lambda o: o["model.name"] == "s_mixer" and o.get("meta.C") == 4),
+    ("fig5 RP S-Mixer (same shape)", "fig5", lambda o: o["model.name"] == "rp_s_mixer" and o.get("meta.C") == 4),
+    ("fig4 MLP-Mixer S=28", "fig4", lambda o: o["model.name"] == "mlp_mixer" and o.get("meta.S") == 28),
+    ("fig4 SW-MLP (widest)", "fig4", lambda o: o["model.name"] == "sw_mlp" and o.get("meta.S") == 28),
+    ("figS5 S-Mixer P=1", "figS5", lambda o: o.get("model.kwargs.patch_size") == 1),
+    ("table1 MLP-Mixer narrow", "table1", lambda o: "narrow" in str(o.get("meta.label"))),
+]
+
+
+def planned_run(id: str, pick) -> dict:
+    from mlplab.experiments import expand, plan_experiment
+
+    _, _, plan = plan_experiment(id, "cpu", dataset="fashion_mnist", check_available=False)
+    for sw in plan.sweeps:
+        for s in expand(sw):
+            if sw.task == "train" and s.overrides.get("run.seed") == 0 and pick(s.overrides):
+                return {k: v for k, v in s.overrides.items() if not k.startswith("meta.")}
+    raise LookupError(id)
+
+
+def time_run(overrides: dict, examples: int, out: Path) -> dict:
+    from mlplab.train import make_config, train
+
+    marks: list[tuple[float, float]] = []
+    o = {**overrides, "data.train_subset": examples, "data.subset": "random", "data.test_subset": 2000,
+         "schedule.epochs": 2, "run.threads": 1, "run.checkpoint_every": 0, "run.log": "none",
+         "run.out_dir": str(out), "run.name": "r"}
+    res = train(make_config(None, o), overwrite=True,
+                on_epoch_end=lambda rec: marks.append((time.process_time(), time.perf_counter())))
+    cpu = marks[1][0] - marks[0][0]
+    wall = marks[1][1] - marks[0][1]
+    return {"flops": res["flops_per_example"], "examples": res["train_examples"], "epoch_cpu_s": cpu,
+            "epoch_wall_s": wall, "cpu_us_per_example": 1e6 * cpu / res["train_examples"],
+            "loadavg": list(os.getloadavg())}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--examples", type=int, default=5120, help="training subset per epoch (20 steps of 256)")
+    ap.add_argument("--out", default=None, help="write the rows and the fit as JSON here")
+    args = ap.parse_args()
+    import torch
+
+    torch.set_num_threads(1)
+    t_import = resource.getrusage(resource.RUSAGE_SELF).ru_utime + resource.getrusage(resource.RUSAGE_SELF).ru_stime
+    from mlplab.data import load_dataset
+
+    t0 = time.process_time()
+    load_dataset("fashion_mnist", "train"), load_dataset("fashion_mnist", "test")
+    t_load = time.process_time() - t0
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for label, id, pick in PICKS:
+            o = planned_run(id, pick)
+            r = {"label": label, "model": o["model.name"], **time_run(o, args.examples, Path(tmp))}
+            rows.append(r)
+            print(f"{label:32s} F {r['flops'] / 1e6:6.2f} MFLOP  {r['cpu_us_per_example']:7.1f} µs/example (CPU)"
+                  f"  wall {r['epoch_wall_s']:.2f} s  load {r['loadavg'][0]:.1f}", flush=True)
+    normal = [r for r in rows if not r["model"].startswith("rp_")]
+    A = np.array([[3 * r["flops"], 1.0] for r in normal])
+    y = np.array([r["cpu_us_per_example"] * 1e-6 for r in normal])
+    (inv_rate, tau), *_ = np.linalg.lstsq(A, y, rcond=None)
+    rp = [(r, next(n for n in rows if n["flops"] == r["flops"] and n["model"] == r["model"][3:]))
+          for r in rows if r["model"].startswith("rp_")]
+    fit = {"rate_flops_per_s": 1.0 / inv_rate, "tau_s": tau,
+           "rp_slowdown": [r["cpu_us_per_example"] / n["cpu_us_per_example"] for r, n in rp],
+           "import_cpu_s": t_import, "load_fashion_mnist_cpu_s": t_load}
+    print(f"fit: R = {fit['rate_flops_per_s'] / 1e9:.1f} GFLOP/s, τ = {tau * 1e6:.1f} µs/example; RP slowdown "
+          f"{', '.join(f'{x:.2f}' for x in fit['rp_slowdown'])}; import {t_import:.1f} s, data load {t_load:.1f} s (CPU)")
+    for r in normal:
+        pred = 3 * r["flops"] * inv_rate + tau
+        print(f"  {r['label']:32s} measured {r['cpu_us_per_example']:7.1f}  fit {pred * 1e6:7.1f} µs/example")
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps({"rows": rows, "fit": fit, "argv": sys.argv}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
