@@ -56,6 +56,11 @@ def test_clear_minimum_at_s_equals_c_holds():
 def test_monotone_curve_did_not_hold():
     v = interior_optimum(S, C, seeds_of(20 + 2 * X, n=5))
     assert v.held is False and v.p < ALPHA
+    assert "no interior minimum" in v.detail  # the parabola's minimum sits at an end
+
+
+def test_interior_parabola_minimum_is_not_called_an_end():
+    assert "no interior minimum" not in interior_optimum(S, C, seeds_of(20 + 2 * X ** 2)).detail
 
 
 def test_flat_side_like_the_issue_table_is_not_held():

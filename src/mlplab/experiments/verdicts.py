@@ -275,7 +275,9 @@ def interior_optimum(S: Sequence[int], C: Sequence[int], err_by_seed: Mapping[in
     detail = (f"{ends}; centre − end {_sc(S, C, [lo])}: {np.mean(d_lo):+.2f} [95% CI {ci_lo[0]:+.2f}, {ci_lo[1]:+.2f}]"
               f" (Holm p {p_claim[0]:.2g}); centre − end {_sc(S, C, [hi])}: {np.mean(d_hi):+.2f} "
               f"[95% CI {ci_hi[0]:+.2f}, {ci_hi[1]:+.2f}] (Holm p {p_claim[1]:.2g}); parabola in log(S/C): minimum "
-              f"at S/C = {math.exp(xm):.3g} [bootstrap 95% {math.exp(xl):.3g}, {math.exp(xh):.3g}]")
+              f"at S/C = {math.exp(xm):.3g} [bootstrap 95% {math.exp(xl):.3g}, {math.exp(xh):.3g}]"
+              + (" (at an end of the sweep: the fitted curve has no interior minimum)"
+                 if min(abs(xm - x.min()), abs(xm - x.max())) < 1e-9 else ""))
     return Verdict(held, f"paired t, weaker end (df = {len(seeds) - 1})", t, p, -float(np.mean(dd)),
                    "advantage of the centre over the weaker end (points)", (-ci[1], -ci[0]), len(seeds), detail,
                    extra={"p_claim_holm": p_claim, "p_against_holm": p_against,
