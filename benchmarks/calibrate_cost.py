@@ -11,6 +11,12 @@ models and reports the RP slowdown against the S-Mixer of the same shape.
     . .venv/bin/activate
     nice -n 19 python benchmarks/calibrate_cost.py --out runs/calibrate_cost.json
 
+or fits the same constants to finished ``mlplab reproduce`` folders, which is how they are used:
+runs at ``--jobs 2`` side by side on the 2 cores, timed by the runs themselves (median epoch
+seconds per example against 3F), the start-up per run from each experiment's wall time:
+
+    python benchmarks/calibrate_cost.py --runs runs/experiments/fig6-cpu runs/experiments/scaling-cpu
+
 The numbers it printed are kept in ``mlplab.experiments.cost.CALIBRATION`` with their date.
 """
 from __future__ import annotations
@@ -66,11 +72,69 @@ def time_run(overrides: dict, examples: int, out: Path) -> dict:
             "loadavg": list(os.getloadavg())}
 
 
+def finished_runs(folder: Path) -> list[dict]:
+    """Timing rows of the finished training runs of one ``mlplab reproduce`` folder."""
+    from mlplab.experiments.cost import TEST_SIZES, run_flops
+
+    exp = json.loads((folder / "experiment.json").read_text())
+    rows = []
+    for res in sorted(folder.rglob("results.json")):
+        spec = res.parent / "spec.json"
+        if not spec.exists() or json.loads(spec.read_text()).get("task") != "train":
+            continue
+        o, r = json.loads(spec.read_text())["overrides"], json.loads(res.read_text())
+        flops, rp_share = run_flops(o)
+        rows.append({"label": f"{folder.name}/{res.parent.name}", "model": o["model.name"], "rp_share": rp_share,
+                     "flops": flops, "examples": r["train_examples"], "epochs": r["epochs"],
+                     "epoch_s": r["epoch_time_s"], "us_per_example": 1e6 * r["epoch_time_s"] / r["train_examples"],
+                     "test_examples": o.get("data.test_subset") or TEST_SIZES.get(o.get("data.dataset"), 10000),
+                     "experiment": folder.name, "experiment_wall_s": exp.get("wall_s"), "jobs": exp.get("jobs", 1)})
+    return rows
+
+
+def fit_rate_tau(rows: list[dict]) -> tuple[float, float]:
+    """Least squares of seconds per example = 3F / R + τ over the normal (non-RP) rows."""
+    normal = [r for r in rows if r["rp_share"] == 0]
+    A = np.array([[3 * r["flops"], 1.0] for r in normal])
+    y = np.array([r["us_per_example"] * 1e-6 for r in normal])
+    (inv_rate, tau), *_ = np.linalg.lstsq(A, y, rcond=None)
+    return 1.0 / inv_rate, float(tau)
+
+
+def fit_finished(folders: list[Path]) -> dict:
+    rows = [r for f in folders for r in finished_runs(f)]
+    rate, tau = fit_rate_tau(rows)
+    pred = {id(r): 3 * r["flops"] / rate + tau for r in rows}
+    rp = [r["us_per_example"] * 1e-6 / pred[id(r)] for r in rows if r["rp_share"] == 1]
+    overheads = []
+    for name in sorted({r["experiment"] for r in rows}):
+        rs = [r for r in rows if r["experiment"] == name]
+        busy = sum(r["epochs"] * r["epoch_s"] + r["test_examples"] * pred[id(r)] / 3 for r in rs)
+        overheads.append((rs[0]["experiment_wall_s"] * rs[0]["jobs"] - busy) / len(rs))
+    for r in rows:
+        print(f"  {r['label'][:70]:70s} F {r['flops'] / 1e6:7.2f} M  {r['us_per_example']:7.1f} µs/ex  "
+              f"fit {1e6 * pred[id(r)]:7.1f}")
+    fit = {"rate_flops_per_s": rate, "tau_s": tau, "rp_slowdown": rp, "overhead_s_per_run": overheads,
+           "runs": len(rows), "experiments": [f.name for f in folders]}
+    print(f"fit over {len(rows)} runs: R = {rate / 1e9:.1f} GFLOP/s, τ = {tau * 1e6:.1f} µs/example; RP slowdown "
+          f"{np.median(rp) if rp else float('nan'):.2f} (median of {len(rp)}); start-up per run "
+          + ", ".join(f"{o:.0f} s" for o in overheads))
+    return {"rows": rows, "fit": fit}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--examples", type=int, default=5120, help="training subset per epoch (20 steps of 256)")
+    ap.add_argument("--runs", nargs="+", type=Path, default=None,
+                    help="fit to finished `mlplab reproduce` folders instead of training here")
     ap.add_argument("--out", default=None, help="write the rows and the fit as JSON here")
     args = ap.parse_args()
+    if args.runs:
+        out = fit_finished(args.runs)
+        if args.out:
+            Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+            Path(args.out).write_text(json.dumps({**out, "argv": sys.argv}, indent=2))
+        return
     import torch
 
     torch.set_num_threads(1)

@@ -30,7 +30,7 @@ from .plan import Plan
 from .sweep import RunSpec, Sweep, expand, nest_overrides
 
 __all__ = ["RATE", "TAU_S", "RUN_OVERHEAD_S", "RP_SLOWDOWN", "CPU_JOBS", "CALIBRATION", "TRAIN_SIZES",
-           "TEST_SIZES", "example_s", "run_s", "spec_s", "makespan", "estimate_cost", "planned_epochs"]
+           "TEST_SIZES", "example_s", "run_s", "run_flops", "spec_s", "makespan", "estimate_cost", "planned_epochs"]
 
 # ---------------------------------------------------------------------------------- constants
 # Measured on the project's 2-core AMD EPYC (AVX2 only, no native bf16), torch 2.13.0, fp32,
@@ -118,16 +118,22 @@ def _train_examples(o: dict[str, Any]) -> float:
     return float(n) * (1.0 - float(o.get("data.val_fraction") or 0.0))
 
 
+def run_flops(o: dict[str, Any]) -> tuple[int, float]:
+    """Forward FLOPs per example of a planned training run and the share of its blocks that are
+    random-permuted: the two model facts the estimate uses (also for calibration)."""
+    kw = _model_kwargs(o)
+    name = str(o["model.name"])
+    return _model_flops(name, tuple(sorted((k, _hashable(v)) for k, v in kw.items()))), _rp_share(name, kw)
+
+
 def spec_s(spec: RunSpec, scale: str, est_epoch_s: float = 0.0, epochs: float = 1.0) -> float:
     """Estimated seconds of one run: the formula for training runs on the CPU machine, else the
     sweep's ``est_epoch_s`` × ``epochs`` (paper scale, analysis tasks)."""
     o = spec.overrides
     if spec.task != "train" or scale == "paper":
         return est_epoch_s * epochs + (60.0 if scale == "paper" and spec.task == "train" else 0.0)
-    kw = _model_kwargs(o)
-    name = str(o["model.name"])
-    flops = _model_flops(name, tuple(sorted((k, _hashable(v)) for k, v in kw.items())))
-    slow = 1.0 + (RP_SLOWDOWN - 1.0) * _rp_share(name, kw)
+    flops, rp_share = run_flops(o)
+    slow = 1.0 + (RP_SLOWDOWN - 1.0) * rp_share
     ds = str(o.get("data.dataset"))
     return run_s(flops, _train_examples(o), planned_epochs(o), o.get("data.test_subset") or TEST_SIZES.get(ds, 10000),
                  slow, RUN_OVERHEAD_S.get(scale, RUN_OVERHEAD_S["cpu"]))
