@@ -99,7 +99,6 @@ class Scale:
     dataset: str
     requested_dataset: str | None = None  # what the experiment (or --dataset) asked for
     seeds: int = 3  # seeds per point (an experiment may ask for more at paper scale)
-    epoch_factor: float = 1.0  # not used at paper scale
     train_subset: int | None = None
     test_subset: int | None = None
     image_size: int = 32  # the side the models see
