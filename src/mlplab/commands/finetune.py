@@ -28,7 +28,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def finetune_config(checkpoint: str, config: str, overrides: list[str] | dict | None = None):
     """The run config of ``mlplab finetune``: CONFIG with its model taken from CHECKPOINT."""
     from ..interop import read_checkpoint
-    from ..train.config import config_to_name, load_config, make_config, parse_overrides
+    from ..train.config import load_config, make_config, parse_overrides, run_name
 
     base, label = load_config(config)
     ov = parse_overrides(overrides)
@@ -42,7 +42,7 @@ def finetune_config(checkpoint: str, config: str, overrides: list[str] | dict | 
     base.get("data", {}).pop("image_size", None)  # the data is resized to the model's resolution
     if "run.name" not in ov and not base.get("run", {}).get("name"):
         stem = Path(checkpoint).stem if Path(checkpoint).is_file() else Path(checkpoint).name
-        ov["run.name"] = config_to_name(f"{label}-from-{stem}", ov)
+        ov["run.name"] = run_name(ov, label=f"{label}-from-{stem}")
     return make_config(base, ov)
 
 
