@@ -1,8 +1,9 @@
 """Named base configs (big_vision style: each says how to run it, what it should give, how long).
 
 Each entry is a plain nested dict of the sections of :class:`mlplab.train.config.RunConfig`;
-anything not given takes the dataclass default. ``mlplab train NAME key=value ...`` runs one, and
-``configs/*.json`` holds the same recipes as files (``mlplab train configs/NAME.json``).
+anything not given takes the dataclass default. ``mlplab train NAME key=value ...`` runs one;
+``mlplab train NAME --print-config > my.json`` writes it out as a file to edit, and
+``mlplab train my.json`` runs that (the presets are the only copy of the recipes).
 Units follow airbench: the learning rate is per optimiser step (per global batch), never scaled
 implicitly with the batch size.
 """
