@@ -18,12 +18,10 @@ augmentation); :meth:`Scale.recipe` turns them into dotted overrides of
 from __future__ import annotations
 
 import functools
-import os
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-__all__ = ["SCALES", "Scale", "make_scale", "run_dir_overrides", "AUGMENT", "dataset_available", "CPU_SEEDS",
+__all__ = ["SCALES", "Scale", "make_scale", "AUGMENT", "dataset_available", "CPU_SEEDS",
            "CPU_LR", "CPU_BATCH", "LR_SEARCH"]
 
 CPU_SEEDS = 3  # seeds per point at cpu scale: the fewest the verdict rules test (verdicts.MIN_SEEDS)
@@ -68,12 +66,6 @@ AUGMENT: dict[str, dict[str, Any]] = {
                  "augment.cutmix": 1.0, "augment.mix_switch_prob": 0.5, "augment.label_smoothing": 0.1,
                  "augment.random_erasing": 0.25},
 }
-
-
-def run_dir_overrides(run_dir: str | os.PathLike) -> dict[str, Any]:
-    """The run-config keys that put a run's files in ``run_dir`` (``run.out_dir/run.name``)."""
-    run_dir = Path(run_dir)
-    return {"run.out_dir": str(run_dir.parent), "run.name": run_dir.name}
 
 
 @functools.lru_cache(maxsize=None)
