@@ -440,12 +440,18 @@ def _save_checkpoint(run: _Run, state: _Progress, run_dir: Path, guard: _Guard, 
         guard.stop(f"non-finite weights after step {state.step} (epoch {state.epoch})", state.checkpoint_epoch)
     rng = _gather_rng(run.device, run.dist)
     if run.dist.is_main:
-        ckpt.save_checkpoint(run_dir, run.model, {
-            "epoch": state.epoch, "step": state.step, "optimizer": run.optimizer.state_dict(), "rng": rng,
-            # the loader's order and augmentation are functions of (seed, epoch, rank)
-            "loader": {"epoch": state.epoch, "seed": run.cfg.run.seed, "world_size": run.dist.world_size},
-            "history": state.history, "wall_s": state.wall_before + time.perf_counter() - t_start,
-        })
+        try:
+            ckpt.save_checkpoint(run_dir, run.model, {
+                "epoch": state.epoch, "step": state.step, "optimizer": run.optimizer.state_dict(), "rng": rng,
+                # the loader's order and augmentation are functions of (seed, epoch, rank)
+                "loader": {"epoch": state.epoch, "seed": run.cfg.run.seed, "world_size": run.dist.world_size},
+                "history": state.history, "wall_s": state.wall_before + time.perf_counter() - t_start,
+            })
+        except OSError as e:  # a full disk, a quota, a folder gone read-only: the previous checkpoint stands
+            kept = (f"the last good checkpoint (epoch {state.checkpoint_epoch}) is kept"
+                    if state.checkpoint_epoch is not None else "no earlier checkpoint exists")
+            raise RunFailure(f"cannot write the checkpoint of epoch {state.epoch} in {run_dir} "
+                             f"({e.strerror or e}); {kept}. Free space, then continue with --resume") from e
     state.checkpoint_epoch = state.epoch
     barrier(run.dist)
 
