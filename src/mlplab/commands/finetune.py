@@ -6,7 +6,7 @@ checkpoint. The checkpoint decides the model (CONFIG's model section keeps only 
 ``new_head``, ``init_format``, and ``kwargs`` when it names no model); the data is resized to the model's
 resolution. Equivalent to ``mlplab train CONFIG model.init_from=CHECKPOINT model.name=...``.
 
-    mlplab finetune runs/fashion_mnist_mlp_mixer fmnist_finetune schedule.epochs=2
+    mlplab finetune runs/fmnist_mixer_pretrain fmnist_finetune schedule.epochs=2
 """
 from __future__ import annotations
 

@@ -166,7 +166,7 @@ _register(
     The model comes from the checkpoint; the paper fine-tunes 50 epochs on the whole set, this
     demo one epoch on a random 12,000 of the 60,000 training images (the 56x56 model costs about
     6x the FLOPs of the 28x28 one; data.train_subset=null trains on all).
-    Run:      mlplab finetune runs/fashion_mnist_mlp_mixer-... fmnist_finetune
+    Run:      mlplab finetune runs/fmnist_mixer_pretrain fmnist_finetune
     Expect:   close to the pre-trained accuracy at 56x56 (README: measured)
     Time:     a few minutes on 2 CPU cores (S = 196 tokens, token-MLP width x4).""",
     {
@@ -182,7 +182,7 @@ _register(
     "fmnist_linear_probe",
     """Linear probe (Scaling MLPs, SPEC §7): the body frozen, a new head trained with LION lr 1e-5
     on the pre-trained features (the paper trains 50 epochs; this demo 2).
-    Run:      mlplab finetune runs/fashion_mnist_mlp_mixer-... fmnist_linear_probe
+    Run:      mlplab finetune runs/fmnist_mixer_pretrain fmnist_linear_probe
     Expect:   a little below the pre-trained accuracy (README: measured)
     Time:     ~1 min on 2 CPU cores (only the head's gradients).""",
     {
