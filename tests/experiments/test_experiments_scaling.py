@@ -56,3 +56,15 @@ def test_bootstrap_interval_of_alpha_holds_the_truth():
     assert boot.beta_P[0] <= boot.beta_P[1]
     with pytest.raises(ValueError, match="one length >= 4"):
         bootstrap_scaling(C[:3], E[:3], C[:3], C[:3])
+
+
+def test_cpu_plan_is_5_sizes_by_3_n_by_3_t_with_augmentation_within_30_minutes():
+    from mlplab.experiments import estimate_cost, expand, plan_experiment
+
+    _, _, plan = plan_experiment("scaling", "cpu", check_available=False)
+    (sw,) = plan.sweeps
+    specs = [s.overrides for s in expand(sw)]
+    assert len({s["model.kwargs.width"] for s in specs}) >= 5
+    assert len({s["data.train_subset"] for s in specs}) >= 3 and len({s["schedule.epochs"] for s in specs}) >= 3
+    assert len(specs) == 45 and all(s["model.name"] == "bottleneck_mlp" and s["augment.hflip"] and s["augment.crop_padding"] > 0 for s in specs)
+    assert estimate_cost(plan)["est_s"] <= 30 * 60

@@ -150,8 +150,9 @@ def scaling(sc: Scale) -> Plan:
     Published: error falls as a power law in compute; compute-optimal P* ∝ C^0.35, N* ∝ C^0.65
     (ImageNet-21k pre-training, batch 16384, LION).
     Time: paper 6 published models (B-6/12, Wi-256/512/1024) × 3 × 3 runs on CIFAR-100 at 64×64
-    (GPU days); cpu ≈ 20 min on 2 cores (widths 16-256, depth 2, N ∈ {3,750, 15,000, 60,000} of
-    Fashion-MNIST, T ∈ {1, 2, 4} epochs, AdamW 3e-3 batch 256: 45 runs).
+    (GPU days); cpu: 45 runs (widths 16-256, depth 2, N ∈ {3,750, 15,000, 60,000} of Fashion-MNIST,
+    T ∈ {1, 2, 4} epochs, AdamW 3e-3 batch 256, crop + flip), ~10 min on 2 cores by the cost
+    estimate (``reproduce --list``; tested ≤ 30 min).
     """
     if sc.paper:
         models = [{"model.kwargs.depth": d, "model.kwargs.width": w} for w in (256, 512, 1024) for d in (6, 12)]
