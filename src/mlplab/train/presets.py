@@ -140,8 +140,8 @@ _register(
 _register(
     "fmnist_mixer_pretrain",
     """MLP-Mixer (patch 4, S0 = 49, C = 64, D_S = 64, D_C = 128, 4 blocks) on Fashion-MNIST at 28x28:
-    the pre-training half of the fine-tuning demonstration (README "Pretrained models"). Its
-    checkpoint feeds ``mlplab finetune RUN fmnist_finetune`` (56x56 through expand_resolution) and
+    the pre-training half of the fine-tuning demonstration (README "Pretrained weights,
+    fine-tuning and linear probes"). Its checkpoint feeds ``mlplab finetune RUN fmnist_finetune`` (56x56 through expand_resolution) and
     ``mlplab finetune RUN fmnist_linear_probe``.
     Run:      mlplab train fmnist_mixer_pretrain
     Expect:   above the 82.97% test accuracy that one epoch gave (README: measured)
