@@ -137,3 +137,18 @@ def test_plain_mlp_checkpoint_data_resized_and_new_head(tmp_path):
     before = mlplab.load_pretrained(fix)
     assert model.config.image_size == 8 and model.head.weight.shape == (10, before.head.weight.shape[1])
     assert model.stem.weight.shape == before.stem.weight.shape
+
+
+def test_finetune_cli_from_a_flax_checkpoint_at_twice_the_resolution(tmp_path):
+    """The Flax fixture (32x32, patch 8, 5 classes) fine-tuned on synthetic 10-class data at 64x64:
+    the original's options (tanh GELU, eps 1e-6) survive, the head is new, S = 16 -> 64 tokens."""
+    from pathlib import Path
+
+    fix = Path(__file__).resolve().parents[1] / "fixtures" / "interop" / "flax_mixer.npz"
+    argv = ["finetune", str(fix), "synthetic_tiny", "model.expand=2", "optim.name=sgd", "optim.lr=0.001",
+            "optim.head_lr=0.01", "schedule.epochs=1", "data.train_subset=64", "data.test_subset=32",
+            "run.batch_size=32", "run.log=none", "run.device=cpu", f"run.out_dir={tmp_path}", "run.name=ft"]
+    assert cli.main(argv) == 0
+    m = mlplab.load_pretrained(tmp_path / "ft")
+    cfg = m.config
+    assert (cfg.image_size, cfg.act, cfg.norm_eps, cfg.num_classes, m.num_tokens) == (64, "gelu_tanh", 1e-6, 10, 64)
