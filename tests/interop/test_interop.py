@@ -91,7 +91,11 @@ def test_save_pretrained_round_trips_exactly(tmp_path, name, kw):
         assert any("perm" in k for k in sd)  # RP permutations are free parameters, so they are stored
 
 
-def test_new_head_when_the_class_count_changes():
+def test_new_head_when_the_class_count_changes(tmp_path):
+    sd, _ = read_tensors(FIX / "timm_mixer.safetensors")
+    torch.save({k: v for k, v in sd.items() if not k.startswith("head.")}, tmp_path / "headless.pth")
+    headless = mlplab.load_pretrained(tmp_path / "headless.pth", num_classes=7)  # timm num_classes=0: no head
+    assert headless.head.weight.shape == (7, 16) and torch.count_nonzero(headless.head.weight) == 0
     old = mlplab.load_pretrained(FIX / "timm_mixer.safetensors")
     new = mlplab.load_pretrained(FIX / "timm_mixer.safetensors", num_classes=10)
     assert new.head.weight.shape == (10, 16) and torch.count_nonzero(new.head.weight) == 0  # Mixer: zero head
