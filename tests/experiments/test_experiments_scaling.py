@@ -9,7 +9,7 @@ from mlplab.analysis.scaling import bootstrap_scaling, scaling_law
 from mlplab.experiments.aggregate import RunRecord
 from mlplab.experiments.specs.scaling import MIN_FRONTIER_LEVELS, _analyse_scaling
 
-MANIFEST = {"settings": {"bootstrap": 60}, "scale": {"dataset": "made-up"}}
+MANIFEST = {"settings": {"bootstrap": 20}, "scale": {"dataset": "made-up"}}
 
 
 def _runs(widths, subsets=(3750, 15000, 60000), epochs=(1, 2, 4), noise=0.0, seed=0):
@@ -50,9 +50,9 @@ def test_bootstrap_interval_of_alpha_holds_the_truth():
     rng = np.random.default_rng(1)
     C = np.geomspace(1e9, 1e14, 30)
     E = scaling_law(C, 3e3, 1e8, 0.3, 4.0) * np.exp(0.03 * rng.standard_normal(C.size))
-    boot = bootstrap_scaling(C, E, C ** 0.4, C ** 0.6, resamples=80, seed=0)
+    boot = bootstrap_scaling(C, E, C ** 0.4, C ** 0.6, resamples=40, seed=0)
     lo, hi = boot.alpha
-    assert lo < 0.3 < hi and hi - lo > 0.01 and boot.alpha_draws >= 70
+    assert lo < 0.3 < hi and hi - lo > 0.01 and boot.alpha_draws >= 35
     assert boot.beta_P[0] <= boot.beta_P[1]
     with pytest.raises(ValueError, match="one length >= 4"):
         bootstrap_scaling(C[:3], E[:3], C[:3], C[:3])
