@@ -11,10 +11,18 @@ from typing import Any
 
 from .verdicts import ALPHA, MIN_SEEDS, Verdict, verdict_word
 
-__all__ = ["Claim", "Analysis", "decided", "STAT_RULE"]
+__all__ = ["Claim", "Analysis", "decided", "STAT_RULE", "KIND_RULE"]
 
 STAT_RULE = (f"HELD needs the claimed direction at one-sided α = {ALPHA} across ≥ {MIN_SEEDS} seeds; the "
              f"opposite direction at that level is DID NOT HOLD; anything else is UNDECIDED")
+# What decides a claim, by the kind of its verdict (verdicts.KINDS)
+KIND_RULE = {
+    "test": STAT_RULE,
+    "interval": (f"HELD needs the whole 95% interval on the claimed side (≥ {MIN_SEEDS} measurements); the whole "
+                 "interval on the other side is DID NOT HOLD; an interval that holds the bound is UNDECIDED"),
+    "deterministic": ("an exact computation, not a random experiment: no seeds; HELD within the stated tolerance, "
+                      "DID NOT HOLD outside it"),
+}
 
 
 @dataclass
@@ -38,8 +46,9 @@ class Claim:
 
 
 def decided(claim: str, rule: str, v: Verdict, detail: str = "") -> Claim:
-    """A claim decided by a statistical rule: its outcome and evidence are the verdict's."""
-    return Claim(claim, f"{rule}. {STAT_RULE}", v.held, detail, v)
+    """A claim decided by a rule of :mod:`verdicts`: its outcome and evidence are the verdict's; the
+    rule is followed by what decides a verdict of that kind (test, interval, deterministic)."""
+    return Claim(claim, f"{rule}. {KIND_RULE[v.kind]}", v.held, detail, v)
 
 
 @dataclass
