@@ -268,5 +268,7 @@ def test_deterministic_is_a_tolerance_check_without_seeds():
 def test_verdict_prints_its_unit_and_refuses_an_unknown_kind():
     v = compare({0: 10.0, 1: 10.5, 2: 9.8}, {0: 12.0, 1: 12.2, 2: 11.9}, unit="points of test error")
     assert "points of test error" in v.summary() and v.to_dict()["unit"] == "points of test error"
+    t = trend(M, seeds_of([40, 35, 31, 28]), sign=-1, what="Δ error", unit="points")
+    assert t.unit == "points" and t.effect_name == "mean Δ error per doubling"
     with pytest.raises(ValueError, match="kind"):
         Verdict(None, kind="guess")

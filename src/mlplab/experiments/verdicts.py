@@ -209,17 +209,17 @@ def trend(x: Sequence[float], y_by_seed: Mapping[int, Sequence[float]], *, sign:
             continue
         slopes.append(_slope(xa[ok], y[ok]))
         rhos.append(float(spearmanr(xa[ok], y[ok]).statistic) if np.ptp(y[ok]) > 0 else 0.0)
-    unit = f"{what} per doubling" if log_x else what
+    name = f"{what} per doubling" if log_x else what
     rho_txt = f"Spearman ρ per seed {', '.join(f'{r:+.2f}' for r in rhos)}" if rhos else "no seed with ≥ 3 points"
     if len(slopes) < MIN_SEEDS:
-        return Verdict(None, effect=float(np.mean(slopes)) if slopes else float("nan"), effect_name=f"mean {unit}",
+        return Verdict(None, effect=float(np.mean(slopes)) if slopes else float("nan"), effect_name=f"mean {name}",
                        n=len(slopes), detail=f"fewer than {MIN_SEEDS} seeds with ≥ 3 points: no test; {rho_txt}",
                        unit=unit)
     t, p_less, p_greater, ci = paired_t(slopes)
     p_claim, p_against = (p_less, p_greater) if sign < 0 else (p_greater, p_less)
     held = _decide(p_claim, p_against)
     return Verdict(held, f"t of per-seed slopes (df = {len(slopes) - 1})", t,
-                   p_claim if held is not False else p_against, float(np.mean(slopes)), f"mean {unit}", ci,
+                   p_claim if held is not False else p_against, float(np.mean(slopes)), f"mean {name}", ci,
                    len(slopes), detail=rho_txt, extra={"p_claim": p_claim, "p_against": p_against,
                                                        "rho_mean": float(np.mean(rhos))}, unit=unit)
 
@@ -448,14 +448,14 @@ def deterministic(value: float, *, expected: float | None = None, at_least: floa
     if (expected is None) == (at_least is None):
         raise ValueError("deterministic needs exactly one of expected= or at_least=")
     if not math.isfinite(value):
-        return Verdict(None, "tolerance check", effect=value, effect_name=what, detail="no finite value",
-                       unit=unit, kind="deterministic")
+        return Verdict(None, f"{what}: no finite value", effect=value, detail=detail, unit=unit, kind="deterministic")
     if expected is not None:
-        held, rule = abs(value - expected) <= tol, f"|{what} − {expected:g}| ≤ {tol:g}"
+        held, rule = abs(value - expected) <= tol, f"needs |{what} − {expected:g}| ≤ {tol:.3g}"
     else:
-        held, rule = value >= at_least - tol, f"{what} ≥ {at_least:g} − {tol:g}"
-    return Verdict(bool(held), f"tolerance check {rule}", value, effect=value, effect_name=what,
-                   detail=detail, extra={"tol": tol}, unit=unit, kind="deterministic")
+        held, rule = value >= at_least - tol, f"needs {what} ≥ {at_least:g} − {tol:.3g}"
+    u = f" {unit}" if unit else ""
+    return Verdict(bool(held), f"{what} = {value:.6g}{u}; {rule}", value, effect=value, detail=detail,
+                   extra={"tol": tol}, unit=unit, kind="deterministic")
 
 
 def exponent_in_interval(estimate: float, interval: tuple[float, float], published: float,
