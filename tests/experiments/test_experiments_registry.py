@@ -209,7 +209,7 @@ def test_trained_ids_run_three_seeds_or_more_at_cpu_scale():
     for id in list_experiments():
         _, _, plan = plan_experiment(id, "cpu", dataset="fashion_mnist", check_available=False)
         for sw in plan.sweeps:
-            if sw.task != "train" or id == "scaling":  # scaling: one run per (size, data, epochs), bootstrap over runs
+            if sw.task != "train":
                 continue
             seeds = {s.overrides["run.seed"] for s in expand(sw)}
             assert len(seeds) >= (5 if id in five else CPU_SEEDS), f"{id}/{sw.name}: seeds {sorted(seeds)}"

@@ -459,15 +459,15 @@ def deterministic(value: float, *, expected: float | None = None, at_least: floa
 
 
 def exponent_in_interval(estimate: float, interval: tuple[float, float], published: float,
-                         far: Sequence[float], *, what: str, runs: int) -> Verdict:
+                         far: Sequence[float], *, what: str, runs: int, of: str = "run") -> Verdict:
     """Decide "the exponent equals ``published``" from a point estimate and its bootstrap 95%
-    interval over ``runs`` runs (one seed each). ``far`` are values a different law would give
+    interval over ``runs`` runs (or configurations, ``of``). ``far`` are values a different law would give
     (e.g. 0 and 1 for a split of compute between parameters and examples): the claim is HELD only
     when the interval holds ``published`` and none of them."""
     lo, hi = interval
     if not (math.isfinite(lo) and math.isfinite(hi)):
         return Verdict(None, effect=estimate, effect_name=what, n=runs, detail=f"no bootstrap interval from {runs} runs",
-                       kind="interval", n_of="run")
+                       kind="interval", n_of=of)
     covered = [f for f in far if lo <= f <= hi]
     if not lo <= published <= hi:
         held: bool | None = False
@@ -475,6 +475,6 @@ def exponent_in_interval(estimate: float, interval: tuple[float, float], publish
         held = None if covered else True
     detail = (f"published {published:g} {'inside' if lo <= published <= hi else 'outside'} the interval; "
               + (f"the interval also holds {', '.join(f'{f:g}' for f in covered)}" if covered else
-                 f"it excludes {', '.join(f'{f:g}' for f in far)}") + f"; bootstrap over {runs} runs")
+                 f"it excludes {', '.join(f'{f:g}' for f in far)}") + f"; bootstrap over {runs} {of}s")
     return Verdict(held, statistic="bootstrap over runs", effect=estimate, effect_name=what, interval=(lo, hi), n=runs,
-                   detail=detail, kind="interval", n_of="run")
+                   detail=detail, kind="interval", n_of=of)
