@@ -476,5 +476,5 @@ def exponent_in_interval(estimate: float, interval: tuple[float, float], publish
     detail = (f"published {published:g} {'inside' if lo <= published <= hi else 'outside'} the interval; "
               + (f"the interval also holds {', '.join(f'{f:g}' for f in covered)}" if covered else
                  f"it excludes {', '.join(f'{f:g}' for f in far)}") + f"; bootstrap over {runs} {of}s")
-    return Verdict(held, statistic="bootstrap over runs", effect=estimate, effect_name=what, interval=(lo, hi), n=runs,
+    return Verdict(held, statistic=f"bootstrap over {of}s", effect=estimate, effect_name=what, interval=(lo, hi), n=runs,
                    detail=detail, kind="interval", n_of=of)

@@ -13,7 +13,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..aggregate import RunRecord, select
-from ..claims import Analysis, Claim, decided
+from ..claims import Analysis, decided
 from ..plan import Plan, experiment
 from ..plots import Panel, Series, draw
 from ..recipes import Scale

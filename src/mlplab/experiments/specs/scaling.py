@@ -55,7 +55,7 @@ def _alpha_claim(fit, boot, runs: int) -> Claim:
     held = None if not math.isfinite(lo) or at_bound else \
         (True if lo > ALPHA_FLOOR else (False if hi < ALPHA_FLOOR else None))
     return Claim("test error falls as a power law in compute, E(C) = a(b + C)^(−α) + E∞ with α > 0",
-                 f"the bootstrap 95% interval of α (over runs) lies above {ALPHA_FLOOR} → HELD; below it → "
+                 f"the bootstrap 95% interval of α (over configurations) lies above {ALPHA_FLOOR} → HELD; below it → "
                  f"DID NOT HOLD; straddling it, or reaching the fit's bound α = {ALPHA_MAX:g} (α not identified) → "
                  "UNDECIDED",
                  held, f"α = {fit.alpha:.3g} [95% CI {lo:.3g}, {hi:.3g}] from {boot.alpha_draws}/{boot.resamples} "
@@ -88,7 +88,7 @@ def _analyse_scaling(runs: list[RunRecord], manifest: dict[str, Any]) -> Analysi
                                  of="configuration")
         claims.append(Claim(f"compute-optimal {resource} grow as C^{pub}",
                             f"bootstrap 95% interval of the frontier's exponent (log-log least squares on the "
-                            f"Pareto frontier, {front['num_frontier']} runs): holds {pub} and excludes "
+                            f"Pareto frontier, {front['num_frontier']} configurations): holds {pub} and excludes "
                             f"{' and '.join(f'{f:g}' for f in FAR_EXPONENTS)} → HELD; excludes {pub} → DID NOT HOLD; "
                             "holds both → UNDECIDED", v.held, f"frontier: {front['num_frontier']} of {len(rows)} configurations", v))
         published.append({"quantity": f"{key.replace('beta_', 'β_')} ({resource}(C) ∝ C^β)", "published": pub,
@@ -139,8 +139,8 @@ def scaling(sc: Scale) -> Plan:
     sizes × 3 epoch counts (3 seeds each at cpu scale, the error averaged over them; one run each
     at paper scale), with augmentation (random crop + horizontal flip); compute
     C = FLOP(f)·3·N·T from each run's measured forward FLOPs (``analysis.scaling.compute_budget``);
-    the fit E(C) = a(b + C)^(−α) + E∞ with a bootstrap (over runs) 95% interval of α; the Pareto
-    frontier (lowest error for its compute) and its exponents P*(C) ∝ C^β_P, N*(C) ∝ C^β_N (N the
+    the fit E(C) = a(b + C)^(−α) + E∞ with a bootstrap (over configurations) 95% interval of α;
+    the Pareto frontier (lowest error for its compute) and its exponents P*(C) ∝ C^β_P, N*(C) ∝ C^β_N (N the
     examples seen, N·T) with bootstrap intervals.
     Published: error falls as a power law in compute; compute-optimal P* ∝ C^0.35, N* ∝ C^0.65
     (ImageNet-21k pre-training, batch 16384, LION).
