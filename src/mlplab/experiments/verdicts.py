@@ -338,20 +338,20 @@ def lowest_of(groups: Mapping[str, Mapping[int, float]], target: str, *, higher:
         held, p = False, min(p_against)
     else:
         held, p = None, max(p_claim)
-    detail = (f"{target} {word}?; " + "; ".join(f"vs {k}: mean {-np.mean(diffs[k]):+.3g}, Holm p {pc:.2g}"
-                                                 for k, pc in zip(others, p_claim)))
+    detail = f"{target} the {word}: " + "; ".join(f"margin over {k} {-np.mean(diffs[k]):+.3g} (Holm p {pc:.2g})"
+                                                   for k, pc in zip(others, p_claim))
     return Verdict(held, f"paired t vs the closest ({closest}, df = {n - 1})", -t, p, -float(np.mean(diffs[closest])),
                    f"margin of {target} over {closest}", (-ci[1], -ci[0]), n, detail,
                    extra={"p_claim_holm": p_claim, "p_against_holm": p_against, "closest": closest}, unit=unit)
 
 
-def worst_of(target: Mapping[int, float], others: Mapping[str, Mapping[int, float]], *, unit: str = "") -> Verdict:
-    """Claim "``target`` is higher than every one of ``others``" (e.g. RP at block 0 hurts most):
-    :func:`lowest_of` read the other way (``higher=True``)."""
-    key = "target"
-    while key in others:
-        key += "'"
-    return lowest_of({key: target, **others}, key, higher=True, unit=unit)
+def worst_of(target: Mapping[int, float], others: Mapping[str, Mapping[int, float]], *, name: str = "target",
+             unit: str = "") -> Verdict:
+    """Claim "``target`` (called ``name``) is higher than every one of ``others``" (e.g. RP at
+    block 0 hurts most): :func:`lowest_of` read the other way (``higher=True``)."""
+    if name in others:
+        raise ValueError(f"worst_of: the target's name {name!r} is also one of the others")
+    return lowest_of({name: target, **others}, name, higher=True, unit=unit)
 
 
 def best_is_interior(order: Sequence[str], groups: Mapping[str, Mapping[int, float]], *, higher: bool = False,

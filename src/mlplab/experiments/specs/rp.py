@@ -91,7 +91,7 @@ def _analyse_figS4(runs: list[RunRecord], manifest: dict[str, Any]) -> Analysis:
     singles = [r["rp_blocks"] for r in rows if r["rp_blocks"].startswith("block ")]
     claims = []
     if "block 0" in singles and len(singles) >= 2:
-        v = worst_of(tab["block 0"], {k: tab[k] for k in singles if k != "block 0"}, unit="points")
+        v = worst_of(tab["block 0"], {k: tab[k] for k in singles if k != "block 0"}, name="block 0", unit="points")
         claims.append(decided("the first block carries locality: making block 0 random-permuted hurts most",
                               "among single-block replacements, block 0's test error against each other's: paired "
                               "one-sided t-tests (block 0 higher), Holm-corrected, all must hold", v,
