@@ -51,7 +51,7 @@ def plot_curves(run_dirs: list[Path], path: Path) -> list[Path]:
     """Accuracy (val where the run held a split out, else test) against cumulative seconds."""
     from matplotlib.figure import Figure
 
-    from mlplab.analysis.pictures import save_figure
+    from mlplab.utils.figures import save_figure
 
     fig = Figure(figsize=(6.4, 4.2))
     ax = fig.add_subplot()

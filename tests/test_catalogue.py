@@ -116,6 +116,23 @@ def test_unknown_names(tmp_path, capsys, argv, pattern):
     _assert_message(err, pattern, argv[0])
 
 
+@pytest.mark.parametrize("argv, command, pattern", [
+    (["train", *TINY, "optim.lr"], "train", r"override 'optim\.lr' is not of the form KEY=VALUE"),
+    (["reproduce", "fig6", "--scale", "smoke", "--set", "optim.lr"], "reproduce",
+     r"--set 'optim\.lr' is not of the form KEY=VALUE"),
+    (["reproduce", "fig6", "--scale", "smoke", "--slurm", "gpu"], "reproduce",
+     r"--slurm 'gpu' is not of the form KEY=VALUE \(e\.g\. slurm_partition=gpu\)"),
+    (["sweep", "fig6", "--scale", "smoke", "--slurm", "gpu"], "sweep", r"--slurm 'gpu' is not of the form KEY=VALUE"),
+])
+def test_malformed_key_value_items_are_refused_before_anything_runs(tmp_path, capsys, argv, command, pattern):
+    out = tmp_path / "out"
+    extra = [f"run.out_dir={out}"] if command == "train" else ["--out", str(out)]
+    rc, _, err = _run([*argv, *extra], capsys)
+    assert rc == 2
+    _assert_message(err, pattern, command)
+    assert not out.exists()
+
+
 def test_plan_with_an_absurd_budget_is_one_line(capsys):
     with pytest.raises(SystemExit) as e:  # argparse's own error path: usage + one line, status 2
         cli.main(["plan", "--omega", "2^1000"])
@@ -206,6 +223,45 @@ def test_full_disk_is_one_line_and_leaves_no_temp_file(tmp_path, capsys, monkeyp
     assert rc == 1
     _assert_message(err, r"No space left on device", "train")
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").rglob("*.json"))
+
+
+@pytest.mark.parametrize("code", [errno.ENOSPC, errno.EDQUOT, errno.EROFS])
+def test_failed_checkpoint_write_keeps_the_previous_checkpoint(tmp_path, capsys, monkeypatch, code):
+    """The disk fills up (or the quota, or the folder turns read-only) while epoch 2's checkpoint is
+    written: one message, epoch 1's checkpoint still loads, no half-written file is left, and
+    --resume finishes the run once there is space again."""
+    out = tmp_path / "runs"
+    real, calls = ckpt.atomic_save, []
+
+    def disk_full_after_one_checkpoint(path, writer):
+        calls.append(path)
+        if len(calls) <= 2:  # epoch 1: model.safetensors and state.pt
+            return real(path, writer)
+
+        def partial(tmp):
+            with open(tmp, "wb") as f:
+                f.write(b"\0" * 1000)
+            raise OSError(code, os.strerror(code), tmp)
+        return real(path, partial)
+
+    monkeypatch.setattr(ckpt, "atomic_save", disk_full_after_one_checkpoint)
+    argv = ["train", *TINY, f"run.out_dir={out}", "run.name=full", "schedule.epochs=2", "run.checkpoint_every=1",
+            "run.eval_every=0"]
+    rc, _, err = _run(argv, capsys)
+    assert rc == 1
+    _assert_message(err, rf"cannot write the checkpoint of epoch 2 .*\({os.strerror(code)}\); the last good "
+                         r"checkpoint \(epoch 1\) is kept\. Free space, then continue with --resume", "train")
+    run_dir = out / "full"
+    model = mlplab.create_model("s_mixer", image_size=8, patch_size=4, hidden_dim=16, depth=2, num_classes=10,
+                                in_chans=3)
+    assert ckpt.find_checkpoint(run_dir) == run_dir / "checkpoint"
+    assert ckpt.load_checkpoint(run_dir / "checkpoint", model)["epoch"] == 1
+    assert not (run_dir / "checkpoint.new").exists() and not list(run_dir.rglob("*.tmp"))
+    assert not (run_dir / "results.json").exists()
+    monkeypatch.setattr(ckpt, "atomic_save", real)  # space again
+    rc, _, _ = _run([*argv, "--resume"], capsys)
+    assert rc == 0
+    assert json.loads((run_dir / "results.json").read_text())["epochs"] == 2
 
 
 def test_out_of_memory_is_one_line(tmp_path, capsys, monkeypatch):

@@ -15,7 +15,7 @@ _LAZY = {
     "effective_mlp": "mlplab.theory",  # Prop. 3.2: the Mixer as an explicit wide sparse MLP
     "plan_budget": "mlplab.theory",  # SPEC §3: (S, C) pairs / SW-MLP widths for a budget Ω
     "models_table": "mlplab.analysis.cost",  # params and FLOPs of every registered model
-    "count_flops": "mlplab.analysis.cost",
+    "count_flops": "mlplab.models.counting",  # forward matmul FLOPs per example
     "load_dataset": "mlplab.data",
     "make_config": "mlplab.train",
     "reproduce": "mlplab.experiments",

@@ -108,7 +108,7 @@ def test_slurm_without_submitit_says_what_to_install(tmp_path, monkeypatch):
 
 def test_killed_training_run_resumes_from_its_checkpoint(tmp_path):
     """A real (tiny) training run killed after epoch 1 of 2 continues from its checkpoint."""
-    from mlplab.experiments.recipes import run_dir_overrides
+    from mlplab.experiments.executors import run_dir_overrides
     from mlplab.experiments.sweep import expand
     from mlplab.train import make_config, train
 

@@ -91,7 +91,11 @@ def test_save_pretrained_round_trips_exactly(tmp_path, name, kw):
         assert any("perm" in k for k in sd)  # RP permutations are free parameters, so they are stored
 
 
-def test_new_head_when_the_class_count_changes():
+def test_new_head_when_the_class_count_changes(tmp_path):
+    sd, _ = read_tensors(FIX / "timm_mixer.safetensors")
+    torch.save({k: v for k, v in sd.items() if not k.startswith("head.")}, tmp_path / "headless.pth")
+    headless = mlplab.load_pretrained(tmp_path / "headless.pth", num_classes=7)  # timm num_classes=0: no head
+    assert headless.head.weight.shape == (7, 16) and torch.count_nonzero(headless.head.weight) == 0
     old = mlplab.load_pretrained(FIX / "timm_mixer.safetensors")
     new = mlplab.load_pretrained(FIX / "timm_mixer.safetensors", num_classes=10)
     assert new.head.weight.shape == (10, 16) and torch.count_nonzero(new.head.weight) == 0  # Mixer: zero head
@@ -140,6 +144,9 @@ def test_bad_inputs_are_clear_errors(tmp_path):
     torch.save([torch.zeros(1)], tmp_path / "list.pth")
     with pytest.raises(ValueError, match="not a dict of tensors"):
         mlplab.load_pretrained(tmp_path / "list.pth")
+    torch.save({"epoch": 3, "weights": {"w": torch.zeros(1)}}, tmp_path / "odd.pth")
+    with pytest.raises(ValueError, match=r"keys \['epoch', 'weights'\] and no state dict under 'state_dict'"):
+        mlplab.load_pretrained(tmp_path / "odd.pth")
     with pytest.raises(ValueError, match="is not a flax checkpoint"):
         mlplab.load_pretrained(FIX / "timm_mixer.safetensors", format="flax")
     with pytest.raises(ValueError, match="unknown checkpoint format 'keras'"):
@@ -161,3 +168,25 @@ def test_convert_cli_errors_are_one_line(tmp_path, capsys):
     assert cli.main(["convert", str(FIX / "flax_mixer.npz"), str(tmp_path / "o.safetensors"), "num_classes=3"]) == 0
     assert "flax" in capsys.readouterr().out
     assert mlplab.load_pretrained(tmp_path / "o.safetensors").config.num_classes == 3
+
+
+@pytest.mark.parametrize("suffix", [".pth", ".bin"])
+@pytest.mark.parametrize("wrap", ["plain", "model", "state_dict", "module.", "_orig_mod.module."])
+def test_timm_pickles_wrapped_or_prefixed_load_the_same(tmp_path, suffix, wrap):
+    """timm state dicts as PyTorch pickles (read with weights_only=True), also inside a training
+    checkpoint ({"model": sd}, {"state_dict": sd}) or with DDP / torch.compile prefixes."""
+    sd, _ = read_tensors(FIX / "timm_mixer.safetensors")
+    obj = {"plain": sd, "model": {"model": sd, "epoch": torch.tensor(3)}, "state_dict": {"state_dict": sd}}.get(
+        wrap, {wrap + k: v for k, v in sd.items()})
+    torch.save(obj, tmp_path / f"ckpt{suffix}")
+    model = mlplab.load_pretrained(tmp_path / f"ckpt{suffix}")
+    assert _logit_diff(model, "timm_mixer") <= 1e-5
+
+
+@pytest.mark.parametrize("name", ["mlp_mixer", "rp_s_mixer", "bottleneck_mlp", "mlp", "sw_mlp"])
+def test_norm_eps_reaches_every_layernorm(name):
+    kw = dict(image_size=8, norm_eps=1e-6)
+    kw.update(dict(patch_size=2, hidden_dim=4, depth=2) if "mixer" in name else
+              dict(width=8, depth=2, final_norm=True) if "mlp" in name and name != "sw_mlp" else {})
+    norms = [m for m in mlplab.create_model(name, **kw).modules() if isinstance(m, torch.nn.LayerNorm)]
+    assert norms and {m.eps for m in norms} == {1e-6}

@@ -57,6 +57,7 @@ def test_head_and_body_groups():
     assert [(g["weight_decay"], g["lr_scale"]) for g in groups] == [(0.1, 1.0), (0.0, 1.0), (0.1, 10.0), (0.0, 10.0)]
     assert {id(p) for g in groups[2:] for p in g["params"]} == head
     opt = build_optimizer(m, OptimSection(name="sgd", lr=1e-3, head_lr=1e-2))
+    assert [g["lr"] for g in opt.param_groups] == pytest.approx([1e-3, 1e-3, 1e-2, 1e-2])  # from construction on
     set_lr(opt, 5e-4)  # the schedule's value at some step: the head's is 10x
     assert [g["lr"] for g in opt.param_groups] == pytest.approx([5e-4, 5e-4, 5e-3, 5e-3])
     probe = build_optimizer(m, OptimSection(name="lion", lr=1e-5, freeze="body"))
@@ -102,3 +103,52 @@ def test_finetune_refuses_bad_input_before_writing(tmp_path, pretrained, capsys)
     assert cli.main(["finetune", str(mlp), "fmnist_finetune", "data.dataset=synthetic", f"run.out_dir={out}"]) == 2
     assert "model.expand=2 works on Mixers" in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_the_two_recipes_are_scaling_mlps():
+    """fmnist_finetune: SGD momentum 0.9, lr 0.001 body / 0.01 head, twice the resolution;
+    fmnist_linear_probe: frozen body, new head, LION 1e-5."""
+    from mlplab.train.config import load_config
+
+    ft = make_config(load_config("fmnist_finetune")[0], {"model.init_from": "x"})
+    assert (ft.optim.name, ft.optim.momentum, ft.optim.lr, ft.optim.head_lr, ft.model.expand) == ("sgd", 0.9, 1e-3, 1e-2, 2)
+    lp = make_config(load_config("fmnist_linear_probe")[0], {"model.init_from": "x"})
+    assert (lp.optim.name, lp.optim.lr, lp.optim.freeze, lp.model.new_head) == ("lion", 1e-5, "body", True)
+    m = mlplab.create_model("mlp_mixer", image_size=8, patch_size=4, hidden_dim=4, depth=1, num_classes=3)
+    opt = build_optimizer(m, ft.optim)
+    assert isinstance(opt, torch.optim.SGD) and {g["momentum"] for g in opt.param_groups} == {0.9}
+    assert {g["lr"] for g in opt.param_groups} == {1e-3, 1e-2}
+
+
+def test_plain_mlp_checkpoint_data_resized_and_new_head(tmp_path):
+    """A Scaling-MLPs BottleneckMLP (3x8x8 inputs, 5 classes) fine-tuned on the synthetic 32x32,
+    10-class data: the images are resized to 8x8 and the head is new (10 classes)."""
+    from pathlib import Path
+
+    from mlplab.train.init import with_model_resolution
+
+    fix = Path(__file__).resolve().parents[1] / "fixtures" / "interop" / "scaling_bottleneck.pth"
+    cfg = _ft(tmp_path, fix, "mlp-ft", **{"optim.name": "sgd", "optim.lr": 1e-3, "optim.head_lr": 1e-2,
+                                          "schedule.epochs": 1})
+    assert cfg.model.name == "bottleneck_mlp" and cfg.data.image_size is None
+    assert with_model_resolution(cfg).data.image_size == 8  # synthetic images are 32x32
+    res = train(cfg)
+    model = mlplab.load_pretrained(res["run_dir"])
+    before = mlplab.load_pretrained(fix)
+    assert model.config.image_size == 8 and model.head.weight.shape == (10, before.head.weight.shape[1])
+    assert model.stem.weight.shape == before.stem.weight.shape
+
+
+def test_finetune_cli_from_a_flax_checkpoint_at_twice_the_resolution(tmp_path):
+    """The Flax fixture (32x32, patch 8, 5 classes) fine-tuned on synthetic 10-class data at 64x64:
+    the original's options (tanh GELU, eps 1e-6) survive, the head is new, S = 16 -> 64 tokens."""
+    from pathlib import Path
+
+    fix = Path(__file__).resolve().parents[1] / "fixtures" / "interop" / "flax_mixer.npz"
+    argv = ["finetune", str(fix), "synthetic_tiny", "model.expand=2", "optim.name=sgd", "optim.lr=0.001",
+            "optim.head_lr=0.01", "schedule.epochs=1", "data.train_subset=64", "data.test_subset=32",
+            "run.batch_size=32", "run.log=none", "run.device=cpu", f"run.out_dir={tmp_path}", "run.name=ft"]
+    assert cli.main(argv) == 0
+    m = mlplab.load_pretrained(tmp_path / "ft")
+    cfg = m.config
+    assert (cfg.image_size, cfg.act, cfg.norm_eps, cfg.num_classes, m.num_tokens) == (64, "gelu_tanh", 1e-6, 10, 64)

@@ -1,8 +1,11 @@
 """``mlplab train``: named configs and JSON files, overrides, --print-config, --resume/--overwrite."""
 import json
 
+import pytest
+
 from mlplab import cli
-from mlplab.train.config import from_dict, to_dict
+from mlplab.train import CONFIGS
+from mlplab.train.config import from_dict, make_config, to_dict
 
 from train_helpers import tiny_overrides
 
@@ -14,7 +17,29 @@ def _args(tmp_path, **extra):
 def test_print_config_resolves_named_config(capsys):
     assert cli.main(["train", "cifar10_s_mixer", "optim.lr=0.1", "--print-config"]) == 0
     d = json.loads(capsys.readouterr().out)
-    assert d["optim"]["lr"] == 0.1 and d["run"]["name"] == "cifar10_s_mixer-lr0.1"
+    assert d["optim"]["lr"] == 0.1 and d["run"]["name"] == "cifar10_s_mixer,lr=0.1"
+
+
+# the named configs that `mlplab train` runs; the others are fine-tuning recipes whose model comes
+# from a checkpoint (`mlplab finetune`, tests/train/test_finetune.py)
+TRAIN_PRESETS = sorted(n for n, c in CONFIGS.items() if "name" in c.get("model", {}))
+
+
+def test_train_presets_are_all_but_the_fine_tuning_recipes():
+    assert set(CONFIGS) - set(TRAIN_PRESETS) == {"fmnist_finetune", "fmnist_linear_probe"}
+
+
+@pytest.mark.parametrize("name", TRAIN_PRESETS)
+def test_print_config_file_round_trips_every_preset(tmp_path, capsys, name):
+    """README: `mlplab train NAME --print-config > my.json`, then `mlplab train my.json` is the same
+    run (same config, same run folder)."""
+    assert cli.main(["train", name, "--print-config"]) == 0
+    printed = capsys.readouterr().out
+    path = tmp_path / "my.json"
+    path.write_text(printed)
+    assert cli.main(["train", str(path), "--print-config"]) == 0
+    assert capsys.readouterr().out == printed
+    assert make_config(str(path)) == make_config(name)
 
 
 def test_overrides_may_follow_a_flag(capsys):

@@ -1,14 +1,12 @@
 """Run config: strict dotted overrides, durations, named configs, JSON round trip, run names."""
 import json
-from pathlib import Path
 
 import pytest
 
 from mlplab.models import list_models
-from mlplab.train import CONFIGS, RunConfig, from_dict, make_config, parse_overrides, to_dict
+from mlplab.train import CONFIGS, from_dict, make_config, parse_overrides, to_dict
 from mlplab.train.config import config_diff, parse_value
 
-REPO = Path(__file__).resolve().parents[2]
 
 
 def test_cli_values_are_typed():
@@ -18,7 +16,7 @@ def test_cli_values_are_typed():
     assert parse_value("[0.9, 0.95]") == [0.9, 0.95] and parse_value("(1, 2)") == (1, 2)
     assert parse_value("adamw") == "adamw"
     assert parse_overrides(["optim.lr=1e-3", "run.name=a=b"]) == {"optim.lr": 1e-3, "run.name": "a=b"}
-    with pytest.raises(ValueError, match="section.key=value"):
+    with pytest.raises(ValueError, match="override .optim.lr. is not of the form KEY=VALUE"):
         parse_overrides(["optim.lr"])
 
 
@@ -94,15 +92,11 @@ def test_json_round_trip_and_file_configs(tmp_path):
     assert make_config(str(path)) == cfg
     with pytest.raises(FileNotFoundError):
         make_config(str(tmp_path / "missing.json"))
-    for f in sorted((REPO / "configs").glob("*.json")):
-        model = json.loads(f.read_text())["model"]["name"]
-        if model in list_models():
-            assert isinstance(make_config(str(f)), RunConfig), f.name
 
 
 def test_run_name_derived_from_overrides():
     a = make_config("cifar10_s_mixer", ["optim.lr=0.1", "model.kwargs.depth=4", "run.log=none"])
-    assert a.run.name == "cifar10_s_mixer-depth4-lr0.1"
+    assert a.run.name == "cifar10_s_mixer,depth=4,lr=0.1"
     assert make_config("cifar10_s_mixer").run.name == "cifar10_s_mixer"
     assert make_config("cifar10_s_mixer", ["run.name=mine"]).run.name == "mine"
     b = make_config("cifar10_s_mixer", ["optim.lr=0.2", "model.kwargs.depth=4"])

@@ -1,20 +1,8 @@
 """Size and cost of models: parameters, forward FLOPs, summaries of registered models.
 
-FLOPs are counted two ways:
-
-* :func:`count_flops` (the one used everywhere) is **analytic**: it walks the module tree and
-  multiplies each matrix product's cost by the number of rows it is applied to, known from the
-  structure (a per-patch stem acts on S0 patches, a PK mixing layer on its n1 groups, the
-  Mixer's first-block skip layer W̃ on C channels). No forward pass, so it is instant even for
-  Mixer-H/14. It counts **matmul FLOPs only** (multiply-add = 2): ``nn.Linear``,
-  :class:`MaskedLinear` at its dense cost 2·out·in (that is what runs), :class:`SparseLinear`
-  at 2·nnz, :class:`MonarchLinear` 2·(k·q·b + q·l·k), :class:`KroneckerLinear` 2·(d·b·a + d·a·c).
-  Bias adds, norms, activations, pooling, the mask product and permutation gathers are left out
-  (they are O(m) per example against O(m·n) for the matmuls).
-* :func:`measured_flops` runs a real forward pass under ``torch.utils.flop_counter.FlopCounterMode``,
-  which counts aten mm/addmm/bmm (bias of addmm not counted) — i.e. the same matmul FLOPs. It does
-  not see sparse-dense products (``torch.sparse.mm``), so for ``storage="sparse"`` SW-MLPs it
-  reports the dense parts only. Tests require the two to agree within 0.1 % (they agree exactly).
+Parameters and FLOPs of a built model are counted by :mod:`mlplab.models.counting` (the one
+counter: :func:`count_flops` analytic, :func:`measured_flops` its check with ``FlopCounterMode``);
+they are re-exported here, where the tables and summaries of registered models are built.
 
 :func:`model_summary` and :func:`models_table` build models with initialisation skipped
 (``skip_init``) and count Mixers from their config (:func:`mixer_counts`, checked against built
@@ -25,118 +13,17 @@ from __future__ import annotations
 import contextlib
 from typing import Any, Iterator
 
-import torch
 import torch.nn as nn
 
-from ..layers.kronecker import KroneckerLinear
-from ..layers.masked import MaskedLinear, SparseLinear
-from ..layers.monarch import MonarchLinear
-from ..layers.pk import PKMixing
-from ..layers.stem import PatchEmbed
-from ..models.mixer import Mixer, MixerBlock, MixerConfig
+from ..models.counting import count_flops, count_params, measured_flops, model_input_shape, state_bytes
+from ..models.mixer import Mixer, MixerConfig
 from ..models.registry import create_model, get_model_entry, list_models, model_config
 from ..models.sw_mlp import DEFAULT_SW_WIDTH, SWMLPConfig, sw_width
 
 __all__ = [
-    "count_params", "count_flops", "flops_per_example", "measured_flops", "state_bytes", "skip_init",
-    "mixer_counts", "sw_mlp_counts", "config_flops", "model_summary", "models_table", "format_count",
+    "count_params", "count_flops", "measured_flops", "state_bytes", "skip_init",
+    "mixer_counts", "sw_mlp_counts", "config_flops", "model_summary", "models_table",
 ]
-
-
-def count_params(model: nn.Module, effective: bool = False, trainable_only: bool = False) -> int:
-    """Number of parameter entries. ``effective=True`` counts a :class:`MaskedLinear` weight by its
-    mask's nonzeros (what a sparse storage would hold) instead of out·in."""
-    total = 0
-    masked = {id(m.weight): m.nnz for m in model.modules() if isinstance(m, MaskedLinear)} if effective else {}
-    for p in model.parameters():
-        if trainable_only and not p.requires_grad:
-            continue
-        total += masked.get(id(p), p.numel())
-    return total
-
-
-def state_bytes(model: nn.Module) -> int:
-    """Bytes held by parameters and buffers (persistent or not): the model's storage."""
-    seen: set[int] = set()
-    total = 0
-    for t in list(model.parameters()) + list(model.buffers()):
-        if id(t) not in seen:
-            seen.add(id(t))
-            total += t.numel() * t.element_size()
-    return total
-
-
-def _walk(module: nn.Module, rows: int) -> int:
-    """Matmul FLOPs of ``module`` applied to ``rows`` vectors per example."""
-    if isinstance(module, (nn.Linear, MaskedLinear)):
-        return 2 * module.in_features * module.out_features * rows
-    if isinstance(module, SparseLinear):
-        return 2 * module.nnz * rows
-    if isinstance(module, (MonarchLinear, KroneckerLinear)):
-        return module.flops_per_example() * rows
-    if isinstance(module, PatchEmbed):
-        return _walk(module.proj, rows * module.num_patches)  # one product per patch
-    if isinstance(module, PKMixing):
-        return _walk(module.inner, rows * module.n1)  # the group map acts on n1 groups
-    if isinstance(module, MixerBlock):
-        # the skip layer W̃ ∈ R^{S×S0} acts on each of the C channel columns
-        return sum(_walk(child, rows * module.dim if name == "skip_proj" else rows)
-                   for name, child in module.named_children())
-    children = list(module.children())
-    if not children and any(p.ndim >= 2 for p in module.parameters(recurse=False)):
-        raise NotImplementedError(
-            f"count_flops does not know how to count {type(module).__name__}; add a rule to mlplab.analysis.cost"
-        )
-    return sum(_walk(c, rows) for c in children)
-
-
-def _check_input_shape(model: nn.Module, input_shape: tuple[int, ...] | None) -> tuple[int, int, int] | None:
-    cfg = getattr(model, "config", None) or getattr(model, "cfg", None)
-    expected = None
-    if cfg is not None and hasattr(cfg, "image_size") and hasattr(cfg, "in_chans"):
-        expected = (cfg.in_chans, cfg.image_size, cfg.image_size)
-    if input_shape is None:
-        return expected
-    shape = tuple(int(s) for s in input_shape)
-    if len(shape) == 4:
-        shape = shape[1:]  # (N, ch, H, W): per example
-    if len(shape) != 3:
-        raise ValueError(f"input_shape must be (ch, H, W) or (N, ch, H, W), got {input_shape}")
-    if expected is not None and shape != expected:
-        raise ValueError(f"model expects inputs of shape {expected} (in_chans, image_size, image_size), got {shape}")
-    return shape  # type: ignore[return-value]
-
-
-def count_flops(model: nn.Module, input_shape: tuple[int, ...] | None = None) -> int:
-    """Analytic forward matmul FLOPs per example (multiply-add = 2); see the module docstring.
-
-    ``input_shape`` is (ch, H, W) or (N, ch, H, W); it is checked against the model's config
-    (the models' shapes are fixed by their configs), and may be omitted."""
-    _check_input_shape(model, input_shape)
-    return int(_walk(model, 1))
-
-
-flops_per_example = count_flops
-
-
-def measured_flops(model: nn.Module, input_shape: tuple[int, ...] | None = None, batch: int = 2) -> int:
-    """FLOPs per example counted by ``FlopCounterMode`` on a real forward pass (the check on
-    :func:`count_flops`; slow for big models, and imports torch's dynamo machinery)."""
-    from torch.utils.flop_counter import FlopCounterMode
-
-    shape = _check_input_shape(model, input_shape)
-    if shape is None:
-        raise ValueError("input_shape is needed for a model without image_size/in_chans in its config")
-    p = next(model.parameters())
-    x = torch.zeros(batch, *shape, dtype=p.dtype, device=p.device)
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.no_grad(), FlopCounterMode(display=False) as fc:
-            model(x)
-    finally:
-        model.train(was_training)
-    return int(fc.get_total_flops()) // batch
 
 
 _INIT_FUNCS = ("uniform_", "normal_", "trunc_normal_", "xavier_uniform_", "xavier_normal_", "kaiming_uniform_",
@@ -261,7 +148,7 @@ def model_summary(name: str, build: bool = False, **overrides: Any) -> dict[str,
     else:
         with skip_init():
             model = create_model(name, **overrides)
-        shape = _check_input_shape(model, None)
+        shape = model_input_shape(model)
         row.update(params=count_params(model), effective_params=count_params(model, effective=True),
                    flops=count_flops(model), input_shape=list(shape) if shape is not None else None,
                    effective_width=_effective_width(model), state_bytes=state_bytes(model))
@@ -272,13 +159,3 @@ def model_summary(name: str, build: bool = False, **overrides: Any) -> dict[str,
 def models_table(family: str | None = None) -> list[dict[str, Any]]:
     """:func:`model_summary` of every registered model at its defaults (sorted by name)."""
     return [model_summary(n) for n in list_models(family)]
-
-
-def format_count(n: float | None) -> str:
-    """1234567 -> '1.23M' (K, M, G, T)."""
-    if n is None:
-        return "-"
-    for unit, div in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("K", 1e3)):
-        if abs(n) >= div:
-            return f"{n / div:.2f}{unit}"
-    return str(int(n))

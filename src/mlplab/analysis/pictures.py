@@ -15,9 +15,6 @@ shown (tested on its own), and a *plot* function that draws them on a matplotlib
 from __future__ import annotations
 
 import math
-import os
-from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 import torch
@@ -26,7 +23,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from ..layers.vec import perm_matrix
-from ..utils.io import atomic_save
+from ..utils.figures import save_figure
 
 __all__ = [
     "closest_factorisation",
@@ -52,22 +49,6 @@ def closest_factorisation(n: int) -> tuple[int, int]:
     while n % h:
         h -= 1
     return h, n // h
-
-
-def save_figure(fig: Figure, path: str | os.PathLike, formats: Sequence[str] = ("png", "pdf"),
-                dpi: int = 150) -> list[Path]:
-    """Save ``fig`` as ``path`` with each suffix in ``formats``, each file written atomically."""
-    base = Path(path)
-    if base.suffix.lstrip(".") in formats:
-        base = base.with_suffix("")
-    if fig.canvas is None or not isinstance(fig.canvas, FigureCanvasAgg):
-        FigureCanvasAgg(fig)
-    written = []
-    for fmt in formats:
-        target = base.with_name(base.name + "." + fmt)
-        atomic_save(target, lambda tmp, fmt=fmt: fig.savefig(tmp, format=fmt, dpi=dpi, bbox_inches="tight"))
-        written.append(target)
-    return written
 
 
 def _new_figure(width: float, height: float) -> Figure:

@@ -6,7 +6,7 @@ checkpoint. The checkpoint decides the model (CONFIG's model section keeps only 
 ``new_head``, ``init_format``, and ``kwargs`` when it names no model); the data is resized to the model's
 resolution. Equivalent to ``mlplab train CONFIG model.init_from=CHECKPOINT model.name=...``.
 
-    mlplab finetune runs/fashion_mnist_mlp_mixer fmnist_finetune schedule.epochs=2
+    mlplab finetune runs/fmnist_mixer_pretrain fmnist_finetune schedule.epochs=2
 """
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def finetune_config(checkpoint: str, config: str, overrides: list[str] | dict | None = None):
     """The run config of ``mlplab finetune``: CONFIG with its model taken from CHECKPOINT."""
     from ..interop import read_checkpoint
-    from ..train.config import config_to_name, load_config, make_config, parse_overrides
+    from ..train.config import load_config, make_config, parse_overrides, run_name
 
     base, label = load_config(config)
     ov = parse_overrides(overrides)
@@ -42,7 +42,7 @@ def finetune_config(checkpoint: str, config: str, overrides: list[str] | dict | 
     base.get("data", {}).pop("image_size", None)  # the data is resized to the model's resolution
     if "run.name" not in ov and not base.get("run", {}).get("name"):
         stem = Path(checkpoint).stem if Path(checkpoint).is_file() else Path(checkpoint).name
-        ov["run.name"] = config_to_name(f"{label}-from-{stem}", ov)
+        ov["run.name"] = run_name(ov, label=f"{label}-from-{stem}")
     return make_config(base, ov)
 
 

@@ -5,7 +5,7 @@ FLOPs per example and description.
     mlplab models --family mlp_mixer
     mlplab models --json
 
-FLOPs are analytic (``mlplab.analysis.cost.count_flops``: matmul FLOPs, multiply-add = 2) and
+FLOPs are analytic (``mlplab.models.counting.count_flops``: matmul FLOPs, multiply-add = 2) and
 models are built without initialisation, so the whole table takes seconds.
 """
 from __future__ import annotations
@@ -13,8 +13,9 @@ from __future__ import annotations
 import argparse
 import json
 
-from ..analysis.cost import format_count, models_table
+from ..analysis.cost import models_table
 from ..models.registry import list_models
+from ..utils.units import format_count
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

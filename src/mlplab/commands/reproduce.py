@@ -34,7 +34,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from ..experiments.registry import format_list, get_experiment, reproduce
     from ..train.config import parse_overrides
-    from .sweep import _slurm_params
 
     if args.list:
         print(format_list())
@@ -52,9 +51,10 @@ def run(args: argparse.Namespace) -> int:
     for o in args.overrides:
         parts += ["--set", o]
     cmd = "mlplab reproduce " + " ".join(shlex.quote(a) for a in parts)
+    slurm = parse_overrides(args.slurm, what="--slurm", example="slurm_partition=gpu")
     res = reproduce(exp.id, args.scale, dataset=args.dataset, out_dir=args.out, jobs=args.jobs, executor=executor,
-                    slurm=_slurm_params(args.slurm), report=not args.no_report, command=cmd,
-                    overrides=parse_overrides(args.overrides))
+                    slurm=slurm, report=not args.no_report, command=cmd,
+                    overrides=parse_overrides(args.overrides, what="--set"))
     print(f"{res['out_dir']}: {len(res['status'])} runs, {len(res['failed'])} failed")
     if res["report"]:
         print(f"report: {res['report']}")

@@ -29,22 +29,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="submitit parameter for --executor slurm, e.g. slurm_partition=gpu (repeatable)")
 
 
-def _slurm_params(items: list[str]) -> dict:
-    from ..train.config import parse_value
-
-    out = {}
-    for it in items:
-        if "=" not in it:
-            raise ValueError(f"--slurm {it!r}: expected KEY=VALUE")
-        k, v = it.split("=", 1)
-        out[k] = parse_value(v)
-    return out
-
-
 def run(args: argparse.Namespace) -> int:
     from ..experiments.registry import default_out_dir, get_experiment, plan_experiment, reproduce
     from ..experiments.executors import run_sweep
     from ..experiments.sweep import expand, load_sweep_file
+    from ..train.config import parse_overrides
 
     executor = args.executor or ("local" if args.jobs > 1 else "inline")
     is_file = Path(args.sweep).suffix in (".json", ".py")
@@ -53,9 +42,7 @@ def run(args: argparse.Namespace) -> int:
         out = Path(args.out) if args.out else Path("runs") / "sweeps" / sweeps[0].name
         stages = [sweeps]
     else:
-        from ..train.config import parse_overrides
-
-        ov = parse_overrides(args.overrides)
+        ov = parse_overrides(args.overrides, what="--set")
         exp, sc, plan = plan_experiment(args.sweep, args.scale, args.dataset, check_available=not args.dry_run,
                                         overrides=ov)
         out = Path(args.out) if args.out else default_out_dir(exp.id, args.scale)
@@ -72,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
                 n += len(specs)
         print(f"{n} runs in {out}")
         return 0
-    slurm = _slurm_params(args.slurm)
+    slurm = parse_overrides(args.slurm, what="--slurm", example="slurm_partition=gpu")
     if is_file:
         res = run_sweep(stages[0], out, jobs=args.jobs, executor=executor, slurm=slurm)
         print(f"{out}: " + ", ".join(f"{v} {k}" for k, v in sorted(res.counts().items())))

@@ -32,7 +32,8 @@ from ..errors import BadInput
 from ..utils.io import atomic_write_json, atomic_write_text
 from .sweep import RunSpec, Sweep, expand
 
-__all__ = ["SweepResult", "run_sweep", "run_specs", "execute_run", "available_cores", "EXECUTORS"]
+__all__ = ["SweepResult", "run_sweep", "run_specs", "execute_run", "available_cores", "EXECUTORS",
+           "run_dir_overrides"]
 
 EXECUTORS = ("inline", "local", "slurm")
 
@@ -79,10 +80,14 @@ def _load_task(task: str):
     return getattr(importlib.import_module(mod), fn)
 
 
+def run_dir_overrides(run_dir: str | os.PathLike) -> dict[str, Any]:
+    """The run-config keys that put a run's files in ``run_dir`` (``run.out_dir/run.name``)."""
+    run_dir = Path(run_dir)
+    return {"run.out_dir": str(run_dir.parent), "run.name": run_dir.name}
+
+
 def _train_config(spec: RunSpec, run_dir: Path):
     from ..train import make_config
-
-    from .recipes import run_dir_overrides
 
     # meta.* keys label a run for the analysis (Ω, family, ...); they are not config keys.
     # make_config takes model.kwargs.x keys directly.

@@ -42,9 +42,6 @@ class Experiment:
     aliases: tuple[str, ...] = ()
     doc: str = ""
 
-    def summary(self) -> str:
-        return self.title
-
 
 # Filled by ``@experiment`` as the spec modules are imported (``mlplab.experiments.specs``);
 # the registry orders them by ``specs.ORDER``.

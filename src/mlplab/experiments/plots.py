@@ -1,4 +1,5 @@
-"""Figures for the experiment reports (matplotlib, Agg backend; saved as PNG and PDF).
+"""Figures for the experiment reports (matplotlib, Agg canvas; saved as PNG and PDF by
+``mlplab.utils.figures.save_figure``).
 
 Figures are described as data — panels of series — so each experiment only says what to draw:
 
@@ -9,19 +10,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Sequence
 
 import matplotlib
 import matplotlib.ticker
+import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
 
-matplotlib.use("Agg")  # reports are drawn headless
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-
-from ..utils.io import atomic_save  # noqa: E402
-
-__all__ = ["Series", "Panel", "Heatmap", "Bars", "Images", "draw", "save_figure"]
+__all__ = ["Series", "Panel", "Heatmap", "Bars", "Images", "draw"]
 
 
 @dataclass
@@ -121,7 +118,7 @@ def _draw_panel(ax, p: Any) -> None:
     elif isinstance(p, Heatmap):
         im = ax.imshow(np.asarray(p.matrix, dtype=float), origin="lower", vmin=p.vmin, vmax=p.vmax,
                        cmap=p.cmap, aspect="auto")
-        plt.colorbar(im, ax=ax, fraction=0.046)
+        ax.figure.colorbar(im, ax=ax, fraction=0.046)
         if len(p.xlabels):
             ax.set_xticks(range(len(p.xlabels)))
             ax.set_xticklabels(p.xlabels, rotation=90, fontsize=6)
@@ -136,7 +133,7 @@ def _draw_panel(ax, p: Any) -> None:
         colors = None
         if p.groups is not None:
             uniq = list(dict.fromkeys(p.groups))
-            cyc = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+            cyc = matplotlib.rcParams["axes.prop_cycle"].by_key()["color"]
             colors = [cyc[uniq.index(g) % len(cyc)] for g in p.groups]
         ax.bar(range(len(vals)), np.nan_to_num(vals), yerr=None if errs is None else np.nan_to_num(errs),
                color=colors, capsize=3)
@@ -164,7 +161,9 @@ def draw(panels: Sequence[Any], title: str = "", ncols: int | None = None):
     n = max(1, len(panels))
     ncols = ncols or min(n, 3)
     nrows = math.ceil(n / ncols)
-    fig, axes = plt.subplots(nrows, ncols, figsize=(4.3 * ncols, 3.4 * nrows), squeeze=False)
+    fig = Figure(figsize=(4.3 * ncols, 3.4 * nrows))  # no pyplot: nothing to close, no global state
+    FigureCanvasAgg(fig)  # headless
+    axes = fig.subplots(nrows, ncols, squeeze=False)
     for ax, p in zip(axes.flat, panels):
         _draw_panel(ax, p)
     for ax in list(axes.flat)[len(panels):]:
@@ -175,14 +174,3 @@ def draw(panels: Sequence[Any], title: str = "", ncols: int | None = None):
         fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     return fig
-
-
-def save_figure(fig, path_stem: str | Path) -> list[Path]:
-    """Save ``fig`` as ``<stem>.png`` and ``<stem>.pdf`` (atomically) and close it."""
-    out = []
-    for fmt in ("png", "pdf"):
-        p = Path(f"{path_stem}.{fmt}")
-        atomic_save(p, lambda tmp, fmt=fmt: fig.savefig(tmp, format=fmt, dpi=130))
-        out.append(p)
-    plt.close(fig)
-    return out

@@ -19,12 +19,10 @@ augmentation); :meth:`Scale.recipe` turns them into dotted overrides of
 from __future__ import annotations
 
 import functools
-import os
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-__all__ = ["SCALES", "Scale", "make_scale", "run_dir_overrides", "AUGMENT", "dataset_available", "CPU_SEEDS",
+__all__ = ["SCALES", "Scale", "make_scale", "AUGMENT", "dataset_available", "CPU_SEEDS",
            "CPU_LR", "CPU_BATCH", "LR_SEARCH"]
 
 CPU_SEEDS = 3  # seeds per point at cpu scale: the fewest the verdict rules test (verdicts.MIN_SEEDS);
@@ -72,12 +70,6 @@ AUGMENT: dict[str, dict[str, Any]] = {
 }
 
 
-def run_dir_overrides(run_dir: str | os.PathLike) -> dict[str, Any]:
-    """The run-config keys that put a run's files in ``run_dir`` (``run.out_dir/run.name``)."""
-    run_dir = Path(run_dir)
-    return {"run.out_dir": str(run_dir.parent), "run.name": run_dir.name}
-
-
 @functools.lru_cache(maxsize=None)
 def dataset_available(name: str) -> bool:
     """Whether ``name`` can be loaded here without a download (synthetic always can; asked once
@@ -101,7 +93,6 @@ class Scale:
     dataset: str
     requested_dataset: str | None = None  # what the experiment (or --dataset) asked for
     seeds: int = 3  # seeds per point (an experiment may ask for more at paper scale)
-    epoch_factor: float = 1.0  # not used at paper scale
     train_subset: int | None = None
     test_subset: int | None = None
     image_size: int = 32  # the side the models see

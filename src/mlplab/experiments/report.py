@@ -79,7 +79,8 @@ def write_report(out_dir: str | Path, exp: Experiment, verbose: bool = False) ->
     """Aggregate ``out_dir`` (made by ``reproduce`` for ``exp``) into ``results.csv``, figures
     (PNG + PDF), ``report.md`` and ``verdicts.json``, deciding every claim again from the runs on
     disk. Returns paths and verdicts."""
-    from .plots import draw, save_figure
+    from ..utils.figures import save_figure
+    from .plots import draw
 
     out_dir = Path(out_dir)
     manifest = load_manifest(out_dir)
@@ -100,7 +101,7 @@ def write_report(out_dir: str | Path, exp: Experiment, verbose: bool = False) ->
     if not analysis.figures:
         analysis.figures = {"figure": draw([], title=exp.id)}
     for stem, fig in analysis.figures.items():
-        files += save_figure(fig, out_dir / stem)
+        files += save_figure(fig, out_dir / stem, dpi=130)
     runs_csv = [{"sweep": r.sweep, "run": r.name, "status": r.status, "error": r.error,
                  **{k: v for k, v in (r.results or {}).items() if not isinstance(v, (list, dict))}} for r in runs]
     atomic_write_text(out_dir / "runs.csv", rows_to_csv(runs_csv))

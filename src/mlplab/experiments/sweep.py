@@ -1,8 +1,8 @@
 """Sweeps are data (big_vision): a base, axes of ``("key", [values])`` lists combined as a
 product or a zip, seeds, and *derived* keys computed from each point (e.g. every (S, C) pair that
 the budget planner gives for an Ω). ``expand`` turns a :class:`Sweep` into a list of
-:class:`RunSpec`, each with a folder name derived from the overrides that vary (scaling_mlps'
-``config_to_name``); ``run_sweep`` executes them, one folder per run, resumable.
+:class:`RunSpec`, each with a folder name derived from the overrides that vary
+(``mlplab.train.config.run_name``, the one naming scheme); ``run_sweep`` executes them, one folder per run, resumable.
 
 Override keys are dotted paths of the run config (``"optim.lr"``, ``"model.kwargs.hidden_dim"``),
 passed as they are to ``mlplab.train.make_config``; a ``"model.kwargs": {...}`` dict is flattened
@@ -14,12 +14,12 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
-import math
 import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence
 
 from ..errors import BadType
+from ..train.config import run_name
 
 __all__ = [
     "Axis", "product", "zip_axes", "Sweep", "RunSpec", "expand", "run_name",
@@ -166,47 +166,6 @@ def nest_overrides(overrides: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _short(key: str) -> str:
-    """Folder-name form of a key: its last part (``model.kwargs.hidden_dim`` → ``hidden_dim``)."""
-    return key.rsplit(".", 1)[-1]
-
-
-def _fmt(v: Any) -> str:
-    if isinstance(v, bool):
-        return str(v).lower()
-    if isinstance(v, float):
-        if v != 0 and (abs(v) < 1e-3 or abs(v) >= 1e5):
-            s = f"{v:.3g}"
-        else:
-            s = f"{v:.6g}"
-        return s
-    if isinstance(v, (list, tuple)):
-        return "-".join(_fmt(x) for x in v) or "none"
-    if isinstance(v, dict):
-        return "-".join(f"{k}{_fmt(x)}" for k, x in sorted(v.items()))
-    return str(v)
-
-
-def run_name(overrides: dict[str, Any], keys: Sequence[str]) -> str:
-    """``key=value`` of the given keys joined by ``,`` with short key names, made path-safe.
-
-    Names longer than 150 characters are cut and end with a hash of the full name.
-    """
-    shorts = [_short(k) for k in keys]
-    # a short name used by two keys would be ambiguous: keep the full key for those
-    dup = {s for s in shorts if shorts.count(s) > 1}
-    parts = []
-    for k, s in zip(keys, shorts):
-        label = k if s in dup else s
-        parts.append(f"{label}={_fmt(overrides[k])}")
-    name = ",".join(parts) or "run"
-    name = re.sub(r"[^A-Za-z0-9._=,+-]", "-", name)
-    if len(name) > 150:
-        h = hashlib.sha1(name.encode()).hexdigest()[:8]
-        name = name[:140] + "~" + h
-    return name
-
-
 def _json_eq_key(v: Any) -> str:
     return json.dumps(v, sort_keys=True, default=str)
 
@@ -279,13 +238,6 @@ def expand(sweep: Sweep) -> list[RunSpec]:
         seen.add(s.name)
         out.append(s)
     return out
-
-
-def finite_or_none(x: Any) -> Any:
-    """JSON-friendly number: NaN / inf become None."""
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    return x
 
 
 def sweep_from_dict(d: dict[str, Any]) -> Sweep:

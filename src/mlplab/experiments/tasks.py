@@ -116,20 +116,19 @@ def cost_task(o: dict[str, Any], run_dir: Path) -> dict[str, Any]:
     batch ``batch`` and extrapolated to ``epoch_examples`` images (CIFAR: 50 000)."""
     import torch
 
-    from .. import create_model
+    from ..models.registry import create_model
 
     kwargs = dict(o.get("kwargs", {}))
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     model = create_model(o["model"], **kwargs).to(device)
     cfg = model.config
     in_shape = (getattr(cfg, "in_chans", 3), getattr(cfg, "image_size", 32), getattr(cfg, "image_size", 32))
-    from ..analysis.cost import count_flops, count_params, state_bytes
+    from ..models.counting import count_flops, count_params, state_bytes
 
     params = count_params(model)
     params_nonzero = count_params(model, effective=True)  # masked weights counted by their nonzeros
     weight_bytes = state_bytes(model)
-    flops = count_flops(model, in_shape)
-    flops = float(flops["total"] if isinstance(flops, dict) else flops)
+    flops = float(count_flops(model, in_shape))
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats()
     step_s, epoch_s, step_times = _time_per_epoch(model, in_shape, getattr(cfg, "num_classes", 10), int(o.get("batch", 128)),
@@ -144,7 +143,7 @@ def cost_task(o: dict[str, Any], run_dir: Path) -> dict[str, Any]:
 
 def load_trained_model(run_dir: str | Path):
     """Rebuild a trained model from its run folder: ``config.json`` + ``checkpoint/model.safetensors``."""
-    from .. import create_model
+    from ..models.registry import create_model
     from ..data.table import get_info
     from ..train.checkpoint import find_checkpoint, load_weights
     from ..train.config import from_dict

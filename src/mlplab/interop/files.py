@@ -43,9 +43,8 @@ def resolve_weights_path(path: str | os.PathLike) -> Path:
 def _strip(names: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     out = {}
     for k, v in names.items():
-        for pre in _PREFIXES:
-            while k.startswith(pre):
-                k = k[len(pre):]
+        while pre := next((q for q in _PREFIXES if k.startswith(q)), None):  # in any order and nesting
+            k = k[len(pre):]
         out[k] = v
     return out
 
@@ -89,11 +88,13 @@ def _read_torch(p: Path) -> dict[str, torch.Tensor]:
         first = str(e).splitlines()[0] if str(e) else ""
         raise ValueError(f"{p} is neither safetensors, .npz nor a PyTorch file loadable with weights_only=True "
                          f"({type(e).__name__}: {first})") from None
-    for _ in range(2):  # {"state_dict": {...}} or {"model": {"state_dict": ...}}
-        if isinstance(obj, dict) and not any(isinstance(v, torch.Tensor) for v in obj.values()):
+    for _ in range(2):  # {"state_dict": {...}}, {"model": {...}, "epoch": ...} or {"model": {"state_dict": ...}}
+        if isinstance(obj, dict) and not all(isinstance(v, torch.Tensor) for v in obj.values()):
             obj = next((obj[k] for k in _WRAPPERS if isinstance(obj.get(k), dict)), obj)
     if not isinstance(obj, dict) or not obj or not all(isinstance(v, torch.Tensor) for v in obj.values()):
-        raise ValueError(f"{p} holds a {type(obj).__name__} that is not a dict of tensors (a state dict); "
+        what = (f"a dict with keys {sorted(map(str, obj))[:5]} and no state dict under "
+                f"{', '.join(repr(w) for w in _WRAPPERS)}" if isinstance(obj, dict) and obj else f"a {type(obj).__name__}")
+        raise ValueError(f"{p} holds {what}, not a dict of tensors (a state dict); "
                          "save model.state_dict() rather than the model object")
     return _strip(dict(obj))
 

@@ -39,7 +39,6 @@ from ..layers.vec import commutation_perm, invert_perm, vec
 
 __all__ = [
     "DEFAULT_MAX_NNZ",
-    "sparse_matrix",
     "sparse_perm_matrix",
     "sparse_kron_identity",
     "pk_matrix",
@@ -74,19 +73,6 @@ def _csr_fixed(cols: torch.Tensor, values: torch.Tensor, n_cols: int) -> torch.T
     values = torch.gather(values, 1, order)
     crow = torch.arange(0, (n_rows + 1) * k, k, dtype=torch.long) if k else torch.zeros(n_rows + 1, dtype=torch.long)
     return _csr(crow, cols.reshape(-1), values.reshape(-1).contiguous(), (n_rows, n_cols))
-
-
-def sparse_matrix(rows: torch.Tensor, cols: torch.Tensor, values: torch.Tensor, shape: tuple[int, int]) -> torch.Tensor:
-    """A CSR matrix from (row, col, value) triplets with distinct positions (all kept, zeros too,
-    so ``nnz`` counts the structural connections)."""
-    n_rows, n_cols = shape
-    rows, cols = rows.long().reshape(-1), cols.long().reshape(-1)
-    values = values.reshape(-1)
-    order = torch.argsort(rows * n_cols + cols)
-    rows, cols, values = rows[order], cols[order], values[order]
-    crow = torch.zeros(n_rows + 1, dtype=torch.long)
-    crow[1:] = torch.cumsum(torch.bincount(rows, minlength=n_rows), 0)
-    return _csr(crow, cols, values.contiguous(), (n_rows, n_cols))
 
 
 def sparse_perm_matrix(p: torch.Tensor, dtype: torch.dtype = torch.float64) -> torch.Tensor:

@@ -3,11 +3,11 @@
 ``train(make_config("fmnist_s_mixer", ["optim.lr=1e-3"]))`` runs one experiment and returns its
 results; ``mlplab train`` is the same from the command line.
 """
-from .config import RunConfig, config_to_name, from_dict, make_config, parse_overrides, to_dict
+from .config import RunConfig, from_dict, make_config, parse_overrides, run_name, to_dict
 from .loop import NonFiniteError, RunExistsError, RunLockedError, evaluate, train
 from .presets import CONFIGS
 
-__all__ = ["RunConfig", "make_config", "from_dict", "to_dict", "parse_overrides", "config_to_name",
+__all__ = ["RunConfig", "make_config", "from_dict", "to_dict", "parse_overrides", "run_name",
            "train", "evaluate", "NonFiniteError", "RunExistsError", "RunLockedError", "CONFIGS"]
 
 

@@ -110,8 +110,12 @@ def save_checkpoint(run_dir: str | os.PathLike, model: nn.Module, state: dict[st
         shutil.rmtree(new)  # leftover of a killed write
     new.mkdir(parents=True)
     meta = {"epoch": str(state.get("epoch")), "step": str(state.get("step"))}
-    save_weights(model, new / MODEL_FILE, metadata=meta)
-    atomic_save(new / STATE_FILE, lambda tmp: torch.save(state, tmp))
+    try:
+        save_weights(model, new / MODEL_FILE, metadata=meta)
+        atomic_save(new / STATE_FILE, lambda tmp: torch.save(state, tmp))
+    except BaseException:  # e.g. a full disk: leave nothing half-written, keep the checkpoints there are
+        shutil.rmtree(new, ignore_errors=True)
+        raise
     if cur.exists():
         if prev.exists():
             shutil.rmtree(prev)

@@ -14,13 +14,14 @@ from __future__ import annotations
 import ast
 import copy
 import dataclasses
+import hashlib
 import json
 import math
 import re
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Sequence
 
 from ..data.augment import AugmentConfig
 from ..errors import BadInput, BadType
@@ -38,7 +39,7 @@ __all__ = [
     "make_config",
     "load_config",
     "parse_overrides",
-    "config_to_name",
+    "run_name",
     "config_diff",
     "flatten",
     "Durations",
@@ -242,7 +243,11 @@ def parse_value(text: str) -> Any:
     return text
 
 
-def parse_overrides(overrides: dict[str, Any] | list[str] | tuple[str, ...] | None) -> dict[str, Any]:
+def parse_overrides(overrides: dict[str, Any] | list[str] | tuple[str, ...] | None,
+                    what: str = "override", example: str = "optim.lr=0.1") -> dict[str, Any]:
+    """``["key=value", ...]`` -> ``{key: parse_value(value)}`` (a dict passes through): the one
+    parser of command-line ``KEY=VALUE`` items (run-config overrides, ``--set``, ``--slurm``,
+    ``convert`` model overrides). ``what`` and ``example`` word the error for a malformed item."""
     if overrides is None:
         return {}
     if isinstance(overrides, dict):
@@ -250,7 +255,7 @@ def parse_overrides(overrides: dict[str, Any] | list[str] | tuple[str, ...] | No
     out: dict[str, Any] = {}
     for item in overrides:
         if "=" not in item:
-            raise ValueError(f"override {item!r} is not of the form section.key=value (e.g. optim.lr=0.1)")
+            raise ValueError(f"{what} {item!r} is not of the form KEY=VALUE (e.g. {example})")
         k, v = item.split("=", 1)
         out[k.strip()] = parse_value(v.strip())
     return out
@@ -374,30 +379,36 @@ def durations(cfg: RunConfig, n_train: int, world_size: int = 1) -> Durations:
 
 # ----------------------------------------------------------------------------- names
 
-_SHORT = {"optim.lr": "lr", "optim.name": "opt", "optim.weight_decay": "wd", "run.batch_size": "bs",
-          "schedule.epochs": "ep", "schedule.steps": "steps", "run.seed": "seed", "data.dataset": "data",
-          "model.name": "model", "run.precision": "prec"}
-
-
 def _fmt(v: Any) -> str:
+    if isinstance(v, bool):
+        return str(v).lower()
+    if isinstance(v, float):
+        return f"{v:.3g}" if v != 0 and (abs(v) < 1e-3 or abs(v) >= 1e5) else f"{v:.6g}"
     if isinstance(v, (list, tuple)):
-        return "x".join(_fmt(x) for x in v)
-    s = f"{v:g}" if isinstance(v, float) else str(v)
-    return re.sub(r"[^A-Za-z0-9_.+-]", "", s)
+        return "-".join(_fmt(x) for x in v) or "none"
+    if isinstance(v, dict):
+        return "-".join(f"{k}{_fmt(x)}" for k, x in sorted(v.items()))
+    return str(v)
 
 
-def config_to_name(base_label: str, overrides: dict[str, Any]) -> str:
-    """A run folder name from the base config and the overrides (scaling_mlps' ``config_to_name``):
-    ``cifar10_s_mixer`` + ``{"optim.lr": 0.1, "model.kwargs.depth": 4}`` ->
-    ``cifar10_s_mixer-depth4-lr0.1``. Keys that do not change the computation are left out."""
-    parts = []
-    for k in sorted(overrides):
-        if k in NON_SEMANTIC:
-            continue
-        short = _SHORT.get(k, k.split(".")[-1])
-        parts.append(f"{short}{_fmt(overrides[k])}")
-    name = "-".join([_fmt(base_label) or "run", *parts])
-    return name[:200]
+def run_name(overrides: dict[str, Any], keys: Sequence[str] | None = None, label: str | None = None) -> str:
+    """The one run-folder name (scaling_mlps' ``config_to_name``): ``label`` then ``key=value`` of
+    ``keys`` with short key names (the last dotted part, the full key where two would clash),
+    joined by ``,`` and made path-safe. ``keys=None`` names every override that changes the
+    computation (not :data:`NON_SEMANTIC`), sorted. ``mlplab train`` names its runs with it
+    (``cifar10_s_mixer`` + ``{"optim.lr": 0.1, "model.kwargs.depth": 4}`` ->
+    ``cifar10_s_mixer,depth=4,lr=0.1``), and so do sweeps (``lr=0.1,seed=0``, the keys that vary).
+    Names longer than 150 characters are cut and end with a hash of the full name."""
+    if keys is None:
+        keys = sorted(k for k in overrides if k not in NON_SEMANTIC)
+    shorts = [k.rsplit(".", 1)[-1] for k in keys]
+    dup = {s for s in shorts if shorts.count(s) > 1}
+    parts = [label] if label else []
+    parts += [f"{k if s in dup else s}={_fmt(overrides[k])}" for k, s in zip(keys, shorts)]
+    name = re.sub(r"[^A-Za-z0-9._=,+-]", "-", ",".join(parts) or "run")
+    if len(name) > 150:
+        name = name[:140] + "~" + hashlib.sha1(name.encode()).hexdigest()[:8]
+    return name
 
 
 # ----------------------------------------------------------------------------- building
@@ -452,5 +463,5 @@ def make_config(base: dict | str | Path | RunConfig | None = None,
         _set(cfg, k, v)
     if cfg.run.name is None:
         label = label or f"{cfg.data.dataset}_{cfg.model.name}"
-        cfg.run.name = config_to_name(label, ov)
+        cfg.run.name = run_name(ov, label=label)
     return validate(cfg)

@@ -45,8 +45,10 @@ import torch.nn.functional as F
 
 from ..errors import BadInput, RunFailure
 from ..data.table import get_info
+from ..models.counting import count_flops
 from ..models.registry import create_model, get_model_entry
 from ..utils.io import atomic_write_json
+from ..utils.units import format_count
 from . import checkpoint as ckpt
 from .backend import compile_model, resolve_compile
 from .config import Durations, RunConfig, durations, validate
@@ -54,7 +56,7 @@ from .data import RunData, eval_loader, load_run_data, train_loader
 from .init import check_pretrained, pretrained_model, with_model_resolution
 from .distributed import DistInfo, all_reduce_sum, barrier, cleanup, init_distributed
 from .loggers import open_loggers
-from .metrics import Progress, cpu_has_native_bf16, flops_per_example, format_count, matmul_flops_per_s
+from .metrics import Progress, cpu_has_native_bf16, matmul_flops_per_s
 from .optim import build_optimizer, lr_at, set_lr
 from .rundir import RunExistsError, RunFolder, RunLockedError, open_run_folder, truncate_metrics
 
@@ -280,7 +282,7 @@ def _prepare(cfg: RunConfig, dist: DistInfo) -> _Run:
     dur = durations(cfg, len(data.train), dist.world_size)
     model = (create_model(cfg.model.name, **resolve_model_kwargs(cfg, data.info)) if cfg.model.init_from is None
              else pretrained_model(cfg, data.info)).to(device)
-    fpe = flops_per_example(model, tuple(data.train.images.shape[1:]))
+    fpe = float(count_flops(model, tuple(data.train.images.shape[1:])))
     return _Run(cfg, dist, device, precision, data, model, build_optimizer(model, cfg.optim), dur,
                 n_params=sum(p.numel() for p in model.parameters()), fpe=fpe)
 
@@ -438,12 +440,18 @@ def _save_checkpoint(run: _Run, state: _Progress, run_dir: Path, guard: _Guard, 
         guard.stop(f"non-finite weights after step {state.step} (epoch {state.epoch})", state.checkpoint_epoch)
     rng = _gather_rng(run.device, run.dist)
     if run.dist.is_main:
-        ckpt.save_checkpoint(run_dir, run.model, {
-            "epoch": state.epoch, "step": state.step, "optimizer": run.optimizer.state_dict(), "rng": rng,
-            # the loader's order and augmentation are functions of (seed, epoch, rank)
-            "loader": {"epoch": state.epoch, "seed": run.cfg.run.seed, "world_size": run.dist.world_size},
-            "history": state.history, "wall_s": state.wall_before + time.perf_counter() - t_start,
-        })
+        try:
+            ckpt.save_checkpoint(run_dir, run.model, {
+                "epoch": state.epoch, "step": state.step, "optimizer": run.optimizer.state_dict(), "rng": rng,
+                # the loader's order and augmentation are functions of (seed, epoch, rank)
+                "loader": {"epoch": state.epoch, "seed": run.cfg.run.seed, "world_size": run.dist.world_size},
+                "history": state.history, "wall_s": state.wall_before + time.perf_counter() - t_start,
+            })
+        except OSError as e:  # a full disk, a quota, a folder gone read-only: the previous checkpoint stands
+            kept = (f"the last good checkpoint (epoch {state.checkpoint_epoch}) is kept"
+                    if state.checkpoint_epoch is not None else "no earlier checkpoint exists")
+            raise RunFailure(f"cannot write the checkpoint of epoch {state.epoch} in {run_dir} "
+                             f"({e.strerror or e}); {kept}. Free space, then continue with --resume") from e
     state.checkpoint_epoch = state.epoch
     barrier(run.dist)
 

@@ -1,7 +1,8 @@
-"""Measuring a run: FLOPs per example, the machine's matmul rate, MFU, and where metrics go.
+"""Measuring a run: the machine's matmul rate for MFU, and the progress line.
 
-MFU follows nanoGPT's ``estimate_mfu``: achieved FLOP/s = 3 × forward FLOPs × images/s (the
-backward pass costs about twice the forward), divided by what the machine can do. Instead of a
+MFU follows nanoGPT's ``estimate_mfu``: achieved FLOP/s = 3 × forward FLOPs × images/s (forward
+FLOPs from ``mlplab.models.counting.count_flops``; the backward pass costs about twice the
+forward), divided by what the machine can do. Instead of a
 datasheet peak we *measure* the machine's dense matmul rate once per (device, dtype, threads) at
 the run's precision, so the number is honest on CPUs (where no datasheet applies) and on a
 shared machine.
@@ -11,22 +12,12 @@ from __future__ import annotations
 import functools
 import sys
 import time
-from typing import Any, TextIO
+from typing import TextIO
 
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
 
-__all__ = ["flops_per_example", "matmul_flops_per_s", "cpu_has_native_bf16", "Progress",
-           "format_count"]
-
-
-def flops_per_example(model: nn.Module, input_shape: tuple[int, ...]) -> float:
-    """Forward FLOPs for one example (a multiply-add counts 2), from the one analytic counter
-    ``mlplab.analysis.cost.count_flops`` (checked there against ``FlopCounterMode``)."""
-    from ..analysis.cost import count_flops
-
-    return float(count_flops(model, tuple(input_shape)))
+__all__ = ["matmul_flops_per_s", "cpu_has_native_bf16", "Progress"]
 
 
 def cpu_has_native_bf16() -> bool:
@@ -120,11 +111,3 @@ class Progress:
             self._open = False
         self.stream.write(text + "\n")
         self.stream.flush()
-
-
-def format_count(n: float) -> str:
-    for unit, div in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
-        if abs(n) >= div:
-            return f"{n / div:.3g}{unit}"
-    return f"{n:.3g}"
-

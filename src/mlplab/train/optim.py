@@ -87,6 +87,8 @@ def build_optimizer(model: nn.Module, cfg: OptimSection) -> torch.optim.Optimize
     if cfg.freeze == "body":
         freeze_body(model)
     groups = param_groups(model, cfg.weight_decay, (cfg.head_lr / cfg.lr) if cfg.head_lr is not None else 1.0)
+    for g in groups:  # each group starts at its own peak lr (the head's is optim.head_lr), schedule or not
+        g["lr"] = cfg.lr * g["lr_scale"]
     if cfg.name == "sgd":
         return torch.optim.SGD(groups, lr=cfg.lr, momentum=cfg.momentum,
                                nesterov=cfg.nesterov and cfg.momentum > 0)

@@ -1,8 +1,9 @@
 """Named base configs (big_vision style: each says how to run it, what it should give, how long).
 
 Each entry is a plain nested dict of the sections of :class:`mlplab.train.config.RunConfig`;
-anything not given takes the dataclass default. ``mlplab train NAME key=value ...`` runs one, and
-``configs/*.json`` holds the same recipes as files (``mlplab train configs/NAME.json``).
+anything not given takes the dataclass default. ``mlplab train NAME key=value ...`` runs one;
+``mlplab train NAME --print-config > my.json`` writes it out as a file to edit, and
+``mlplab train my.json`` runs that (the presets are the only copy of the recipes).
 Units follow airbench: the learning rate is per optimiser step (per global batch), never scaled
 implicitly with the batch size.
 """
@@ -140,12 +141,12 @@ _register(
 _register(
     "fmnist_mixer_pretrain",
     """MLP-Mixer (patch 4, S0 = 49, C = 64, D_S = 64, D_C = 128, 4 blocks) on Fashion-MNIST at 28x28:
-    the pre-training half of the fine-tuning demonstration (README "Pretrained models"). Its
-    checkpoint feeds ``mlplab finetune RUN fmnist_finetune`` (56x56 through expand_resolution) and
+    the pre-training half of the fine-tuning demonstration (README "Pretrained weights,
+    fine-tuning and linear probes"). Its checkpoint feeds ``mlplab finetune RUN fmnist_finetune`` (56x56 through expand_resolution) and
     ``mlplab finetune RUN fmnist_linear_probe``.
     Run:      mlplab train fmnist_mixer_pretrain
-    Expect:   ~88% test accuracy (README: measured)
-    Time:     ~1-2 min on 2 CPU cores.""",
+    Expect:   above the 82.97% test accuracy that one epoch gave (README: measured)
+    Time:     ~3.5 min on 2 CPU cores (one epoch measured at 62 s training + 12 s test, load 3.3).""",
     {
         "model": {"name": "mlp_mixer", "kwargs": {"patch_size": 4, "hidden_dim": 64, "token_hidden": 64,
                                                   "channel_hidden": 128, "depth": 4}},
@@ -165,9 +166,10 @@ _register(
     The model comes from the checkpoint; the paper fine-tunes 50 epochs on the whole set, this
     demo one epoch on a random 12,000 of the 60,000 training images (the 56x56 model costs about
     6x the FLOPs of the 28x28 one; data.train_subset=null trains on all).
-    Run:      mlplab finetune runs/fashion_mnist_mlp_mixer-... fmnist_finetune
+    Run:      mlplab finetune runs/fmnist_mixer_pretrain fmnist_finetune
     Expect:   close to the pre-trained accuracy at 56x56 (README: measured)
-    Time:     a few minutes on 2 CPU cores (S = 196 tokens, token-MLP width x4).""",
+    Time:     under a minute on 2 CPU cores (S = 196 tokens, token-MLP width x4; ~440 img/s
+              training, ~15 s for the 10,000 test images at 56x56).""",
     {
         "model": {"expand": 2},
         "data": {"dataset": "fashion_mnist", "train_subset": 12000, "subset": "random"},
@@ -181,9 +183,9 @@ _register(
     "fmnist_linear_probe",
     """Linear probe (Scaling MLPs, SPEC §7): the body frozen, a new head trained with LION lr 1e-5
     on the pre-trained features (the paper trains 50 epochs; this demo 2).
-    Run:      mlplab finetune runs/fashion_mnist_mlp_mixer-... fmnist_linear_probe
+    Run:      mlplab finetune runs/fmnist_mixer_pretrain fmnist_linear_probe
     Expect:   a little below the pre-trained accuracy (README: measured)
-    Time:     ~1 min on 2 CPU cores (only the head's gradients).""",
+    Time:     well under a minute on 2 CPU cores (only the head's gradients).""",
     {
         "model": {"new_head": True},
         "data": {"dataset": "fashion_mnist"},

@@ -6,12 +6,9 @@ from typing import Any, Callable, Sequence
 
 from ..aggregate import RunRecord, group_runs, select, test_error
 
-__all__ = ["mixer", "sw_mlp", "model_seed", "pairs_for", "sw_widths", "family_of", "err_rows", "FAMILY_LABEL",
-           "log2", "ERR", "fmt_pair", "fair_width", "connections", "loss_change", "TRAIN_METRICS", "TRAIN_COLUMNS",
+__all__ = ["mixer", "sw_mlp", "model_seed", "pairs_for", "sw_widths", "err_rows", "FAMILY_LABEL",
+           "log2", "fair_width", "connections", "loss_change", "TRAIN_METRICS", "TRAIN_COLUMNS",
            "seed_table", "per_seed"]
-
-ERR = {"test_error": test_error, "train_loss": lambda r: (r.results or {}).get("train_loss", float("nan")),
-       "test_loss": lambda r: (r.results or {}).get("test_loss", float("nan"))}
 
 FAMILY_LABEL = {"s_mixer": "S-Mixer", "rp_s_mixer": "RP S-Mixer", "mlp_mixer": "MLP-Mixer",
                 "rp_mlp_mixer": "RP MLP-Mixer", "sw_mlp": "SW-MLP", "monarch_mlp": "Monarch MLP",
@@ -78,14 +75,6 @@ def sw_widths(omega: float, densities: Sequence[float], gamma: float = 1.0) -> l
     return [(round_half_up(sw_mlp_width(omega, p, gamma)), float(p)) for p in densities]
 
 
-def family_of(r: RunRecord) -> str:
-    name = r.get("model.name", "?")
-    rb = r.get("model.kwargs.rp_blocks")
-    if name in ("s_mixer", "mlp_mixer") and rb not in (None, "none"):
-        return f"{name}[rp={rb}]"
-    return name
-
-
 def err_rows(runs: Sequence[RunRecord], sweep: str | None, by: dict[str, Callable[[RunRecord], Any]],
              metrics: dict[str, Callable[[RunRecord], float]] | None = None) -> list[dict[str, Any]]:
     """Mean ± std over seeds of the test error (and ``metrics``) of finished runs, grouped ``by``."""
@@ -96,10 +85,6 @@ def log2(x: float) -> str:
     if x > 0 and float(x).is_integer() and (int(x) & (int(x) - 1)) == 0:
         return f"2^{int(x).bit_length() - 1}"
     return f"{x:g}"
-
-
-def fmt_pair(S: Any, C: Any) -> str:
-    return f"S={S},C={C}"
 
 
 def fair_width(m: float, s0: int) -> int:
