@@ -48,6 +48,8 @@ def test_linear_probe_moves_only_the_new_head(tmp_path, pretrained):
     before, after = mlplab.load_pretrained(pretrained).state_dict(), mlplab.load_pretrained(res["run_dir"]).state_dict()
     changed = {k for k in before if not torch.equal(before[k], after[k])}
     assert changed == {"head.weight", "head.bias"}
+    # the 3 x forward FLOP rule does not hold with a frozen body: no MFU rather than a wrong one (was 126%)
+    assert res["flops_per_example"] > 0 and res["mfu"] is None and res["flops_per_s"] is None
 
 
 def test_head_and_body_groups():

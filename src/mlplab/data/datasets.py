@@ -155,15 +155,16 @@ def _extract_if_needed(info: DatasetInfo, d: Path, split: str, verify: bool) -> 
 
 
 def _missing_message(info: DatasetInfo, split: str, dirs: list[Path]) -> str:
-    where = "\n  ".join(str(d) for d in dirs)
+    """Two lines: where it looked, and what to set (CLI key and Python argument) to get the data."""
+    where = ", ".join(str(d) for d in dirs) or str(cache_dir())
     if info.format == "imagefolder":
-        how = "point root= (data.root=... in a run config) at a folder holding train/<class>/<image> and val/<class>/<image>"
+        how = "set data.root=DIR (root= in Python) to a folder holding train/<class>/<image> and val/<class>/<image>"
     else:
         names = ", ".join(f.name for f in (info.archives() or info.files))
         urls = ", ".join(u for f in info.archives() for u in f.urls[:1])
-        how = (f"pass download=True to fetch {names} from {urls} into {dirs[0] if dirs else cache_dir()}, "
-               f"or pass root= (data.root=... in a run config) pointing at a folder that holds them")
-    return f"dataset {info.name!r} split {split!r} not found; looked in:\n  {where}\nTo get it: {how}"
+        how = (f"set data.download=true (download=True in Python) to fetch {names} from {urls}, "
+               f"or data.root=DIR (root=) to a folder that holds them")
+    return f"dataset {info.name!r} ({split} split) is not in {where}.\nTo get it: {how}."
 
 
 def _download(info: DatasetInfo, target: Path, split: str) -> None:

@@ -108,6 +108,16 @@ def test_error(r: RunRecord) -> float:
     return 100.0 * (1.0 - acc) if acc <= 1.0 else 100.0 - acc
 
 
+def loss_change(r: RunRecord, last: int = 2) -> float:
+    """Relative change (%) of the training loss per epoch over the last ``last`` epochs: near 0
+    when training has plateaued, e.g. −0.5 means the loss still fell 0.5% per epoch at the end."""
+    h = [e.get("train_loss") for e in (r.results or {}).get("history", []) if e.get("train_loss") is not None]
+    if len(h) < 2:
+        return float("nan")
+    k = min(last, len(h) - 1)
+    return 100.0 * ((h[-1] / h[-1 - k]) ** (1.0 / k) - 1.0) if h[-1 - k] > 0 else float("nan")
+
+
 def mean_std(values: Iterable[float]) -> tuple[float, float, int]:
     """Mean, sample std (0 for one value) and count of the finite values."""
     v = np.array([x for x in values if x is not None and math.isfinite(float(x))], dtype=float)

@@ -11,7 +11,12 @@ from typing import Any
 
 from .verdicts import ALPHA, MIN_SEEDS, Verdict, verdict_word
 
-__all__ = ["Claim", "Analysis", "decided", "STAT_RULE", "KIND_RULE"]
+__all__ = ["Claim", "Analysis", "decided", "STAT_RULE", "KIND_RULE", "PLATEAU_MAX", "require_plateau"]
+
+# A statistical verdict is a claim about trained models: when the training loss of the median run
+# still falls faster than this (% per epoch over its last 2 epochs, ``aggregate.loss_change``),
+# the models have not plateaued at their scale and HELD / DID NOT HOLD become UNDECIDED.
+PLATEAU_MAX = 5.0
 
 STAT_RULE = (f"HELD needs the claimed direction at one-sided α = {ALPHA} across ≥ {MIN_SEEDS} seeds; the "
              f"opposite direction at that level is DID NOT HOLD; anything else is UNDECIDED")
@@ -60,3 +65,24 @@ class Analysis:
     published: list[dict[str, Any]] = field(default_factory=list)  # published numbers beside ours
     tables: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # extra CSVs
     notes: list[str] = field(default_factory=list)
+
+
+def require_plateau(claims: list[Claim], loss_changes: list[float]) -> str | None:
+    """Turn the statistical verdicts of ``claims`` into UNDECIDED (in place) when the runs have
+    not plateaued: the median |loss change| per epoch over the training runs above PLATEAU_MAX.
+    Returns the report's note, or None when the runs have plateaued (or none trained)."""
+    finite = sorted(abs(x) for x in loss_changes if x == x and abs(x) != float("inf"))
+    if not finite:
+        return None
+    mid = len(finite) // 2
+    median = finite[mid] if len(finite) % 2 else 0.5 * (finite[mid - 1] + finite[mid])
+    if median <= PLATEAU_MAX:
+        return None
+    why = (f"not plateaued: the median run's training loss still changed {median:.1f}% per epoch over its last "
+           f"2 epochs (a verdict needs ≤ {PLATEAU_MAX:g}%)")
+    for c in claims:
+        if c.stats is not None and c.held is not None and c.stats.kind != "deterministic":
+            c.detail = f"{c.detail}; " if c.detail else ""
+            c.detail += f"the statistics said {c.verdict}, but {why}"
+            c.held = None
+    return f"{why}: every statistical verdict is UNDECIDED; train longer (schedule.epochs) to decide"

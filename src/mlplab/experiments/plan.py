@@ -41,6 +41,7 @@ class Experiment:
     default_dataset: str = "cifar10"
     aliases: tuple[str, ...] = ()
     doc: str = ""
+    needs_plateau: bool = True  # verdicts need trained runs (claims.require_plateau); False for compute sweeps
 
 
 # Filled by ``@experiment`` as the spec modules are imported (``mlplab.experiments.specs``);
@@ -50,14 +51,14 @@ ALIASES: dict[str, str] = {}  # lower-case id or alias -> id
 
 
 def experiment(id: str, title: str, *, analyse: Callable[..., Any], default_dataset: str = "cifar10",
-               aliases: Sequence[str] = ()):
+               aliases: Sequence[str] = (), needs_plateau: bool = True):
     """Register ``plan(scale) -> Plan`` as experiment ``id`` (decorator)."""
 
     def deco(fn: Callable[[Scale], Plan]) -> Callable[[Scale], Plan]:
         if id in EXPERIMENTS:
             raise ValueError(f"experiment {id!r} is registered twice")
         EXPERIMENTS[id] = Experiment(id, title, fn, analyse, default_dataset, tuple(aliases),
-                                     inspect.cleandoc(fn.__doc__ or ""))
+                                     inspect.cleandoc(fn.__doc__ or ""), needs_plateau)
         for a in (id, *aliases):
             ALIASES[a.lower()] = id
         return fn

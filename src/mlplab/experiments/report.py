@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..utils.io import atomic_write_json, atomic_write_text
-from .aggregate import RunRecord, load_runs, rows_to_csv, union_columns
-from .claims import Analysis, Claim
+from .aggregate import RunRecord, load_runs, loss_change, rows_to_csv, union_columns
+from .claims import Analysis, Claim, require_plateau
 from .plan import Experiment
 
 __all__ = ["Claim", "Analysis", "write_report", "markdown_table", "load_manifest"]
@@ -92,6 +92,10 @@ def write_report(out_dir: str | Path, exp: Experiment, verbose: bool = False) ->
         error = traceback.format_exc()
         analysis = Analysis(table=[], figures={"figure": draw([], title=f"{exp.id}: analysis failed")},
                             claims=[], notes=["analysis failed; traceback below"])
+    if exp.needs_plateau:
+        note = require_plateau(analysis.claims, [loss_change(r) for r in runs if r.results])
+        if note:
+            analysis.notes.append(note)
     files: list[Path] = []
     atomic_write_text(out_dir / "results.csv", rows_to_csv(analysis.table, analysis.columns))
     files.append(out_dir / "results.csv")

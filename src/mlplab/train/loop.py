@@ -259,6 +259,7 @@ class _Run:
     dur: Durations
     n_params: int
     fpe: float  # forward FLOPs per example (0 when unknown)
+    train_fpe: float = 0.0  # training FLOPs per example, 3 × fpe (nanoGPT's rule); 0 when unknown
     train_model: nn.Module | None = None  # model, wrapped in DDP / torch.compile (after resume)
     compiled: bool = False
 
@@ -283,8 +284,12 @@ def _prepare(cfg: RunConfig, dist: DistInfo) -> _Run:
     model = (create_model(cfg.model.name, **resolve_model_kwargs(cfg, data.info)) if cfg.model.init_from is None
              else pretrained_model(cfg, data.info)).to(device)
     fpe = float(count_flops(model, tuple(data.train.images.shape[1:])))
-    return _Run(cfg, dist, device, precision, data, model, build_optimizer(model, cfg.optim), dur,
-                n_params=sum(p.numel() for p in model.parameters()), fpe=fpe)
+    optimizer = build_optimizer(model, cfg.optim)  # may freeze the body (linear probe)
+    # 3 × forward holds only when the backward runs through every layer: unknown with frozen ones
+    every_layer_trains = all(p.requires_grad for p in model.parameters())
+    return _Run(cfg, dist, device, precision, data, model, optimizer, dur,
+                n_params=sum(p.numel() for p in model.parameters()), fpe=fpe,
+                train_fpe=3.0 * fpe if every_layer_trains else 0.0)
 
 
 @dataclass
@@ -478,8 +483,8 @@ def _results(run: _Run, state: _Progress, final: dict[str, float], run_dir: Path
         "wall_s": state.wall_before + time.perf_counter() - t_start,
         "epoch_time_s": sum(h["epoch_time_s"] for h in timed) / max(len(timed), 1),
         "images_per_s": ips, "params": run.n_params, "flops_per_example": fpe,
-        "flops_per_s": 3.0 * fpe * ips if fpe else None,
-        "matmul_flops_per_s": peak, "mfu": 3.0 * fpe * ips / peak if fpe else None,
+        "flops_per_s": run.train_fpe * ips if run.train_fpe else None,
+        "matmul_flops_per_s": peak, "mfu": run.train_fpe * ips / peak if run.train_fpe else None,
         "precision": run.precision, "compiled": run.compiled, "device": str(run.device),
         "world_size": run.dist.world_size, "threads": torch.get_num_threads(), "loadavg": list(os.getloadavg()),
         "weights_sha256": digest, "run_dir": str(run_dir), "history": history,
@@ -527,8 +532,8 @@ def _train(cfg: RunConfig, dist: DistInfo, resume: bool, overwrite: bool,
                                    f"x ln K = {guard.limit:.4g}) after step {state.step} (epoch {epoch + 1})",
                                    state.checkpoint_epoch)
                 rec["epoch_time_s"] = time.perf_counter() - t_epoch
-                if run.fpe:
-                    rec["flops_per_s"] = 3.0 * run.fpe * rec["images_per_s"]
+                if run.train_fpe:
+                    rec["flops_per_s"] = run.train_fpe * rec["images_per_s"]
                     rec["mfu"] = rec["flops_per_s"] / peak
                 state.history.append(rec)
                 state.epoch = epoch + 1

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Sequence
 
-from ..aggregate import RunRecord, group_runs, select, test_error
+from ..aggregate import RunRecord, group_runs, loss_change, select, test_error
 
 __all__ = ["mixer", "sw_mlp", "model_seed", "pairs_for", "sw_widths", "err_rows", "FAMILY_LABEL",
            "log2", "fair_width", "connections", "loss_change", "TRAIN_METRICS", "TRAIN_COLUMNS",
@@ -107,16 +107,6 @@ def connections(r: RunRecord) -> float:
         return omega_sw_mlp(m, p, gamma) if m and p else float("nan")
     S, C = r.get("meta.S") or r.get("model.kwargs.num_tokens"), r.get("meta.C") or r.get("model.kwargs.hidden_dim")
     return omega_mixer(S, C, gamma) if S and C else float("nan")
-
-
-def loss_change(r: RunRecord, last: int = 2) -> float:
-    """Relative change (%) of the training loss per epoch over the last ``last`` epochs: near 0
-    when training has plateaued, e.g. −0.5 means the loss still fell 0.5% per epoch at the end."""
-    h = [e.get("train_loss") for e in (r.results or {}).get("history", []) if e.get("train_loss") is not None]
-    if len(h) < 2:
-        return float("nan")
-    k = min(last, len(h) - 1)
-    return 100.0 * ((h[-1] / h[-1 - k]) ** (1.0 / k) - 1.0) if h[-1 - k] > 0 else float("nan")
 
 
 def train_error(r: RunRecord) -> float:

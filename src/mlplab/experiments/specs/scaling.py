@@ -136,7 +136,8 @@ def _figure(rows: list[dict[str, Any]], fit, front: dict[str, Any], manifest: di
 
 
 @experiment("scaling", "Scaling MLPs in miniature: error vs compute, fit and compute-optimal frontier",
-            analyse=_analyse_scaling, default_dataset="cifar100", aliases=("scaling-mlps",))
+            analyse=_analyse_scaling, default_dataset="cifar100", aliases=("scaling-mlps",),
+            needs_plateau=False)  # short runs on purpose: error against compute, not trained models
 def scaling(sc: Scale) -> Plan:
     """Scaling MLPs (Bachmann et al. 2023), Fig. 1 in miniature: test error against compute.
 
