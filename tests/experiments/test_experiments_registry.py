@@ -48,7 +48,7 @@ def test_plans_are_valid_run_configs(scale):
             specs = expand(sw)
             assert specs, f"{id}/{sw.name} is empty"
             assert len({s.name for s in specs}) == len(specs)
-            if sw.task != "train":
+            if sw.task != "train" or id == "scaling":  # scaling: one run per (size, N, T), bootstrap over runs
                 continue
             for s in specs:
                 o = {k: v for k, v in s.overrides.items() if not k.startswith("meta.")}
@@ -187,3 +187,44 @@ def test_quick_fig6_is_the_centre_and_both_ends_with_three_seeds():
     q = [s.overrides for s in expand(plan_experiment("fig7", "quick", check_available=False)[2].sweeps[0])]
     c = [s.overrides for s in expand(plan_experiment("fig7", "cpu", check_available=False)[2].sweeps[0])]
     assert q == c
+
+
+@pytest.mark.parametrize("scale", ["quick", "cpu"])
+def test_every_id_fits_30_minutes_by_the_list_estimate(scale):
+    """The estimate ``reproduce --list`` prints (plan_experiment + cost.estimate_cost) is ≤ 30 min
+    for every id, planned on Fashion-MNIST as on a machine without the published datasets."""
+    over = {}
+    for id in list_experiments():
+        _, _, plan = plan_experiment(id, scale, dataset="fashion_mnist", check_available=False)
+        minutes = estimate_cost(plan, scale)["est_s"] / 60
+        if minutes > 30:
+            over[id] = round(minutes, 1)
+    assert not over, f"estimated minutes above 30 at {scale} scale: {over}"
+
+
+def test_trained_ids_run_three_seeds_or_more_at_cpu_scale():
+    from mlplab.experiments.recipes import CPU_SEEDS
+
+    five = {"fig2d", "figS5", "figS6-S8"}  # small effects: five seeds
+    for id in list_experiments():
+        _, _, plan = plan_experiment(id, "cpu", dataset="fashion_mnist", check_available=False)
+        for sw in plan.sweeps:
+            if sw.task != "train" or id == "scaling":  # scaling: one run per (size, N, T), bootstrap over runs
+                continue
+            seeds = {s.overrides["run.seed"] for s in expand(sw)}
+            assert len(seeds) >= (5 if id in five else CPU_SEEDS), f"{id}/{sw.name}: seeds {sorted(seeds)}"
+
+
+def test_quick_figS6_S8_is_a_subset_of_cpu_that_can_be_decided():
+    def runs(scale):
+        _, _, plan = plan_experiment("figS6-S8", scale, dataset="fashion_mnist", check_available=False)
+        return {(sw.name, s.name): s.overrides for sw in plan.sweeps for s in expand(sw)}
+
+    quick, cpu = runs("quick"), runs("cpu")
+    assert set(quick) < set(cpu)
+    assert all(quick[k] == cpu[k] for k in quick)  # the same runs, not a different recipe
+    for part in ("S6", "S7", "S8"):
+        for rp in (False, True):
+            seeds = {o["run.seed"] for (p, _), o in quick.items() if p == part and o["meta.rp"] == rp}
+            assert len(seeds) >= 3
+    assert {o["data.train_subset"] for o in cpu.values()} == {2000}

@@ -31,6 +31,10 @@ def test_smoke_experiment_reports(smoke_runs, id):
     v = json.loads((out / "verdicts.json").read_text())
     assert v["line"].startswith("Verdict: ")
     assert "Analysis error" not in md
+    # every claim is decided from the smoke runs: a verdict word, and the statistics where a rule gave them
+    assert v["verdicts"], f"{id}: no claim decided from the smoke runs"
+    for c in v["verdicts"]:
+        assert c["verdict"] in ("HELD", "DID NOT HOLD", "UNDECIDED") and f"**{c['verdict']}**" in md
 
 
 def test_report_is_rewritten_from_the_runs(smoke_runs):

@@ -4,8 +4,9 @@ import math
 import numpy as np
 import pytest
 
-from mlplab.experiments.verdicts import (ALPHA, compare, holm, interior_optimum, paired_t, quadratic_minimum, trend,
-                                         worst_of)
+from mlplab.experiments.verdicts import (ALPHA, Verdict, best_is_interior, compare, deterministic, holm,
+                                         interior_optimum, lowest_of, noninferior, paired_t, quadratic_minimum,
+                                         ratio_interval, trend, worst_of)
 
 # fig6-like sweep: pairs sorted by C, S ≈ C in the middle (twins 41/40 and 40/41)
 S = [124, 83, 41, 40, 16, 8]
@@ -157,3 +158,117 @@ def test_worst_of():
     # block 1 clearly worse than block 0
     assert worst_of(target, {"block 1": {0: 25.0, 1: 25.5, 2: 25.2}}).held is False
     assert worst_of({0: 1.0}, {"b": {0: 0.0}}).held is None
+
+
+# ---------------------------------------------------------------------- noninferior (fig2d, fig4 λ_max)
+
+
+def test_noninferior_within_beyond_and_noise():
+    monarch = {0: 12.0, 1: 12.4, 2: 11.8, 3: 12.1, 4: 12.2}
+    close = {s: v + 0.2 + 0.05 * (s % 2) for s, v in monarch.items()}  # 0.2 points worse: inside a 1-point margin
+    v = noninferior(close, monarch, 1.0, unit="points")
+    assert v.held is True and v.p < ALPHA and v.effect == pytest.approx(0.22) and v.interval[1] < 1.0
+    assert "points" in v.summary()
+    far = {s: v + 3.0 + 0.1 * (s % 2) for s, v in monarch.items()}  # 3 points worse
+    assert noninferior(far, monarch, 1.0).held is False
+    g = np.random.default_rng(5)  # pure noise of sd 3 around a difference at the margin: cannot tell
+    noisy = {s: monarch[s] + 1.0 + 3.0 * float(g.normal()) for s in monarch}
+    assert noninferior(noisy, monarch, 1.0).held is None
+
+
+def test_noninferior_against_a_constant_and_needs_three_seeds():
+    lam = {0: 2.43, 1: 2.45, 2: 2.41}
+    c = 1 + math.sqrt(2)
+    assert noninferior(lam, c, 0.1).held is True
+    assert noninferior({s: x + 1.0 for s, x in lam.items()}, c, 0.1).held is False
+    assert noninferior({0: 2.4, 1: 2.4}, c, 0.1).held is None
+    with pytest.raises(ValueError, match="margin"):
+        noninferior(lam, c, -1.0)
+
+
+# ---------------------------------------------------------------------- lowest_of / best_is_interior (figS5, fig2b)
+
+
+def patches(curve, n=5, noise=0.2, rng=0):
+    g = np.random.default_rng(rng)
+    return {k: {s: y + noise * float(g.normal()) for s in range(n)} for k, y in curve.items()}
+
+
+def test_lowest_of_holds_fails_and_is_undecided():
+    groups = patches({"P=1": 20.0, "P=2": 15.0, "P=4": 12.0, "P=7": 13.5, "P=14": 18.0})
+    v = lowest_of(groups, "P=4", unit="points")
+    assert v.held is True and v.extra["closest"] == "P=7" and v.effect == pytest.approx(1.5, abs=0.4)
+    assert lowest_of(groups, "P=14").held is False  # P=4 is significantly lower than P=14
+    noise = patches({k: 15.0 for k in ("a", "b", "c")}, noise=1.0, rng=2)
+    assert lowest_of(noise, "a").held is None
+    assert lowest_of(patches({"a": 1.0, "b": 2.0}, n=2), "a").held is None  # 2 seeds
+    with pytest.raises(ValueError, match="target"):
+        lowest_of(groups, "P=3")
+
+
+def test_worst_of_is_lowest_of_read_upwards():
+    groups = patches({"block 0": 20.0, "block 1": 15.0, "block 2": 14.0}, n=3)
+    a = worst_of(groups["block 0"], {k: v for k, v in groups.items() if k != "block 0"})
+    b = lowest_of(groups, "block 0", higher=True)
+    assert a.held is b.held is True and a.p == pytest.approx(b.p)
+
+
+def test_best_is_interior():
+    order = ["P=1", "P=2", "P=4", "P=7", "P=14"]
+    inner = patches({"P=1": 20.0, "P=2": 15.0, "P=4": 12.0, "P=7": 13.5, "P=14": 18.0})
+    v = best_is_interior(order, inner)
+    assert v.held is True and v.extra["best"] == "P=4" and "inner point" in v.detail
+    monotone = patches({"P=1": 10.0, "P=2": 12.0, "P=4": 14.0, "P=7": 16.0, "P=14": 18.0})
+    v = best_is_interior(order, monotone)
+    assert v.held is False and v.extra["best"] == "P=1"
+    flat = patches({k: 15.0 for k in order}, noise=1.0, rng=7)
+    assert best_is_interior(order, flat).held is None
+    assert best_is_interior(order, patches({"P=1": 20.0, "P=2": 15.0, "P=4": 12.0, "P=7": 13.5, "P=14": 18.0},
+                                           n=2)).held is None
+    # CKA peaks: the highest inner point
+    cka = patches({"p=1": 0.4, "p=1/4": 0.6, "p=1/16": 0.7, "p=1/256": 0.5}, noise=0.02)
+    assert best_is_interior(list(cka), cka, higher=True).held is True
+
+
+# ---------------------------------------------------------------------- ratio_interval (tableS3)
+
+
+def test_ratio_interval_above_below_and_straddling():
+    g = np.random.default_rng(0)
+    mixer = list(6.0 + 0.1 * g.standard_normal(9))
+    sw = list(28.0 + 0.5 * g.standard_normal(9))
+    rp = list(6.3 + 0.1 * g.standard_normal(9))
+    v = ratio_interval(sw, mixer, above=2.0, unit="×")
+    assert v.held is True and v.effect == pytest.approx(28 / 6, rel=0.05) and v.interval[0] > 2.0
+    assert v.kind == "interval" and "9 measurements" in v.summary()
+    assert ratio_interval(rp, mixer, below=1.10).held is True
+    assert ratio_interval(sw, mixer, below=1.10).held is False
+    assert ratio_interval(mixer, sw, above=2.0).held is False
+    noisy = list(6.6 + 1.5 * g.standard_normal(9))  # ratio near 1.10 with a wide spread
+    assert ratio_interval(noisy, mixer, below=1.10).held is None
+    assert ratio_interval(sw[:2], mixer[:2], above=2.0).held is None
+    with pytest.raises(ValueError, match="exactly one"):
+        ratio_interval(sw, mixer)
+
+
+# ---------------------------------------------------------------------- deterministic (figS9, implicit-bias)
+
+
+def test_deterministic_is_a_tolerance_check_without_seeds():
+    v = deterministic(0.125, expected=1 / 8, tol=1e-12, what="density")
+    assert v.held is True and v.kind == "deterministic" and "no seeds needed" in v.summary()
+    assert deterministic(0.13, expected=1 / 8, tol=1e-3).held is False
+    assert deterministic(-1e-9, at_least=0.0, tol=1e-6).held is True
+    assert deterministic(-0.1, at_least=0.0, tol=1e-6).held is False
+    assert deterministic(float("nan"), at_least=0.0).held is None
+    with pytest.raises(ValueError):
+        deterministic(1.0)
+
+
+def test_verdict_prints_its_unit_and_refuses_an_unknown_kind():
+    v = compare({0: 10.0, 1: 10.5, 2: 9.8}, {0: 12.0, 1: 12.2, 2: 11.9}, unit="points of test error")
+    assert "points of test error" in v.summary() and v.to_dict()["unit"] == "points of test error"
+    t = trend(M, seeds_of([40, 35, 31, 28]), sign=-1, what="Δ error", unit="points")
+    assert t.unit == "points" and t.effect_name == "mean Δ error per doubling"
+    with pytest.raises(ValueError, match="kind"):
+        Verdict(None, kind="guess")

@@ -11,7 +11,7 @@ from typing import Any
 
 from .verdicts import ALPHA, MIN_SEEDS, Verdict, verdict_word
 
-__all__ = ["Claim", "Analysis", "decided", "STAT_RULE", "PLATEAU_MAX", "require_plateau"]
+__all__ = ["Claim", "Analysis", "decided", "STAT_RULE", "KIND_RULE", "PLATEAU_MAX", "require_plateau"]
 
 # A statistical verdict is a claim about trained models: when the training loss of the median run
 # still falls faster than this (% per epoch over its last 2 epochs, ``aggregate.loss_change``),
@@ -20,6 +20,14 @@ PLATEAU_MAX = 5.0
 
 STAT_RULE = (f"HELD needs the claimed direction at one-sided α = {ALPHA} across ≥ {MIN_SEEDS} seeds; the "
              f"opposite direction at that level is DID NOT HOLD; anything else is UNDECIDED")
+# What decides a claim, by the kind of its verdict (verdicts.KINDS)
+KIND_RULE = {
+    "test": STAT_RULE,
+    "interval": (f"HELD needs the whole 95% interval on the claimed side (≥ {MIN_SEEDS} measurements); the whole "
+                 "interval on the other side is DID NOT HOLD; an interval that holds the bound is UNDECIDED"),
+    "deterministic": ("an exact computation, not a random experiment: no seeds; HELD within the stated tolerance, "
+                      "DID NOT HOLD outside it"),
+}
 
 
 @dataclass
@@ -43,8 +51,9 @@ class Claim:
 
 
 def decided(claim: str, rule: str, v: Verdict, detail: str = "") -> Claim:
-    """A claim decided by a statistical rule: its outcome and evidence are the verdict's."""
-    return Claim(claim, f"{rule}. {STAT_RULE}", v.held, detail, v)
+    """A claim decided by a rule of :mod:`verdicts`: its outcome and evidence are the verdict's; the
+    rule is followed by what decides a verdict of that kind (test, interval, deterministic)."""
+    return Claim(claim, f"{rule}. {KIND_RULE[v.kind]}", v.held, detail, v)
 
 
 @dataclass
@@ -72,7 +81,7 @@ def require_plateau(claims: list[Claim], loss_changes: list[float]) -> str | Non
     why = (f"not plateaued: the median run's training loss still changed {median:.1f}% per epoch over its last "
            f"2 epochs (a verdict needs ≤ {PLATEAU_MAX:g}%)")
     for c in claims:
-        if c.stats is not None and c.held is not None:
+        if c.stats is not None and c.held is not None and c.stats.kind != "deterministic":
             c.detail = f"{c.detail}; " if c.detail else ""
             c.detail += f"the statistics said {c.verdict}, but {why}"
             c.held = None

@@ -3,11 +3,12 @@
 
 A training run on the 2-core CPU machine (scales ``cpu``, ``quick``, ``smoke``) takes
 
-    run_s = epochs · N · t(F)  +  N_test · t(F) / 3  +  overhead
+    run_s = epochs · N · t(F)  +  evals · N_test · t(F) / 3  +  overhead
     t(F)  = (3F / R + τ) · slowdown(model)
 
-with N training examples per epoch, N_test test examples (the one evaluation at the end is a
-forward pass: a third of a training step), F the model's forward matmul FLOPs per example from
+with N training examples per epoch, N_test test examples (an evaluation is a forward pass: a
+third of a training step; ``evals`` = 1, the one at the end, plus one every ``run.eval_every``
+epochs where a run asks for periodic evaluations, e.g. figS6-S8's loss curves), F the model's forward matmul FLOPs per example from
 the analytic counter (:func:`mlplab.analysis.cost.config_flops`; 3F = forward + backward, as in
 nanoGPT's ``estimate_mfu``), R the rate at which the training step's matmuls run, and τ the time
 per example of everything that is not a matmul (layer norms, activations, transposes, the
@@ -149,7 +150,10 @@ def spec_s(spec: RunSpec, scale: str, est_epoch_s: float = 0.0, epochs: float = 
     flops, rp_share = run_flops(o)
     slow = 1.0 + (RP_SLOWDOWN - 1.0) * rp_share
     ds = str(o.get("data.dataset"))
-    return run_s(flops, _train_examples(o), planned_epochs(o), o.get("data.test_subset") or TEST_SIZES.get(ds, 10000),
+    epochs = planned_epochs(o)
+    every = int(o.get("run.eval_every") or 0)
+    evals = 1 + (int(epochs // every) if every > 0 else 0)
+    return run_s(flops, _train_examples(o), epochs, evals * (o.get("data.test_subset") or TEST_SIZES.get(ds, 10000)),
                  slow, RUN_OVERHEAD_S.get(scale, RUN_OVERHEAD_S["cpu"]))
 
 

@@ -12,7 +12,8 @@ augmentation); :meth:`Scale.recipe` turns them into dotted overrides of
   checkpoint at the end); ≤ 30 min per id on 2 cores. Fashion-MNIST (28×28×1) when the published
   dataset is not on the machine.
 - ``quick``: the cpu scale, reduced where an experiment says how (fig6: only the S ≈ C twins and
-  the two ends; the README's main job); otherwise the same as ``cpu``.
+  the two ends, the README's main job; figS6-S8: the cpu runs of 3 of the 5 seeds); otherwise
+  the same as ``cpu``. Every id's cpu and quick plans fit 30 minutes by ``cost.estimate_cost``.
 - ``smoke``: seconds, for the tests: the synthetic dataset (a few hundred images), one epoch.
 """
 from __future__ import annotations
@@ -24,7 +25,8 @@ from typing import Any
 __all__ = ["SCALES", "Scale", "make_scale", "AUGMENT", "dataset_available", "CPU_SEEDS",
            "CPU_LR", "CPU_BATCH", "LR_SEARCH"]
 
-CPU_SEEDS = 3  # seeds per point at cpu scale: the fewest the verdict rules test (verdicts.MIN_SEEDS)
+CPU_SEEDS = 3  # seeds per point at cpu scale: the fewest the verdict rules test (verdicts.MIN_SEEDS);
+# experiments with small effects ask for 5 (fig2d, figS5, figS6-S8)
 CPU_BATCH = 256  # examples per step at cpu scale (the fast engine: big enough GEMMs, few steps)
 
 # AdamW peak lr per step of CPU_BATCH examples (cosine to 0, warmup 0.5 epoch, wd 0.05), per family.

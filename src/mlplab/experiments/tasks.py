@@ -53,6 +53,7 @@ def normalised_spectrum_task(o: dict[str, Any], run_dir: Path) -> dict[str, Any]
     hist, edges = np.histogram(nz, bins=60) if nz.size else (np.zeros(0), np.zeros(0))
     return {"a": ns.a, "omega": ns.omega, "m": ns.m, "p": ns.p, "trials": int(sv.shape[0]),
             "largest_mean": float(ns.largest.mean()), "largest_std": float(ns.largest.std()),
+            "largest": [float(x) for x in ns.largest],
             "hist": hist.tolist(), "edges": edges.tolist()}
 
 
@@ -77,8 +78,10 @@ def pictures_task(o: dict[str, Any], run_dir: Path) -> dict[str, Any]:
     return out
 
 
-def _time_per_epoch(model, in_shape, num_classes: int, batch: int, steps: int, epoch_examples: int) -> tuple[float, float]:
-    """Seconds per training step (forward + backward + SGD update) and the implied epoch time."""
+def _time_per_epoch(model, in_shape, num_classes: int, batch: int, steps: int,
+                    epoch_examples: int) -> tuple[float, float, list[float]]:
+    """Seconds per training step (forward + backward + SGD update; the median of ``steps`` timed
+    steps after one warm-up), the implied epoch time, and every step's seconds."""
     import torch
 
     device = next(model.parameters()).device
@@ -93,21 +96,23 @@ def _time_per_epoch(model, in_shape, num_classes: int, batch: int, steps: int, e
         opt.step()
 
     step()  # warm-up
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    t0 = time.perf_counter()
+    times = []
     for _ in range(steps):
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
         step()
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    dt = (time.perf_counter() - t0) / steps
-    return dt, dt * math.ceil(epoch_examples / batch)
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - t0)
+    dt = float(np.median(times))
+    return dt, dt * math.ceil(epoch_examples / batch), times
 
 
 def cost_task(o: dict[str, Any], run_dir: Path) -> dict[str, Any]:
     """Params, FLOPs, weight memory, peak memory (CUDA) and time per epoch of one model (Table S.3).
 
-    ``model`` and ``kwargs`` build it; time per epoch is measured on ``steps`` training steps of
+    ``model`` and ``kwargs`` build it; time per epoch is the median of ``steps`` timed training steps of
     batch ``batch`` and extrapolated to ``epoch_examples`` images (CIFAR: 50 000)."""
     import torch
 
@@ -126,12 +131,12 @@ def cost_task(o: dict[str, Any], run_dir: Path) -> dict[str, Any]:
     flops = float(count_flops(model, in_shape))
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats()
-    step_s, epoch_s = _time_per_epoch(model, in_shape, getattr(cfg, "num_classes", 10), int(o.get("batch", 128)),
+    step_s, epoch_s, step_times = _time_per_epoch(model, in_shape, getattr(cfg, "num_classes", 10), int(o.get("batch", 128)),
                                       int(o.get("steps", 5)), int(o.get("epoch_examples", 50000)))
     peak = torch.cuda.max_memory_allocated() if device.type == "cuda" else None
     return {"model": o["model"], "label": o.get("label", o["model"]), "params": params,
             "params_nonzero": params_nonzero,
-            "weight_MB": weight_bytes / 2**20, "flops_per_example": flops, "step_s": step_s,
+            "weight_MB": weight_bytes / 2**20, "flops_per_example": flops, "step_s": step_s, "step_times": step_times,
             "epoch_s": epoch_s, "peak_MB": None if peak is None else peak / 2**20, "device": str(device),
             "batch": int(o.get("batch", 128)), "threads": torch.get_num_threads()}
 

@@ -31,13 +31,15 @@ from typing import Mapping, Sequence
 import numpy as np
 
 __all__ = ["ALPHA", "MIN_SEEDS", "Verdict", "paired_t", "holm", "compare", "trend", "interior_optimum",
-           "quadratic_minimum", "verdict_word", "worst_of", "exponent_in_interval"]
+           "quadratic_minimum", "verdict_word", "worst_of", "exponent_in_interval", "noninferior", "lowest_of",
+           "best_is_interior", "ratio_interval", "deterministic", "KINDS"]
 
 ALPHA = 0.05  # one-sided level of every test
 MIN_SEEDS = 3  # fewer paired seeds than this: UNDECIDED without a test
 BOOTSTRAP = 2000  # resamples of the seeds for the interval of the minimum's location
 
 WORDS = {True: "HELD", False: "DID NOT HOLD", None: "UNDECIDED"}
+KINDS = ("test", "interval", "deterministic")  # a test across seeds; a bootstrap interval; an exact computation
 
 
 def verdict_word(held: bool | None) -> str:
@@ -59,6 +61,13 @@ class Verdict:
     n: int = 0  # seeds
     detail: str = ""
     extra: dict = field(default_factory=dict)
+    unit: str = ""  # of the effect and its interval, e.g. "points of test error", "s/step"
+    kind: str = "test"  # one of KINDS
+    n_of: str = "seed"  # what n counts (seeds; timed steps for a timing ratio; runs for a bootstrap over runs)
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"Verdict kind must be one of {', '.join(KINDS)}, not {self.kind!r}")
 
     @property
     def word(self) -> str:
@@ -67,16 +76,22 @@ class Verdict:
     def summary(self) -> str:
         """One line: statistic, p, effect [interval], n, and the detail."""
         parts = []
-        if self.statistic:
+        u = f" {self.unit}" if self.unit else ""
+        if self.statistic and self.kind == "test":
             parts.append(f"{self.statistic} = {_g(self.value)}")
+        elif self.statistic:
+            parts.append(self.statistic)
         if math.isfinite(self.p):
             parts.append(f"p = {_p(self.p)} (α = {ALPHA})")
         if self.effect_name:
-            e = f"{self.effect_name} {_g(self.effect)}"
+            e = f"{self.effect_name} {_g(self.effect)}{u}"
             if self.interval is not None:
-                e += f" [95% CI {_g(self.interval[0])}, {_g(self.interval[1])}]"
+                e += f" [95% CI {_g(self.interval[0])}, {_g(self.interval[1])}]{u}"
             parts.append(e)
-        parts.append(f"n = {self.n} seed{'s' if self.n != 1 else ''}")
+        if self.kind == "deterministic":
+            parts.append("deterministic computation: no seeds needed")
+        else:
+            parts.append(f"n = {self.n} {self.n_of}{'s' if self.n != 1 else ''}")
         s = "; ".join(parts)
         return s + (f" — {self.detail}" if self.detail else "")
 
@@ -84,7 +99,7 @@ class Verdict:
         return {"held": self.held, "verdict": self.word, "statistic": self.statistic, "value": _num(self.value),
                 "p": _num(self.p), "effect": _num(self.effect), "effect_name": self.effect_name,
                 "interval": list(self.interval) if self.interval else None, "n": self.n, "detail": self.detail,
-                **{k: v for k, v in self.extra.items()}}
+                "unit": self.unit, "kind": self.kind, **{k: v for k, v in self.extra.items()}}
 
 
 def _num(x: float) -> float | None:
@@ -151,7 +166,7 @@ def _decide(p_claim: float, p_against: float) -> bool | None:
     return None
 
 
-def compare(a: Mapping[int, float], b: Mapping[int, float], *, what: str = "a − b") -> Verdict:
+def compare(a: Mapping[int, float], b: Mapping[int, float], *, what: str = "a − b", unit: str = "") -> Verdict:
     """Claim "a < b" (e.g. the wide Mixer's error below the narrow one's), seed-paired.
 
     ``a``, ``b``: seed → value. Paired one-sided t-test on a − b: HELD if mean(a − b) < 0 at
@@ -160,12 +175,12 @@ def compare(a: Mapping[int, float], b: Mapping[int, float], *, what: str = "a �
     d = [a[s] - b[s] for s in seeds]
     if len(seeds) < MIN_SEEDS:
         return Verdict(None, effect=float(np.mean(d)) if d else float("nan"), effect_name=f"mean {what}",
-                       n=len(seeds), detail=f"fewer than {MIN_SEEDS} paired seeds: no test")
+                       n=len(seeds), detail=f"fewer than {MIN_SEEDS} paired seeds: no test", unit=unit)
     t, p_less, p_greater, ci = paired_t(d)
     held = _decide(p_less, p_greater)
     return Verdict(held, f"paired t (df = {len(seeds) - 1})", t, p_less if held is not False else p_greater,
                    float(np.mean(d)), f"mean {what}", ci, len(seeds),
-                   extra={"p_claim": p_less, "p_against": p_greater})
+                   extra={"p_claim": p_less, "p_against": p_greater}, unit=unit)
 
 
 def _slope(x: np.ndarray, y: np.ndarray) -> float:
@@ -174,7 +189,7 @@ def _slope(x: np.ndarray, y: np.ndarray) -> float:
 
 
 def trend(x: Sequence[float], y_by_seed: Mapping[int, Sequence[float]], *, sign: int = -1,
-          log_x: bool = True, what: str = "slope") -> Verdict:
+          log_x: bool = True, what: str = "slope", unit: str = "") -> Verdict:
     """Claim "y falls with x" (``sign=-1``) or "rises" (``sign=+1``), across seeds.
 
     ``x``: the points (≥ 3 distinct); ``y_by_seed``: seed → the values at those points (NaN for a
@@ -194,18 +209,19 @@ def trend(x: Sequence[float], y_by_seed: Mapping[int, Sequence[float]], *, sign:
             continue
         slopes.append(_slope(xa[ok], y[ok]))
         rhos.append(float(spearmanr(xa[ok], y[ok]).statistic) if np.ptp(y[ok]) > 0 else 0.0)
-    unit = f"{what} per doubling" if log_x else what
+    name = f"{what} per doubling" if log_x else what
     rho_txt = f"Spearman ρ per seed {', '.join(f'{r:+.2f}' for r in rhos)}" if rhos else "no seed with ≥ 3 points"
     if len(slopes) < MIN_SEEDS:
-        return Verdict(None, effect=float(np.mean(slopes)) if slopes else float("nan"), effect_name=f"mean {unit}",
-                       n=len(slopes), detail=f"fewer than {MIN_SEEDS} seeds with ≥ 3 points: no test; {rho_txt}")
+        return Verdict(None, effect=float(np.mean(slopes)) if slopes else float("nan"), effect_name=f"mean {name}",
+                       n=len(slopes), detail=f"fewer than {MIN_SEEDS} seeds with ≥ 3 points: no test; {rho_txt}",
+                       unit=unit)
     t, p_less, p_greater, ci = paired_t(slopes)
     p_claim, p_against = (p_less, p_greater) if sign < 0 else (p_greater, p_less)
     held = _decide(p_claim, p_against)
     return Verdict(held, f"t of per-seed slopes (df = {len(slopes) - 1})", t,
-                   p_claim if held is not False else p_against, float(np.mean(slopes)), f"mean {unit}", ci,
+                   p_claim if held is not False else p_against, float(np.mean(slopes)), f"mean {name}", ci,
                    len(slopes), detail=rho_txt, extra={"p_claim": p_claim, "p_against": p_against,
-                                                       "rho_mean": float(np.mean(rhos))})
+                                                       "rho_mean": float(np.mean(rhos))}, unit=unit)
 
 
 def _quad_argmin(x: np.ndarray, y: np.ndarray) -> float:
@@ -256,8 +272,8 @@ def interior_optimum(S: Sequence[int], C: Sequence[int], err_by_seed: Mapping[in
     ends = f"centre {_sc(S, C, centre)} vs ends {_sc(S, C, [lo])}, {_sc(S, C, [hi])}"
     if len(seeds) < MIN_SEEDS:
         eff = float(min(-np.mean(d_lo), -np.mean(d_hi))) if seeds else float("nan")
-        return Verdict(None, effect=eff, effect_name="min advantage of the centre (points)", n=len(seeds),
-                       detail=f"fewer than {MIN_SEEDS} seeds: no test; {ends}")
+        return Verdict(None, effect=eff, effect_name="min advantage of the centre", n=len(seeds),
+                       detail=f"fewer than {MIN_SEEDS} seeds: no test; {ends}", unit="points")
     t_lo, pl_lo, pg_lo, ci_lo = paired_t(d_lo)
     t_hi, pl_hi, pg_hi, ci_hi = paired_t(d_hi)
     p_claim = holm([pl_lo, pl_hi])
@@ -279,51 +295,179 @@ def interior_optimum(S: Sequence[int], C: Sequence[int], err_by_seed: Mapping[in
               + (" (at an end of the sweep: the fitted curve has no interior minimum)"
                  if min(abs(xm - x.min()), abs(xm - x.max())) < 1e-9 else ""))
     return Verdict(held, f"paired t, weaker end (df = {len(seeds) - 1})", t, p, -float(np.mean(dd)),
-                   "advantage of the centre over the weaker end (points)", (-ci[1], -ci[0]), len(seeds), detail,
+                   "advantage of the centre over the weaker end", (-ci[1], -ci[0]), len(seeds), detail,
                    extra={"p_claim_holm": p_claim, "p_against_holm": p_against,
-                          "argmin_S_over_C": math.exp(xm), "argmin_interval": [math.exp(xl), math.exp(xh)]})
+                          "argmin_S_over_C": math.exp(xm), "argmin_interval": [math.exp(xl), math.exp(xh)]},
+                   unit="points")
 
 
 def _sc(S: Sequence[int], C: Sequence[int], idx) -> str:
     return "/".join(f"(S={S[i]}, C={C[i]})" for i in idx)
 
 
-def worst_of(target: Mapping[int, float], others: Mapping[str, Mapping[int, float]]) -> Verdict:
-    """Claim "``target`` is higher than every one of ``others``" (e.g. RP at block 0 hurts most),
-    seed-paired: one paired one-sided t-test per other, Holm-corrected. HELD if all reject;
-    DID NOT HOLD if some other is significantly higher than the target (reverse tests, Holm);
-    else UNDECIDED."""
-    names = [k for k in others if len(_paired(target, others[k])) >= MIN_SEEDS]
-    n = min((len(_paired(target, others[k])) for k in others), default=0)
-    if len(names) < len(others) or not names:
-        return Verdict(None, n=n, detail=f"fewer than {MIN_SEEDS} paired seeds for some comparison: no test")
-    tests = {k: paired_t([others[k][s] - target[s] for s in _paired(target, others[k])]) for k in names}
-    p_claim = holm([tests[k][1] for k in names])  # other − target < 0
-    p_against = holm([tests[k][2] for k in names])
-    weakest = max(names, key=lambda k: np.mean([others[k][s] - target[s] for s in _paired(target, others[k])]))
-    t, _, _, ci = tests[weakest]
-    eff = -float(np.mean([others[weakest][s] - target[s] for s in _paired(target, others[weakest])]))
+def lowest_of(groups: Mapping[str, Mapping[int, float]], target: str, *, higher: bool = False,
+              unit: str = "") -> Verdict:
+    """Claim "group ``target`` is the lowest of ``groups``" (``higher``: the highest), seed-paired.
+
+    ``groups``: name → {seed → value}. One paired one-sided t-test of the target against every
+    other group, Holm-corrected: HELD if all reject; DID NOT HOLD if some other group is
+    significantly lower (``higher``: higher) than the target (reverse tests, Holm); else
+    UNDECIDED; fewer than 3 paired seeds in any comparison: UNDECIDED. The effect is the
+    target's margin over the closest other group (positive when the target is the better)."""
+    if target not in groups:
+        raise ValueError(f"lowest_of: target {target!r} is not one of the groups {', '.join(map(str, groups))}")
+    t0 = groups[target]
+    others = [k for k in groups if k != target]
+    if not others:
+        raise ValueError("lowest_of needs at least one group besides the target")
+    sign = -1.0 if higher else 1.0  # compare sign·(target − other) < 0
+    n = min(len(_paired(t0, groups[k])) for k in others)
+    word = "highest" if higher else "lowest"
+    if n < MIN_SEEDS:
+        return Verdict(None, n=n, detail=f"fewer than {MIN_SEEDS} paired seeds for some comparison: no test",
+                       unit=unit)
+    diffs = {k: [sign * (t0[s] - groups[k][s]) for s in _paired(t0, groups[k])] for k in others}
+    tests = {k: paired_t(d) for k, d in diffs.items()}
+    p_claim = holm([tests[k][1] for k in others])  # sign·(target − other) < 0
+    p_against = holm([tests[k][2] for k in others])
+    closest = max(others, key=lambda k: float(np.mean(diffs[k])))
+    t, _, _, ci = tests[closest]
     if max(p_claim) < ALPHA:
         held, p = True, max(p_claim)
     elif min(p_against) < ALPHA:
         held, p = False, min(p_against)
     else:
         held, p = None, max(p_claim)
-    detail = "; ".join(f"vs {k}: Holm p {pc:.2g}" for k, pc in zip(names, p_claim))
-    return Verdict(held, f"paired t vs the closest ({weakest}, df = {n - 1})", -t, p, eff,
-                   f"margin over {weakest}", (-ci[1], -ci[0]), n, detail,
-                   extra={"p_claim_holm": p_claim, "p_against_holm": p_against})
+    detail = f"{target} the {word}: " + "; ".join(f"margin over {k} {-np.mean(diffs[k]):+.3g} (Holm p {pc:.2g})"
+                                                   for k, pc in zip(others, p_claim))
+    return Verdict(held, f"paired t vs the closest ({closest}, df = {n - 1})", -t, p, -float(np.mean(diffs[closest])),
+                   f"margin of {target} over {closest}", (-ci[1], -ci[0]), n, detail,
+                   extra={"p_claim_holm": p_claim, "p_against_holm": p_against, "closest": closest}, unit=unit)
+
+
+def worst_of(target: Mapping[int, float], others: Mapping[str, Mapping[int, float]], *, name: str = "target",
+             unit: str = "") -> Verdict:
+    """Claim "``target`` (called ``name``) is higher than every one of ``others``" (e.g. RP at
+    block 0 hurts most): :func:`lowest_of` read the other way (``higher=True``)."""
+    if name in others:
+        raise ValueError(f"worst_of: the target's name {name!r} is also one of the others")
+    return lowest_of({name: target, **others}, name, higher=True, unit=unit)
+
+
+def best_is_interior(order: Sequence[str], groups: Mapping[str, Mapping[int, float]], *, higher: bool = False,
+                     unit: str = "") -> Verdict:
+    """Claim "the best of an ordered sweep is an inner point, not an end" (e.g. the best patch
+    size is neither the smallest nor the largest; the CKA peaks at an intermediate sparsity).
+
+    ``order``: the groups along the sweep (≥ 3). The best group by seed mean (lowest; ``higher``:
+    highest) is chosen from the data and tested with :func:`lowest_of` against every other. Inner
+    best and :func:`lowest_of` HELD → HELD; an end is the best and significantly so → DID NOT
+    HOLD; otherwise UNDECIDED. (Choosing the best from the same data favours the claim a little;
+    requiring it to beat every other group, Holm-corrected, more than pays for that.)"""
+    if len(order) < 3:
+        return Verdict(None, detail="fewer than 3 points along the sweep: no interior", unit=unit)
+    means = {k: float(np.mean([v for v in groups[k].values() if math.isfinite(v)]))
+             if any(math.isfinite(v) for v in groups.get(k, {}).values()) else float("nan") for k in order}
+    finite = [k for k in order if math.isfinite(means[k])]
+    if len(finite) < len(order):
+        return Verdict(None, detail=f"no finished runs at {', '.join(k for k in order if k not in finite)}", unit=unit)
+    best = (max if higher else min)(order, key=lambda k: means[k])
+    v = lowest_of({k: groups[k] for k in order}, best, higher=higher, unit=unit)
+    inner = best not in (order[0], order[-1])
+    where = f"best mean at {best} ({'an inner point' if inner else 'an end of the sweep'}, chosen from the data)"
+    held = v.held if inner else (False if v.held else None)
+    return Verdict(held, v.statistic, v.value, v.p, v.effect, v.effect_name, v.interval, v.n,
+                   f"{where}; {v.detail}", {**v.extra, "best": best, "inner": inner}, unit)
+
+
+def noninferior(a: Mapping[int, float], b: Mapping[int, float] | float, margin: float, *,
+                what: str = "a − b", unit: str = "") -> Verdict:
+    """Claim "a is not worse (higher) than b by more than ``margin``", seed-paired.
+
+    ``b`` may be a constant (e.g. the predicted c_γ). One-sided paired t-tests of the per-seed
+    a − b against ``margin``: HELD if mean(a − b) < margin at level α; DID NOT HOLD if
+    mean(a − b) > margin at level α; else UNDECIDED; fewer than 3 paired seeds: UNDECIDED."""
+    if not (isinstance(margin, (int, float)) and math.isfinite(margin) and margin >= 0):
+        raise ValueError(f"noninferior needs a finite margin ≥ 0, got {margin!r}")
+    bb = {s: float(b) for s in a} if isinstance(b, (int, float)) else b
+    seeds = _paired(a, bb)
+    d = [a[s] - bb[s] for s in seeds]
+    name = f"mean {what} (margin {margin:g})"
+    if len(seeds) < MIN_SEEDS:
+        return Verdict(None, effect=float(np.mean(d)) if d else float("nan"), effect_name=name, n=len(seeds),
+                       detail=f"fewer than {MIN_SEEDS} paired seeds: no test", unit=unit)
+    t, p_less, p_greater, _ = paired_t([x - margin for x in d])
+    _, _, _, ci = paired_t(d)
+    held = _decide(p_less, p_greater)
+    return Verdict(held, f"paired t of {what} − margin (df = {len(seeds) - 1})", t,
+                   p_less if held is not False else p_greater, float(np.mean(d)), name, ci, len(seeds),
+                   extra={"p_claim": p_less, "p_against": p_greater, "margin": margin}, unit=unit)
+
+
+def ratio_interval(a: Sequence[float], b: Sequence[float], *, above: float | None = None,
+                   below: float | None = None, what: str = "a / b", unit: str = "×", resamples: int = BOOTSTRAP,
+                   seed: int = 0) -> Verdict:
+    """Claim "median(a) / median(b) is above ``above``" (or "below ``below``"; give one), e.g. the
+    SW-MLP's time per step over the Mixer's above 2, the RP-Mixer's below 1.10.
+
+    ``a``, ``b``: repeated measurements (e.g. seconds of timed steps), ≥ 3 each; not paired. The
+    95% interval is a percentile bootstrap of the ratio of medians, a and b resampled
+    independently. HELD if the interval lies on the claimed side of the bound; DID NOT HOLD if it
+    lies on the other side; UNDECIDED if it holds the bound."""
+    if (above is None) == (below is None):
+        raise ValueError("ratio_interval needs exactly one of above= or below=")
+    xa = np.asarray([x for x in a if math.isfinite(x)], dtype=float)
+    xb = np.asarray([x for x in b if math.isfinite(x)], dtype=float)
+    n = int(min(xa.size, xb.size))
+    bound = above if above is not None else below
+    side = f"{'>' if above is not None else '<'} {bound:g}"
+    name = f"{what} (claim {side})"
+    if n < MIN_SEEDS or np.median(xb) <= 0:
+        return Verdict(None, effect=float(np.median(xa) / np.median(xb)) if n and np.median(xb) > 0 else float("nan"),
+                       effect_name=name, n=n, detail=f"fewer than {MIN_SEEDS} measurements of each: no interval",
+                       unit=unit, kind="interval", n_of="measurement")
+    est = float(np.median(xa) / np.median(xb))
+    rng = np.random.default_rng(seed)
+    boots = np.median(rng.choice(xa, (resamples, xa.size)), axis=1) / np.median(rng.choice(xb, (resamples, xb.size)), axis=1)
+    lo, hi = float(np.percentile(boots, 2.5)), float(np.percentile(boots, 97.5))
+    if above is not None:
+        held = True if lo > above else (False if hi < above else None)
+    else:
+        held = True if hi < below else (False if lo > below else None)
+    return Verdict(held, "ratio of medians, bootstrap", est, effect=est, effect_name=name, interval=(lo, hi), n=n,
+                   detail=f"{xa.size} and {xb.size} measurements; {resamples} bootstrap resamples",
+                   extra={"bound": bound, "side": "above" if above is not None else "below"}, unit=unit,
+                   kind="interval", n_of="measurement")
+
+
+def deterministic(value: float, *, expected: float | None = None, at_least: float | None = None,
+                  tol: float = 0.0, what: str = "value", unit: str = "", detail: str = "") -> Verdict:
+    """An exact computation checked against a tolerance (no seeds, no test): ``|value −
+    expected| ≤ tol`` (or ``value ≥ at_least − tol``; give one) → HELD, else DID NOT HOLD; a value
+    that is not a finite number → UNDECIDED."""
+    if (expected is None) == (at_least is None):
+        raise ValueError("deterministic needs exactly one of expected= or at_least=")
+    if not math.isfinite(value):
+        return Verdict(None, f"{what}: no finite value", effect=value, detail=detail, unit=unit, kind="deterministic")
+    if expected is not None:
+        held, rule = abs(value - expected) <= tol, f"needs |{what} − {expected:g}| ≤ {tol:.3g}"
+    else:
+        held, rule = value >= at_least - tol, f"needs {what} ≥ {at_least:g} − {tol:.3g}"
+    u = f" {unit}" if unit else ""
+    return Verdict(bool(held), f"{what} = {value:.6g}{u}; {rule}", value, effect=value, detail=detail,
+                   extra={"tol": tol}, unit=unit, kind="deterministic")
 
 
 def exponent_in_interval(estimate: float, interval: tuple[float, float], published: float,
-                         far: Sequence[float], *, what: str, runs: int) -> Verdict:
+                         far: Sequence[float], *, what: str, runs: int, of: str = "run") -> Verdict:
     """Decide "the exponent equals ``published``" from a point estimate and its bootstrap 95%
-    interval over ``runs`` runs (one seed each). ``far`` are values a different law would give
+    interval over ``runs`` runs (or configurations, ``of``). ``far`` are values a different law would give
     (e.g. 0 and 1 for a split of compute between parameters and examples): the claim is HELD only
     when the interval holds ``published`` and none of them."""
     lo, hi = interval
     if not (math.isfinite(lo) and math.isfinite(hi)):
-        return Verdict(None, effect=estimate, effect_name=what, n=1, detail=f"no bootstrap interval from {runs} runs")
+        return Verdict(None, effect=estimate, effect_name=what, n=runs, detail=f"no bootstrap interval from {runs} runs",
+                       kind="interval", n_of=of)
     covered = [f for f in far if lo <= f <= hi]
     if not lo <= published <= hi:
         held: bool | None = False
@@ -331,5 +475,6 @@ def exponent_in_interval(estimate: float, interval: tuple[float, float], publish
         held = None if covered else True
     detail = (f"published {published:g} {'inside' if lo <= published <= hi else 'outside'} the interval; "
               + (f"the interval also holds {', '.join(f'{f:g}' for f in covered)}" if covered else
-                 f"it excludes {', '.join(f'{f:g}' for f in far)}") + f"; bootstrap over {runs} runs")
-    return Verdict(held, statistic="", effect=estimate, effect_name=what, interval=(lo, hi), n=1, detail=detail)
+                 f"it excludes {', '.join(f'{f:g}' for f in far)}") + f"; bootstrap over {runs} {of}s")
+    return Verdict(held, statistic=f"bootstrap over {of}s", effect=estimate, effect_name=what, interval=(lo, hi), n=runs,
+                   detail=detail, kind="interval", n_of=of)

@@ -1,0 +1,105 @@
+"""Each id's analysis decides its claims from run folders written with chosen numbers: the
+new rules (non-inferiority, best inner point, paired gaps, time ratios, exact checks) give the
+known answer through ``mlplab report ID``, and the report prints the effect with its unit."""
+import json
+
+import numpy as np
+
+from mlplab.experiments import report_experiment
+from mlplab.utils.io import atomic_write_json
+
+
+def manifest(out, id):
+    atomic_write_json(out / "experiment.json", {"experiment": id, "title": "t", "command": f"mlplab reproduce {id}",
+                                                "scale": {"scale": "cpu", "dataset": "fashion_mnist"}, "sweeps": []})
+
+
+def run(out, sweep, name, overrides, results):
+    d = out / sweep / name
+    d.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(d / "spec.json", {"sweep": sweep, "name": name, "overrides": overrides})
+    atomic_write_json(d / "results.json", results)
+
+
+def trained(err, train_loss=0.3, test_loss=0.4):
+    return {"test_acc": 1 - err / 100, "train_acc": 0.95, "params": 1000, "train_loss": train_loss,
+            "test_loss": test_loss, "history": [{"train_loss": 1.01 * train_loss, "test_loss": test_loss},
+                                                {"train_loss": train_loss, "test_loss": test_loss}]}  # plateaued
+
+
+def held(out, id):
+    res = report_experiment(id, out, verbose=False)
+    assert res["error"] is None
+    return [v["held"] for v in res["verdicts"]]
+
+
+def fake_fig2d(out, kron_minus_monarch, seeds=5):
+    manifest(out, "fig2d")
+    g = np.random.default_rng(0)
+    for w in (256, 1024):
+        for s in range(seeds):
+            base = 12.0 + 0.5 * float(g.normal())
+            for model, e in (("monarch_mlp", base), ("kronecker_mlp", base + kron_minus_monarch + 0.05 * s)):
+                run(out, "shallow", f"{model},w={w},s={s}", {"model.name": model, "meta.width": w, "run.seed": s},
+                    trained(e))
+
+
+def test_fig2d_noninferior(tmp_path):
+    fake_fig2d(tmp_path / "a", 0.2)
+    assert held(tmp_path / "a", "fig2d") == [True, True]
+    md = (tmp_path / "a" / "report.md").read_text()
+    assert "margin 1" in md and "points" in md and "n = 5 seeds" in md
+    fake_fig2d(tmp_path / "b", 3.0)
+    assert held(tmp_path / "b", "fig2d") == [False, False]
+    fake_fig2d(tmp_path / "c", 0.2, seeds=2)
+    assert held(tmp_path / "c", "fig2d") == [None, None]
+
+
+def test_figS5_best_inner_patch(tmp_path):
+    manifest(tmp_path, "figS5")
+    for P, e in ((2, 15.0), (4, 12.0), (7, 13.0), (14, 16.0), (28, 25.0)):
+        for s in range(5):
+            run(tmp_path, "patch", f"P={P},s={s}", {"model.name": "s_mixer", "model.kwargs.patch_size": P,
+                                                     "meta.S0": (28 // P) ** 2, "run.seed": s}, trained(e + 0.1 * s))
+    assert held(tmp_path, "figS5") == [True]
+    assert "best mean at P=4" in (tmp_path / "report.md").read_text()
+
+
+def test_figS6_S8_paired_gaps(tmp_path):
+    manifest(tmp_path, "figS6-S8")
+    for part in ("S6", "S7", "S8"):
+        for s in range(5):
+            for rp, gap in ((False, 0.6 + 0.02 * s), (True, 0.2 + 0.03 * s)):
+                run(tmp_path, part, f"rp={rp},s={s}", {"model.name": "rp_s_mixer" if rp else "s_mixer",
+                                                       "meta.rp": rp, "run.seed": s},
+                    trained(20.0, train_loss=0.3, test_loss=0.3 + gap))
+    assert held(tmp_path, "figS6-S8") == [True, True, True]
+    assert "nats" in (tmp_path / "report.md").read_text()
+
+
+def test_tableS3_time_ratios(tmp_path):
+    manifest(tmp_path, "tableS3")
+    g = np.random.default_rng(1)
+    for label, model, t in (("MLP-Mixer", "mlp_mixer", 1.0), ("RP-Mixer", "rp_mlp_mixer", 1.05),
+                            ("SW-MLP", "sw_mlp", 4.6)):
+        times = list(t * (1 + 0.01 * g.standard_normal(9)))
+        run(tmp_path, "cost", label, {"setting": "cifar", "label": label},
+            {"model": model, "label": label, "params": 1, "params_nonzero": 1, "weight_MB": 1.0,
+             "flops_per_example": 1e6, "step_s": float(np.median(times)), "step_times": times,
+             "epoch_s": 100 * float(np.median(times)), "peak_MB": None, "device": "cpu"})
+    assert held(tmp_path, "tableS3") == [True, True]
+    md = (tmp_path / "report.md").read_text()
+    assert "n = 9 measurements" in md and "95% CI" in md
+
+
+def test_implicit_bias_is_deterministic(tmp_path):
+    manifest(tmp_path, "implicit-bias")
+    for i, gap in enumerate((0.02, 0.0)):
+        run(tmp_path, "check", f"p{i}", {"seed": i}, {"S": 2, "C": 2, "lam": 0.1, "seed": i, "lhs": 1.0 + gap,
+                                                      "rhs_at_lhs_solution": 1.0, "rhs": 1.0, "rhs_lower_bound": 1.0,
+                                                      "holds": True})
+    assert held(tmp_path, "implicit-bias") == [True]
+    md = (tmp_path / "report.md").read_text()
+    assert "no seeds needed" in md and "n = " not in md.split("## Results")[0]
+    v = json.loads((tmp_path / "verdicts.json").read_text())["verdicts"][0]
+    assert v["stats"]["kind"] == "deterministic"
