@@ -97,3 +97,17 @@ def test_require_plateau_rule():
     note = require_plateau(cs, [-(PLATEAU_MAX + 1)] * 3 + [-0.1])
     assert note and cs[0].held is None and cs[1].held is True  # only statistical verdicts are gated
     assert get_experiment("scaling").needs_plateau is False and get_experiment("fig6").needs_plateau
+
+
+def test_group_runs_counts_the_seeds_of_the_test_error():
+    """n is the number of seeds behind the test error even when a later column is NaN for every
+    run (fig2d's shallow MLPs have no connections column): it printed n = 0 before."""
+    from mlplab.experiments.aggregate import RunRecord, group_runs
+
+    from pathlib import Path
+
+    runs = [RunRecord("s", f"r{i}", Path(f"r{i}"), {"model.name": "m", "run.seed": i}, results={"test_acc": 0.9 - 0.01 * i})
+            for i in range(3)]
+    rows = group_runs(runs, ["model.name"], {"test_error": lambda r: 100 * (1 - r.results["test_acc"]),
+                                             "connections": lambda r: float("nan")})
+    assert rows[0]["n"] == 3 and abs(rows[0]["test_error"] - 11.0) < 1e-9

@@ -145,7 +145,7 @@ def group_runs(
         for mname, f in metrics.items():
             m, s, n = mean_std(f(r) for r in rs)
             row[mname], row[f"{mname}_std"] = m, s
-            row["n"] = n
+            row.setdefault("n", n)  # the seeds behind the first metric (the test error), not a later NaN column's
         rows.append(row)
     return rows
 
