@@ -6,6 +6,8 @@ involved. A leaf module: the specs build claims, the report prints them.
 """
 from __future__ import annotations
 
+import math
+import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -71,11 +73,10 @@ def require_plateau(claims: list[Claim], loss_changes: list[float]) -> str | Non
     """Turn the statistical verdicts of ``claims`` into UNDECIDED (in place) when the runs have
     not plateaued: the median |loss change| per epoch over the training runs above PLATEAU_MAX.
     Returns the report's note, or None when the runs have plateaued (or none trained)."""
-    finite = sorted(abs(x) for x in loss_changes if x == x and abs(x) != float("inf"))
+    finite = [abs(x) for x in loss_changes if math.isfinite(x)]
     if not finite:
         return None
-    mid = len(finite) // 2
-    median = finite[mid] if len(finite) % 2 else 0.5 * (finite[mid - 1] + finite[mid])
+    median = statistics.median(finite)
     if median <= PLATEAU_MAX:
         return None
     why = (f"not plateaued: the median run's training loss still changed {median:.1f}% per epoch over its last "
