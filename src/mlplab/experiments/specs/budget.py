@@ -198,7 +198,7 @@ def fig6(sc: Scale) -> Plan:
     Published: a U-shaped curve with its minimum at the pairs closest to S = C.
     Time: paper: 6 pairs × 3 seeds × 600–2000 epochs (GPU days); cpu: Ω = 2^16, L = 4, the 6 pairs
     C ∈ {8, 16, 40} and swapped (S ≈ C twins 41/40, 40/41), 3 seeds, 10 epochs on all 60k
-    Fashion-MNIST images, AdamW lr 1e-2 (``recipes.CPU_LR``), batch 256: 18 runs, see the README
+    Fashion-MNIST images, AdamW at the S-Mixer's ``recipes.CPU_LR`` (3e-2), batch 256: 18 runs, see the README
     for the measured minutes; quick (the README's main job): C ∈ {8, 40} and swapped — the S ≈ C
     twins and both ends, all the interior test needs — 3 seeds, 6 epochs: 12 runs; smoke seconds.
     Verdict: the S ≈ C twins against both ends, paired one-sided t-tests with Holm's correction
