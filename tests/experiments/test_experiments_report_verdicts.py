@@ -97,6 +97,8 @@ def test_require_plateau_rule():
     note = require_plateau(cs, [-(PLATEAU_MAX + 1)] * 3 + [-0.1])
     assert note and cs[0].held is None and cs[1].held is True  # only statistical verdicts are gated
     assert get_experiment("scaling").needs_plateau is False and get_experiment("fig6").needs_plateau
+    random_weights = Claim("spectrum", "r", cs[0].stats.held, "", cs[0].stats, trained=False)
+    assert require_plateau([random_weights], [-(PLATEAU_MAX + 1)] * 3) and random_weights.held is not None
 
 
 def test_group_runs_counts_the_seeds_of_the_test_error():

@@ -41,6 +41,7 @@ class Claim:
     held: bool | None
     detail: str = ""
     stats: Verdict | None = None
+    trained: bool = True  # about trained models (False: random weights), so subject to the plateau rule
 
     @property
     def verdict(self) -> str:
@@ -49,13 +50,14 @@ class Claim:
 
     def to_dict(self) -> dict[str, Any]:
         return {"claim": self.claim, "rule": self.rule, "held": self.held, "verdict": self.verdict,
-                "detail": self.detail, "stats": self.stats.to_dict() if self.stats else None}
+                "detail": self.detail, "stats": self.stats.to_dict() if self.stats else None, "trained": self.trained}
 
 
-def decided(claim: str, rule: str, v: Verdict, detail: str = "") -> Claim:
+def decided(claim: str, rule: str, v: Verdict, detail: str = "", trained: bool = True) -> Claim:
     """A claim decided by a rule of :mod:`verdicts`: its outcome and evidence are the verdict's; the
-    rule is followed by what decides a verdict of that kind (test, interval, deterministic)."""
-    return Claim(claim, f"{rule}. {KIND_RULE[v.kind]}", v.held, detail, v)
+    rule is followed by what decides a verdict of that kind (test, interval, deterministic).
+    ``trained=False`` marks a claim about untrained (random) weights, which the plateau rule leaves alone."""
+    return Claim(claim, f"{rule}. {KIND_RULE[v.kind]}", v.held, detail, v, trained)
 
 
 @dataclass
@@ -70,9 +72,11 @@ class Analysis:
 
 
 def require_plateau(claims: list[Claim], loss_changes: list[float]) -> str | None:
-    """Turn the statistical verdicts of ``claims`` into UNDECIDED (in place) when the runs have
-    not plateaued: the median |loss change| per epoch over the training runs above PLATEAU_MAX.
-    Returns the report's note, or None when the runs have plateaued (or none trained)."""
+    """Turn the statistical verdicts of the ``claims`` about trained models into UNDECIDED (in
+    place) when the runs have not plateaued: the median |loss change| per epoch over the training
+    runs above PLATEAU_MAX. Claims about random weights (``trained=False``) and exact
+    computations keep their verdicts. Returns the report's note, or None when the runs have
+    plateaued (or none trained)."""
     finite = [abs(x) for x in loss_changes if math.isfinite(x)]
     if not finite:
         return None
@@ -82,8 +86,9 @@ def require_plateau(claims: list[Claim], loss_changes: list[float]) -> str | Non
     why = (f"not plateaued: the median run's training loss still changed {median:.1f}% per epoch over its last "
            f"2 epochs (a verdict needs ≤ {PLATEAU_MAX:g}%)")
     for c in claims:
-        if c.stats is not None and c.held is not None and c.stats.kind != "deterministic":
+        if c.trained and c.stats is not None and c.held is not None and c.stats.kind != "deterministic":
             c.detail = f"{c.detail}; " if c.detail else ""
             c.detail += f"the statistics said {c.verdict}, but {why}"
             c.held = None
-    return f"{why}: every statistical verdict is UNDECIDED; train longer (schedule.epochs) to decide"
+    return (f"{why}: every statistical verdict about the trained models is UNDECIDED; train longer "
+            "(schedule.epochs) to decide")

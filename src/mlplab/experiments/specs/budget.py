@@ -289,7 +289,7 @@ def _analyse_fig4(runs: list[RunRecord], manifest: dict[str, Any]) -> Analysis:
         v = trend([r["m"] for r in srows], lam_sw, sign=+1, what="Δ λ_max")
         claims.append(decided("the SW-MLP's λ_max grows with its width at fixed Ω",
                               "per seed, the least-squares slope of λ_max(SW-MLP) against log2(m); one-sample t-test "
-                              "of the per-seed slopes > 0", v))
+                              "of the per-seed slopes > 0", v, trained=False))
         # per seed, the Mixer's mean departure from c_γ over the widths: "stays at c_γ as m grows"
         dep = {s: float(np.nanmean(np.abs(np.asarray(v_, dtype=float) - cg))) for s, v_ in lam_mx.items()
                if np.isfinite(v_).any()}
@@ -297,7 +297,8 @@ def _analyse_fig4(runs: list[RunRecord], manifest: dict[str, Any]) -> Analysis:
         claims.append(decided(f"the Mixer's λ_max stays at c_γ = 1 + √γ = {cg:.3f} as the width grows",
                               f"per seed, the mean over the widths of |λ_max(Mixer) − c_γ|; one-sided t-test that it "
                               f"is below a margin of {LAMBDA_MARGIN:.0%} of c_γ (``verdicts.noninferior``)", v,
-                              "largest seed-mean departure " + f"{max(abs(r['lambda_mixer'] - cg) for r in srows):.3f}"))
+                              "largest seed-mean departure " + f"{max(abs(r['lambda_mixer'] - cg) for r in srows):.3f}",
+                              trained=False))
     mx = [r for r in rows if r["family"] == "mlp_mixer"]
     sw = [r for r in rows if r["family"] == "sw_mlp"]
     if mx:
@@ -391,7 +392,7 @@ def _analyse_figS1(runs: list[RunRecord], manifest: dict[str, Any]) -> Analysis:
         claims.append(decided("the largest normalised singular value grows with a (sparser and wider at fixed Ω)",
                               "per random trial (independent matrices at each a), the least-squares slope of σ_max "
                               "against a; one-sample t-test of the slopes > 0 (trials stand in for seeds)", v,
-                              ", ".join(f"a={d['a']:g}: {d['largest_mean']:.2f}" for d in spec)))
+                              ", ".join(f"a={d['a']:g}: {d['largest_mean']:.2f}" for d in spec), trained=False))
     if len(rows) >= 2:
         tab = seed_table(train_runs, _point)
         sparsest = rows[-1]
