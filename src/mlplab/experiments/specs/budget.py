@@ -614,8 +614,8 @@ def table1(sc: Scale) -> Plan:
         ]
         base = sc.recipe(epochs=4000, cpu_epochs=5, optim="adamw", lr=0.05, batch_size=1024, augment="autoaugment")
         lrs = sc.pick([2e-3], [2e-3], [0.04, 0.05, 0.06])
-    if not sc.paper:
-        lrs = [base["optim.lr"]]
+    if not sc.paper:  # one lr: the family's (family_lr overrides the axis at cpu/quick scale)
+        lrs = [sc.family_lr({**base, **models[0]}).get("optim.lr", base["optim.lr"])]
     labels = [m["meta.label"] for m in models]
     sweep = Sweep("models", base, [product(("meta.label", labels), ("optim.lr", lrs))], seeds=sc.seed_list(3),
                   derived=[lambda o: next(m for m in models if m["meta.label"] == o["meta.label"]), model_seed, sc.family_lr],
