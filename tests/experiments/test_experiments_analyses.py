@@ -103,3 +103,22 @@ def test_implicit_bias_is_deterministic(tmp_path):
     assert "no seeds needed" in md and "n = " not in md.split("## Results")[0]
     v = json.loads((tmp_path / "verdicts.json").read_text())["verdicts"][0]
     assert v["stats"]["kind"] == "deterministic"
+
+
+def test_connections_count_the_built_hidden_widths():
+    """The report's connections column is Ω as built: with a non-integer γ the Mixer's hidden
+    widths are rounded (figS3's γ = 1.882 at S = 64, C = 4 builds D_S = 120, D_C = 8), so the
+    count is a whole number; with whole γS, γC it equals the formula γ(C·S² + C²·S)/2."""
+    from pathlib import Path
+
+    from mlplab.experiments.aggregate import RunRecord
+    from mlplab.experiments.specs.common import connections
+    from mlplab.theory.budget import omega_mixer
+
+    def run(**o):
+        return RunRecord("s", "r", Path("r"), {"model.name": "mlp_mixer", **o})
+
+    assert connections(run(**{"meta.S": 64, "meta.C": 4, "model.kwargs.expansion": 1.882})) == (4 * 64 * 120 + 64 * 4 * 8) / 2
+    assert connections(run(**{"meta.S": 16, "meta.C": 16, "model.kwargs.expansion": 2.0})) == omega_mixer(16, 16, 2.0)
+    assert connections(RunRecord("s", "r", Path("r"), {"model.name": "s_mixer", "meta.S": 41, "meta.C": 40})) == \
+        omega_mixer(41, 40, 1.0)

@@ -97,16 +97,21 @@ def fair_width(m: float, s0: int) -> int:
 
 
 def connections(r: RunRecord) -> float:
-    """Mean connections per mixing layer as built (SPEC §3): Mixer γ(C·S² + C²·S)/2 from
-    ``meta.S``, ``meta.C``; SW-MLP p·γ·m² from ``meta.m``, ``meta.p``."""
-    from ...theory.budget import omega_mixer, omega_sw_mlp
+    """Mean connections per mixing layer as built (SPEC §3): a Mixer's (C·S·D_S + S·C·D_C)/2 with
+    its built hidden widths D_S = round(γS), D_C = round(γC) (= γ(C·S² + C²·S)/2 when γS and γC
+    are whole), from ``meta.S``, ``meta.C``; an SW-MLP's p·γ·m² from ``meta.m``, ``meta.p``."""
+    from ...theory.budget import omega_sw_mlp
 
     gamma = float(r.get("model.kwargs.expansion") or 1.0)
     if r.get("model.name") == "sw_mlp":
         m, p = r.get("meta.m"), r.get("meta.p")
         return omega_sw_mlp(m, p, gamma) if m and p else float("nan")
     S, C = r.get("meta.S") or r.get("model.kwargs.num_tokens"), r.get("meta.C") or r.get("model.kwargs.hidden_dim")
-    return omega_mixer(S, C, gamma) if S and C else float("nan")
+    if not (S and C):
+        return float("nan")
+    d_s = r.get("model.kwargs.token_hidden") or int(round(gamma * S))
+    d_c = r.get("model.kwargs.channel_hidden") or int(round(gamma * C))
+    return (C * S * d_s + S * C * d_c) / 2
 
 
 def train_error(r: RunRecord) -> float:
