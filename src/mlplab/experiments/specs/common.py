@@ -104,7 +104,7 @@ def connections(r: RunRecord) -> float:
 
     gamma = float(r.get("model.kwargs.expansion") or 1.0)
     if r.get("model.name") == "sw_mlp":
-        m, p = r.get("meta.m"), r.get("meta.p")
+        m, p = r.get("meta.m") or r.get("model.kwargs.width"), r.get("meta.p") or r.get("model.kwargs.density")
         return omega_sw_mlp(m, p, gamma) if m and p else float("nan")
     S, C = r.get("meta.S") or r.get("model.kwargs.num_tokens"), r.get("meta.C") or r.get("model.kwargs.hidden_dim")
     if not (S and C):
