@@ -109,6 +109,7 @@ def test_sw_mlp_counts_from_config_equal_the_built_model(name, overrides):
     c = sw_mlp_counts(model.cfg)
     assert (c["params"], c["flops"], c["effective_width"]) == (count_params(model), count_flops(model), model.width)
     assert config_flops(name, **overrides) == count_flops(model)
+    assert c["activations"] == count_activations(model) == config_activations(name, **overrides)
 
 
 def test_config_flops_builds_what_it_cannot_count_from_the_config():

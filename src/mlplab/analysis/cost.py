@@ -105,8 +105,10 @@ def mixer_counts(cfg: MixerConfig) -> dict[str, int]:
 
 
 def sw_mlp_counts(cfg: SWMLPConfig) -> dict[str, int]:
-    """Params (masked weights counted dense, as :func:`count_params` does) and matmul FLOPs per
-    example of a ``storage="masked"`` SW-MLP from its config alone. Building a wide SW-MLP draws
+    """Params (masked weights counted dense, as :func:`count_params` does), matmul FLOPs and
+    activation elements (:func:`count_activations`: stem m; per block LN m, each masked layer's
+    output and φ of the first; LN m and the K logits) per example of a ``storage="masked"``
+    SW-MLP from its config alone. Building a wide SW-MLP draws
     its masks (seconds at m ≈ 3000), so cost estimates use this; ``tests/analysis/test_cost.py``
     checks it against built models. Sparse storage costs 2·nnz per layer, known only once the
     masks are drawn: build it and use :func:`count_flops`."""
@@ -118,18 +120,21 @@ def sw_mlp_counts(cfg: SWMLPConfig) -> dict[str, int]:
     K, b, n = cfg.num_classes, int(cfg.bias), 2 * int(cfg.norm)
     if cfg.stem == "patch" or (cfg.stem == "auto" and m % s0 == 0):  # per-patch FC C0 -> m/S0, on S0 patches
         c0 = cfg.in_chans * cfg.patch_size ** 2
-        params, flops = c0 * (m // s0) + m // s0, 2 * s0 * c0 * (m // s0)
+        params, flops, acts = c0 * (m // s0) + m // s0, 2 * s0 * c0 * (m // s0), s0 * (m // s0)
     else:  # dense embedding of the flattened image
         d = cfg.in_chans * cfg.image_size ** 2
-        params, flops = d * m + m, 2 * d * m
+        params, flops, acts = d * m + m, 2 * d * m, m
     h = m if cfg.block == "fc" else int(round(cfg.expansion * m))
     layers = [(m, m)] if cfg.block == "fc" else [(m, h), (h, m)]  # (in, out) of each masked layer of a block
+    ln, phi = int(cfg.norm), int(cfg.act != "identity")
     for _ in range(cfg.depth):
         params += n * m + sum(i * o + b * o for i, o in layers)
         flops += sum(2 * i * o for i, o in layers)
+        acts += ln * m + sum(o for _, o in layers) + phi * layers[0][1]
     params += n * m + m * K + K
     flops += 2 * m * K
-    return {"params": params, "flops": flops, "effective_width": m}
+    acts += ln * m + K
+    return {"params": params, "flops": flops, "activations": acts, "effective_width": m}
 
 
 def config_flops(name: str, **overrides: Any) -> int:
@@ -147,11 +152,14 @@ def config_flops(name: str, **overrides: Any) -> int:
 
 def config_activations(name: str, **overrides: Any) -> int:
     """Activation elements written per example by the forward pass of registered model ``name``
-    with ``overrides``: Mixers from the config alone (:func:`mixer_counts`), any other model built
-    with initialisation skipped and run on one example (:func:`count_activations`)."""
+    with ``overrides``: Mixers (:func:`mixer_counts`) and masked SW-MLPs (:func:`sw_mlp_counts`)
+    from the config alone, any other model built with initialisation skipped and run on one
+    example (:func:`count_activations`)."""
     cfg = model_config(name, **overrides)
     if isinstance(cfg, MixerConfig):
         return mixer_counts(cfg)["activations"]
+    if isinstance(cfg, SWMLPConfig) and cfg.storage == "masked":
+        return sw_mlp_counts(cfg)["activations"]
     with skip_init():
         return count_activations(create_model(name, **overrides))
 

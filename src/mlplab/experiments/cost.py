@@ -87,10 +87,11 @@ def run_s(flops: float, examples: float, epochs: float, test_examples: float = 0
 
 
 @functools.lru_cache(maxsize=None)
-def _model_flops(name: str, kwargs: tuple) -> int:
-    from ..analysis.cost import config_flops
+def _model_counts(name: str, kwargs: tuple) -> tuple[int, int]:
+    from ..analysis.cost import config_activations, config_flops
 
-    return config_flops(name, **dict(kwargs))
+    kw = dict(kwargs)
+    return config_flops(name, **kw), config_activations(name, **kw)
 
 
 def _model_kwargs(o: dict[str, Any]) -> dict[str, Any]:
@@ -133,12 +134,14 @@ def _train_examples(o: dict[str, Any]) -> float:
     return float(n) * (1.0 - float(o.get("data.val_fraction") or 0.0))
 
 
-def run_flops(o: dict[str, Any]) -> tuple[int, float]:
-    """Forward FLOPs per example of a planned training run and the share of its blocks that are
-    random-permuted: the two model facts the estimate uses (also for calibration)."""
+def run_counts(o: dict[str, Any]) -> tuple[int, int, float]:
+    """Forward FLOPs F and activation elements A per example of a planned training run and the
+    share of its blocks that are random-permuted: the model facts the estimate uses (also for
+    calibration)."""
     kw = _model_kwargs(o)
     name = str(o["model.name"])
-    return _model_flops(name, tuple(sorted((k, _hashable(v)) for k, v in kw.items()))), _rp_share(name, kw)
+    flops, acts = _model_counts(name, tuple(sorted((k, _hashable(v)) for k, v in kw.items())))
+    return flops, acts, _rp_share(name, kw)
 
 
 def spec_s(spec: RunSpec, scale: str, est_epoch_s: float = 0.0, epochs: float = 1.0) -> float:
