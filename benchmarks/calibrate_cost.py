@@ -5,8 +5,9 @@ epochs on a random subset, one thread, in this process, and measures the second 
 **CPU seconds of this process** (``time.process_time``): with one thread that is the wall time
 the epoch takes on a core of its own, whatever else runs on the machine (the machine this was
 written on was shared, load 5–9; wall clocks there say more about the neighbours than about the
-model). Then fits ``seconds per example = 3F / R + τ`` by least squares over the normal (non-RP)
-models and reports the RP slowdown against the S-Mixer of the same shape.
+model). Then fits ``seconds per example = 3F / R + κ·A + τ0`` (F forward matmul FLOPs, A activation
+elements written per example) by non-negative least squares over the normal (non-RP) models
+(:func:`fit_constants`) and reports the RP slowdown against the S-Mixer of the same shape.
 
     . .venv/bin/activate
     nice -n 19 python benchmarks/calibrate_cost.py --out runs/calibrate_cost.json
@@ -17,7 +18,11 @@ seconds per example against 3F), the start-up per run from each experiment's wal
 
     python benchmarks/calibrate_cost.py --runs runs/experiments/fig6-cpu runs/experiments/scaling-cpu
 
-The numbers it printed are kept in ``mlplab.experiments.cost.CALIBRATION`` with their date.
+The numbers it printed are kept in ``mlplab.experiments.cost.CALIBRATION`` with their date;
+``--calibration`` refits those rows and prints each whole experiment's measured / estimated minutes
+at the fit and at the module's constants:
+
+    python benchmarks/calibrate_cost.py --calibration
 """
 from __future__ import annotations
 
@@ -74,7 +79,7 @@ def time_run(overrides: dict, examples: int, out: Path) -> dict:
 
 def finished_runs(folder: Path) -> list[dict]:
     """Timing rows of the finished training runs of one ``mlplab reproduce`` folder."""
-    from mlplab.experiments.cost import TEST_SIZES, run_flops
+    from mlplab.experiments.cost import TEST_SIZES, run_counts
 
     exp = json.loads((folder / "experiment.json").read_text())
     rows = []
@@ -83,28 +88,71 @@ def finished_runs(folder: Path) -> list[dict]:
         if not spec.exists() or json.loads(spec.read_text()).get("task") != "train":
             continue
         o, r = json.loads(spec.read_text())["overrides"], json.loads(res.read_text())
-        flops, rp_share = run_flops(o)
+        flops, acts, rp_share = run_counts(o)
         rows.append({"label": f"{folder.name}/{res.parent.name}", "model": o["model.name"], "rp_share": rp_share,
-                     "flops": flops, "examples": r["train_examples"], "epochs": r["epochs"],
+                     "flops": flops, "activations": acts, "examples": r["train_examples"], "epochs": r["epochs"],
                      "epoch_s": r["epoch_time_s"], "us_per_example": 1e6 * r["epoch_time_s"] / r["train_examples"],
                      "test_examples": o.get("data.test_subset") or TEST_SIZES.get(o.get("data.dataset"), 10000),
                      "experiment": folder.name, "experiment_wall_s": exp.get("wall_s"), "jobs": exp.get("jobs", 1)})
     return rows
 
 
-def fit_rate_tau(rows: list[dict]) -> tuple[float, float]:
-    """Least squares of seconds per example = 3F / R + τ over the normal (non-RP) rows."""
-    normal = [r for r in rows if r["rp_share"] == 0]
-    A = np.array([[3 * r["flops"], 1.0] for r in normal])
-    y = np.array([r["us_per_example"] * 1e-6 for r in normal])
-    (inv_rate, tau), *_ = np.linalg.lstsq(A, y, rcond=None)
-    return 1.0 / inv_rate, float(tau)
+def fit_constants(rows: list[dict]) -> tuple[float, float, float]:
+    """(R, κ, τ0) of seconds per example = 3F / R + κ·A + τ0 by non-negative least squares over
+    rows with ``flops``, ``activations`` and ``us_per_example`` (R = inf where 1/R fits to 0)."""
+    from scipy.optimize import nnls
+
+    A = np.array([[3.0 * r["flops"], float(r["activations"]), 1.0] for r in rows])
+    y = np.array([r["us_per_example"] * 1e-6 for r in rows])
+    (inv_rate, kappa, tau), _ = nnls(A, y)
+    return (1.0 / inv_rate if inv_rate > 0 else float("inf")), float(kappa), float(tau)
+
+
+def experiment_minutes(key: str, rate: float, kappa: float, tau: float) -> float:
+    """Estimated minutes of experiment ``key`` ("id scale") with the constants (R, κ, τ0)."""
+    from unittest import mock
+
+    from mlplab.experiments import estimate_cost, plan_experiment
+    from mlplab.experiments import cost
+
+    id, scale = key.split()
+    _, _, plan = plan_experiment(id, scale, dataset="fashion_mnist", check_available=False)
+    with mock.patch.multiple(cost, RATE=rate, KAPPA_S=kappa, TAU_S=tau):
+        return estimate_cost(plan, scale)["est_s"] / 60
+
+
+def fit_calibration() -> dict:
+    """Refit the rows of ``CALIBRATION`` and compare the whole experiments at the fit and now."""
+    from mlplab.experiments.cost import CALIBRATION, KAPPA_S, RATE, TAU_S
+
+    rows = [{**r, "us_per_example": 1e6 * r["s_per_example"]} for r in CALIBRATION if "s_per_example" in r]
+    # rows timed only as a pair (table1) enter the fit as one row: their mean F, A and time
+    pairs = [r for r in rows if r.get("pair_mean")]
+    mean = {k: sum(r[k] for r in pairs) / len(pairs) for k in ("flops", "activations", "us_per_example")}
+    fit = fit_constants([r for r in rows if not r.get("pair_mean")] + ([mean] if pairs else []))
+    print(f"NNLS over {len(rows)} rows: R = {fit[0] / 1e9:.1f} GFLOP/s, κ = {fit[1] * 1e9:.2f} ns, τ0 = {fit[2] * 1e6:.1f} µs;"
+          f" module: R = {RATE / 1e9:.1f}, κ = {KAPPA_S * 1e9:.2f} ns, τ0 = {TAU_S * 1e6:.1f} µs")
+    for r in rows:
+        f = {k: 1e6 * (3 * r["flops"] / R + k_ * r["activations"] + t) for k, (R, k_, t) in
+             (("fit", fit), ("module", (RATE, KAPPA_S, TAU_S)))}
+        print(f"  {r['what']:42s} {r['us_per_example']:7.1f} µs/ex  fit {f['fit']:7.1f}  module {f['module']:7.1f}")
+    (exps,) = [r for r in CALIBRATION if "s_per_example" not in r]
+    out = {}
+    for key, value in exps.items():
+        if key in ("what", "source"):
+            continue
+        measured = value[0]
+        at_fit, now = experiment_minutes(key, *fit), experiment_minutes(key, RATE, KAPPA_S, TAU_S)
+        out[key] = {"measured": measured, "fit": at_fit, "module": now}
+        print(f"  {key:14s} measured {measured:5.1f} min  fit {at_fit:5.1f} ({measured / at_fit:.2f})"
+              f"  module {now:5.1f} ({measured / now:.2f})")
+    return {"fit": fit, "experiments": out}
 
 
 def fit_finished(folders: list[Path]) -> dict:
     rows = [r for f in folders for r in finished_runs(f)]
-    rate, tau = fit_rate_tau(rows)
-    pred = {id(r): 3 * r["flops"] / rate + tau for r in rows}
+    rate, kappa, tau = fit_constants([r for r in rows if r["rp_share"] == 0])
+    pred = {id(r): 3 * r["flops"] / rate + kappa * r["activations"] + tau for r in rows}
     rp = [r["us_per_example"] * 1e-6 / pred[id(r)] for r in rows if r["rp_share"] == 1]
     overheads = []
     for name in sorted({r["experiment"] for r in rows}):
@@ -114,9 +162,10 @@ def fit_finished(folders: list[Path]) -> dict:
     for r in rows:
         print(f"  {r['label'][:70]:70s} F {r['flops'] / 1e6:7.2f} M  {r['us_per_example']:7.1f} µs/ex  "
               f"fit {1e6 * pred[id(r)]:7.1f}")
-    fit = {"rate_flops_per_s": rate, "tau_s": tau, "rp_slowdown": rp, "overhead_s_per_run": overheads,
+    fit = {"rate_flops_per_s": rate, "kappa_s": kappa, "tau_s": tau, "rp_slowdown": rp, "overhead_s_per_run": overheads,
            "runs": len(rows), "experiments": [f.name for f in folders]}
-    print(f"fit over {len(rows)} runs: R = {rate / 1e9:.1f} GFLOP/s, τ = {tau * 1e6:.1f} µs/example; RP slowdown "
+    print(f"fit over {len(rows)} runs: R = {rate / 1e9:.1f} GFLOP/s, κ = {kappa * 1e9:.2f} ns/element, "
+          f"τ0 = {tau * 1e6:.1f} µs/example; RP slowdown "
           f"{np.median(rp) if rp else float('nan'):.2f} (median of {len(rp)}); start-up per run "
           + ", ".join(f"{o:.0f} s" for o in overheads))
     return {"rows": rows, "fit": fit}
@@ -127,8 +176,13 @@ def main() -> None:
     ap.add_argument("--examples", type=int, default=5120, help="training subset per epoch (20 steps of 256)")
     ap.add_argument("--runs", nargs="+", type=Path, default=None,
                     help="fit to finished `mlplab reproduce` folders instead of training here")
+    ap.add_argument("--calibration", action="store_true",
+                    help="refit mlplab.experiments.cost.CALIBRATION and compare the measured experiments")
     ap.add_argument("--out", default=None, help="write the rows and the fit as JSON here")
     args = ap.parse_args()
+    if args.calibration:
+        fit_calibration()
+        return
     if args.runs:
         out = fit_finished(args.runs)
         if args.out:
@@ -144,27 +198,29 @@ def main() -> None:
     t0 = time.process_time()
     load_dataset("fashion_mnist", "train"), load_dataset("fashion_mnist", "test")
     t_load = time.process_time() - t0
+    from mlplab.experiments.cost import run_counts
+
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for label, id, pick in PICKS:
             o = planned_run(id, pick)
-            r = {"label": label, "model": o["model.name"], **time_run(o, args.examples, Path(tmp))}
+            r = {"label": label, "model": o["model.name"], "activations": run_counts(o)[1],
+                 **time_run(o, args.examples, Path(tmp))}
+            r["us_per_example"] = r["cpu_us_per_example"]
             rows.append(r)
             print(f"{label:32s} F {r['flops'] / 1e6:6.2f} MFLOP  {r['cpu_us_per_example']:7.1f} µs/example (CPU)"
                   f"  wall {r['epoch_wall_s']:.2f} s  load {r['loadavg'][0]:.1f}", flush=True)
     normal = [r for r in rows if not r["model"].startswith("rp_")]
-    A = np.array([[3 * r["flops"], 1.0] for r in normal])
-    y = np.array([r["cpu_us_per_example"] * 1e-6 for r in normal])
-    (inv_rate, tau), *_ = np.linalg.lstsq(A, y, rcond=None)
+    rate, kappa, tau = fit_constants(normal)
     rp = [(r, next(n for n in rows if n["flops"] == r["flops"] and n["model"] == r["model"][3:]))
           for r in rows if r["model"].startswith("rp_")]
-    fit = {"rate_flops_per_s": 1.0 / inv_rate, "tau_s": tau,
+    fit = {"rate_flops_per_s": rate, "kappa_s": kappa, "tau_s": tau,
            "rp_slowdown": [r["cpu_us_per_example"] / n["cpu_us_per_example"] for r, n in rp],
            "import_cpu_s": t_import, "load_fashion_mnist_cpu_s": t_load}
-    print(f"fit: R = {fit['rate_flops_per_s'] / 1e9:.1f} GFLOP/s, τ = {tau * 1e6:.1f} µs/example; RP slowdown "
+    print(f"fit: R = {rate / 1e9:.1f} GFLOP/s, κ = {kappa * 1e9:.2f} ns/element, τ0 = {tau * 1e6:.1f} µs/example; RP slowdown "
           f"{', '.join(f'{x:.2f}' for x in fit['rp_slowdown'])}; import {t_import:.1f} s, data load {t_load:.1f} s (CPU)")
     for r in normal:
-        pred = 3 * r["flops"] * inv_rate + tau
+        pred = 3 * r["flops"] / rate + kappa * r["activations"] + tau
         print(f"  {r['label']:32s} measured {r['cpu_us_per_example']:7.1f}  fit {pred * 1e6:7.1f} µs/example")
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)

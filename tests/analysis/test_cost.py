@@ -1,13 +1,13 @@
-"""FLOPs two ways (analytic walk vs FlopCounterMode), the Mixer count from configs, the table
-and the ``mlplab models`` command."""
+"""FLOPs two ways (analytic walk vs FlopCounterMode), activations two ways (Mixer config vs the
+walked forward), the Mixer count from configs, the table and the ``mlplab models`` command."""
 import json
 
 import pytest
 
 import mlplab
 from mlplab import cli
-from mlplab.analysis.cost import (config_flops, count_flops, count_params, measured_flops, mixer_counts,
-                                  model_summary, models_table, state_bytes, sw_mlp_counts)
+from mlplab.analysis.cost import (config_activations, config_flops, count_activations, count_flops, count_params,
+                                  measured_flops, mixer_counts, model_summary, models_table, state_bytes, sw_mlp_counts)
 from mlplab.layers.masked import SparseLinear
 from mlplab.models.registry import model_config
 
@@ -75,6 +75,31 @@ def test_mixer_counts_from_config_equal_the_built_model(name, overrides):
     assert model_summary(name, **overrides) == model_summary(name, build=True, **overrides)
 
 
+MIXER_ACT_CASES = [c for c in CASES if model_config(c[0], **c[1]).__class__.__name__ == "MixerConfig"] + [
+    ("s_mixer", dict(image_size=8, patch_size=2, hidden_dim=40, depth=2)),  # C >= 32: left GEMMs in training
+    ("rp_s_mixer", dict(image_size=8, patch_size=2, hidden_dim=40, depth=3, num_tokens=5, rp_blocks=(1,))),
+    ("mlp_mixer", dict(image_size=8, patch_size=2, hidden_dim=36, depth=2, num_tokens=9, expansion=4.0)),  # W̃
+    ("mlp_mixer", dict(image_size=8, patch_size=2, hidden_dim=8, depth=2, norm=False, act="identity",
+                       drop_rate=0.1, drop_path_rate=0.1, skip=False, num_tokens=3)),
+]
+
+
+@pytest.mark.parametrize("name, overrides", MIXER_ACT_CASES)
+def test_mixer_activations_from_config_equal_the_walked_forward(name, overrides):
+    model = mlplab.create_model(name, **overrides)
+    walked = count_activations(model)
+    assert walked > 0 and mixer_counts(model.config)["activations"] == walked
+    assert config_activations(name, **overrides) == walked
+    assert model.training  # the counter restores the mode
+
+
+def test_count_activations_sums_leaf_outputs():
+    # stem 16, per block LN 16 + fc1 64 + GELU 64 + fc2 16 (Identity dropouts write nothing), head 10
+    model = mlplab.create_model("bottleneck_mlp", image_size=8, width=16, depth=2)
+    assert count_activations(model, (3, 8, 8)) == 16 + 2 * (16 + 64 + 64 + 16) + 10
+    assert config_activations("bottleneck_mlp", image_size=8, width=16, depth=2) == count_activations(model)
+
+
 @pytest.mark.parametrize("name, overrides", [c for c in CASES if c[0].startswith("sw_mlp")]
                          + [("sw_mlp", dict(image_size=8, patch_size=2, omega=300.0, density=0.3, depth=1, norm=False)),
                             ("sw_mlp_block", dict(image_size=8, patch_size=4, width=28, expansion=1.5, bias=False)),
@@ -84,6 +109,7 @@ def test_sw_mlp_counts_from_config_equal_the_built_model(name, overrides):
     c = sw_mlp_counts(model.cfg)
     assert (c["params"], c["flops"], c["effective_width"]) == (count_params(model), count_flops(model), model.width)
     assert config_flops(name, **overrides) == count_flops(model)
+    assert c["activations"] == count_activations(model) == config_activations(name, **overrides)
 
 
 def test_config_flops_builds_what_it_cannot_count_from_the_config():

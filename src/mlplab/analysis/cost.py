@@ -1,7 +1,8 @@
 """Size and cost of models: parameters, forward FLOPs, summaries of registered models.
 
-Parameters and FLOPs of a built model are counted by :mod:`mlplab.models.counting` (the one
-counter: :func:`count_flops` analytic, :func:`measured_flops` its check with ``FlopCounterMode``);
+Parameters, FLOPs and activations of a built model are counted by :mod:`mlplab.models.counting`
+(the one counter: :func:`count_flops` analytic, :func:`measured_flops` its check with
+``FlopCounterMode``, :func:`count_activations` the elements a forward pass writes);
 they are re-exported here, where the tables and summaries of registered models are built.
 
 :func:`model_summary` and :func:`models_table` build models with initialisation skipped
@@ -15,14 +16,15 @@ from typing import Any, Iterator
 
 import torch.nn as nn
 
-from ..models.counting import count_flops, count_params, measured_flops, model_input_shape, state_bytes
+from ..models.counting import (count_activations, count_flops, count_params, measured_flops, model_input_shape,
+                               state_bytes)
 from ..models.mixer import Mixer, MixerConfig
 from ..models.registry import create_model, get_model_entry, list_models, model_config
 from ..models.sw_mlp import DEFAULT_SW_WIDTH, SWMLPConfig, sw_width
 
 __all__ = [
-    "count_params", "count_flops", "measured_flops", "state_bytes", "skip_init",
-    "mixer_counts", "sw_mlp_counts", "config_flops", "model_summary", "models_table",
+    "count_params", "count_flops", "measured_flops", "count_activations", "state_bytes", "skip_init",
+    "mixer_counts", "sw_mlp_counts", "config_flops", "config_activations", "model_summary", "models_table",
 ]
 
 
@@ -56,10 +58,18 @@ def _effective_width(model: nn.Module) -> int | None:
 
 
 def mixer_counts(cfg: MixerConfig) -> dict[str, int]:
-    """Params, matmul FLOPs per example, buffer entries and effective width of a Mixer, from its
-    config alone (no build). Building a big Mixer costs tens of seconds (its PK layers sort and
-    check permutations of m = S·C entries), so tables use this; ``tests/analysis/test_cost.py``
-    checks it against :func:`count_params` / :func:`count_flops` of built Mixers."""
+    """Params, matmul FLOPs per example, activation elements per example, buffer entries and
+    effective width of a Mixer, from its config alone (no build). Building a big Mixer costs tens
+    of seconds (its PK layers sort and check permutations of m = S·C entries), so tables use this;
+    ``tests/analysis/test_cost.py`` checks it against :func:`count_params` / :func:`count_flops` /
+    :func:`count_activations` of built Mixers.
+
+    Activations (the leaf-module outputs of :func:`count_activations`): the stem's S0·C; per block
+    with S_in input tokens, LN S_in·C, the token map's Linear outputs and their φ (C·D_S·2 + C·S
+    for an MLP block, C·S·2 for an S block), the skip layer's S·C, LN S·C and the channel map
+    (S·D_C·2 + S·C, or S·C·2); then LN S·C and the K logits. LN and φ write nothing when they are
+    identities (``norm=False``, ``act="identity"``); RP blocks write the same (their gathers are
+    outside modules)."""
     s0 = (cfg.image_size // cfg.patch_size) ** 2
     S = cfg.num_tokens if cfg.num_tokens is not None else s0
     C, K = cfg.hidden_dim, cfg.num_classes
@@ -68,29 +78,37 @@ def mixer_counts(cfg: MixerConfig) -> dict[str, int]:
     rp = set(range(cfg.depth)) if cfg.rp_blocks == "all" else set() if cfg.rp_blocks == "none" else set(cfg.rp_blocks)
     params = c0 * C + C + C * K + K + (2 * C if cfg.norm else 0)
     flops = 2 * s0 * c0 * C + 2 * C * K
+    ln, phi = int(cfg.norm), int(cfg.act != "identity")  # identities write nothing
+    acts = s0 * C + ln * S * C + K
     buffers = 0
     for i in range(cfg.depth):
         s_in = s0 if i == 0 else S
         params += 4 * C if cfg.norm else 0
+        acts += ln * (s_in + S) * C
         if cfg.block == "mlp":
             d_s = cfg.token_hidden if cfg.token_hidden is not None else int(round(cfg.expansion * S))
             d_c = cfg.channel_hidden if cfg.channel_hidden is not None else int(round(cfg.expansion * C))
             params += s_in * d_s + d_s + d_s * S + S + 2 * C * d_c + d_c + C
             flops += 2 * C * (s_in * d_s + d_s * S) + 2 * S * (2 * C * d_c)
+            acts += (1 + phi) * (C * d_s + S * d_c) + 2 * S * C
         else:
             params += s_in * S + S + C * C + C
             flops += 2 * C * s_in * S + 2 * S * C * C
+            acts += 2 * (1 + phi) * S * C
         if skip_layer and i == 0:
             params += s_in * S
             flops += 2 * C * s_in * S
+            acts += S * C
         if i in rp:  # an RP block stores J1, J2 of its token and channel PK layers
             buffers += s_in * C + 3 * S * C
-    return {"params": params, "flops": flops, "buffer_entries": buffers, "effective_width": S * C}
+    return {"params": params, "flops": flops, "activations": acts, "buffer_entries": buffers, "effective_width": S * C}
 
 
 def sw_mlp_counts(cfg: SWMLPConfig) -> dict[str, int]:
-    """Params (masked weights counted dense, as :func:`count_params` does) and matmul FLOPs per
-    example of a ``storage="masked"`` SW-MLP from its config alone. Building a wide SW-MLP draws
+    """Params (masked weights counted dense, as :func:`count_params` does), matmul FLOPs and
+    activation elements (:func:`count_activations`: stem m; per block LN m, each masked layer's
+    output and φ of the first; LN m and the K logits) per example of a ``storage="masked"``
+    SW-MLP from its config alone. Building a wide SW-MLP draws
     its masks (seconds at m ≈ 3000), so cost estimates use this; ``tests/analysis/test_cost.py``
     checks it against built models. Sparse storage costs 2·nnz per layer, known only once the
     masks are drawn: build it and use :func:`count_flops`."""
@@ -102,18 +120,21 @@ def sw_mlp_counts(cfg: SWMLPConfig) -> dict[str, int]:
     K, b, n = cfg.num_classes, int(cfg.bias), 2 * int(cfg.norm)
     if cfg.stem == "patch" or (cfg.stem == "auto" and m % s0 == 0):  # per-patch FC C0 -> m/S0, on S0 patches
         c0 = cfg.in_chans * cfg.patch_size ** 2
-        params, flops = c0 * (m // s0) + m // s0, 2 * s0 * c0 * (m // s0)
+        params, flops, acts = c0 * (m // s0) + m // s0, 2 * s0 * c0 * (m // s0), s0 * (m // s0)
     else:  # dense embedding of the flattened image
         d = cfg.in_chans * cfg.image_size ** 2
-        params, flops = d * m + m, 2 * d * m
+        params, flops, acts = d * m + m, 2 * d * m, m
     h = m if cfg.block == "fc" else int(round(cfg.expansion * m))
     layers = [(m, m)] if cfg.block == "fc" else [(m, h), (h, m)]  # (in, out) of each masked layer of a block
+    ln, phi = int(cfg.norm), int(cfg.act != "identity")
     for _ in range(cfg.depth):
         params += n * m + sum(i * o + b * o for i, o in layers)
         flops += sum(2 * i * o for i, o in layers)
+        acts += ln * m + sum(o for _, o in layers) + phi * layers[0][1]
     params += n * m + m * K + K
     flops += 2 * m * K
-    return {"params": params, "flops": flops, "effective_width": m}
+    acts += ln * m + K
+    return {"params": params, "flops": flops, "activations": acts, "effective_width": m}
 
 
 def config_flops(name: str, **overrides: Any) -> int:
@@ -127,6 +148,20 @@ def config_flops(name: str, **overrides: Any) -> int:
         return sw_mlp_counts(cfg)["flops"]
     with skip_init():
         return count_flops(create_model(name, **overrides))
+
+
+def config_activations(name: str, **overrides: Any) -> int:
+    """Activation elements written per example by the forward pass of registered model ``name``
+    with ``overrides``: Mixers (:func:`mixer_counts`) and masked SW-MLPs (:func:`sw_mlp_counts`)
+    from the config alone, any other model built with initialisation skipped and run on one
+    example (:func:`count_activations`)."""
+    cfg = model_config(name, **overrides)
+    if isinstance(cfg, MixerConfig):
+        return mixer_counts(cfg)["activations"]
+    if isinstance(cfg, SWMLPConfig) and cfg.storage == "masked":
+        return sw_mlp_counts(cfg)["activations"]
+    with skip_init():
+        return count_activations(create_model(name, **overrides))
 
 
 def model_summary(name: str, build: bool = False, **overrides: Any) -> dict[str, Any]:

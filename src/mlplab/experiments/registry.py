@@ -96,8 +96,8 @@ def format_list(scales: Sequence[str] = ("smoke", "quick", "cpu", "paper")) -> s
                              f" ~{_fmt_time(c['est_s']):>7s} ({machine}); {where}")
             except Exception as e:  # a plan that cannot be built is shown, not hidden
                 lines.append(f"{'':14s} {sc:5s}: cannot plan: {e}")
-    lines.append("cpu-scale times: epochs × examples × (3 × forward FLOPs / R + τ) per run plus start-up, runs dealt "
-                 "to 2 workers; R, τ measured on a 2-core AVX2 EPYC (mlplab.experiments.cost)")
+    lines.append("cpu-scale times: epochs × examples × (3 × forward FLOPs / R + κ × activations + τ0) per run plus start-up, runs dealt "
+                 "to 2 workers; R, κ, τ0 measured on a 2-core AVX2 EPYC (mlplab.experiments.cost)")
     return "\n".join(lines)
 
 

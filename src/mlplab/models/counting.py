@@ -1,4 +1,4 @@
-"""Counting a built model: parameters, stored bytes and forward FLOPs per example.
+"""Counting a built model: parameters, stored bytes, forward FLOPs and activations per example.
 
 The one counter, used by training (MFU), the cost tables (``mlplab.analysis.cost``) and the
 experiments. It needs only the module tree, so it sits with the models, below everything that
@@ -17,12 +17,18 @@ uses it.
   which counts aten mm/addmm/bmm (bias of addmm not counted) — i.e. the same matmul FLOPs. It does
   not see sparse-dense products (``torch.sparse.mm``), so for ``storage="sparse"`` SW-MLPs it
   reports the dense parts only. Tests require the two to agree within 0.1 % (they agree exactly).
+* :func:`count_activations` counts the **activation elements written** per example by the
+  forward pass, A = Σ numel(output) over every leaf-module call of a real forward of one example:
+  the memory-bound work (layer norms, activations, bias adds inside the Linears) that dominates
+  small Mixers on a CPU, where the time follows A rather than F. The training-cost estimate
+  (:mod:`mlplab.experiments.cost`) uses both.
 """
 from __future__ import annotations
 
 import torch
 import torch.nn as nn
 
+from ..layers.common import transposed_column_maps
 from ..layers.kronecker import KroneckerLinear
 from ..layers.masked import MaskedLinear, SparseLinear
 from ..layers.monarch import MonarchLinear
@@ -30,7 +36,7 @@ from ..layers.pk import PKMixing
 from ..layers.stem import PatchEmbed
 from .mixer import MixerBlock
 
-__all__ = ["count_params", "count_flops", "measured_flops", "state_bytes", "model_input_shape"]
+__all__ = ["count_params", "count_flops", "measured_flops", "count_activations", "state_bytes", "model_input_shape"]
 
 
 def count_params(model: nn.Module, effective: bool = False, trainable_only: bool = False) -> int:
@@ -126,3 +132,42 @@ def measured_flops(model: nn.Module, input_shape: tuple[int, ...] | None = None,
     finally:
         model.train(was_training)
     return int(fc.get_total_flops()) // batch
+
+
+def count_activations(model: nn.Module, input_shape: tuple[int, ...] | None = None) -> int:
+    """Activation elements written per example by the forward pass: A = Σ numel(output) over every
+    call of a leaf module (one without children) in a real forward of one example.
+
+    The forward runs on the model's device (CPU for models built to be counted), in eval mode and
+    under ``torch.no_grad``, with column maps on the transposed input
+    (:func:`~mlplab.layers.common.transposed_column_maps`) so that every ``nn.Linear`` is seen as
+    a module call. An output that *is* its input (``nn.Identity``, dropout and stochastic depth
+    in eval mode) writes nothing and is not counted; neither is elementwise work done outside
+    modules (residual adds, transposes, the token mean, permutation gathers). Meta-device
+    forwards cannot be used: the Mixer's PK layers call ``aten::equal``. Mixers are counted
+    from their config by :func:`mlplab.analysis.cost.mixer_counts` (checked against this)."""
+    shape = model_input_shape(model, input_shape)
+    if shape is None:
+        raise ValueError("input_shape is needed for a model without image_size/in_chans in its config")
+    total = 0
+
+    def hook(module: nn.Module, inputs: tuple, output) -> None:
+        nonlocal total
+        outs = output if isinstance(output, (tuple, list)) else (output,)
+        for t in outs:
+            if isinstance(t, torch.Tensor) and not any(t is i for i in inputs):
+                total += t.numel()
+
+    leaves = [m for m in model.modules() if not any(True for _ in m.children())]
+    handles = [m.register_forward_hook(hook) for m in leaves]
+    p = next(model.parameters())
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad(), transposed_column_maps():
+            model(torch.zeros(1, *shape, dtype=p.dtype, device=p.device))
+    finally:
+        model.train(was_training)
+        for h in handles:
+            h.remove()
+    return int(total)
