@@ -132,3 +132,16 @@ def test_the_loop_trains_with_the_batch_scaled_peak_lr(tiny):
     res = train(tiny("scaled", **{"optim.lr": 1e-3, "optim.lr_batch": 8, "optim.lr_scaling": "linear",
                                   "schedule.schedule": "constant", "schedule.warmup_steps": None}))
     assert [h["lr"] for h in res["history"]] == pytest.approx([4e-3] * 3, rel=1e-12)
+
+
+def test_results_count_a_masked_sw_mlp_by_its_nonzeros(tiny):
+    """``effective_params`` (what the experiment tables show) counts a masked weight by its mask's
+    nonzeros; ``params`` stays the dense storage."""
+    from mlplab.models.counting import count_params
+
+    cfg = tiny("sw", **{"model.name": "sw_mlp", "model.kwargs": {"width": 64, "density": 0.1, "depth": 2,
+                                                                 "patch_size": 4}, "schedule.epochs": 1})
+    res = train(cfg)
+    model = create_model("sw_mlp", width=64, density=0.1, depth=2, patch_size=4, image_size=8, in_chans=3,
+                         num_classes=10)
+    assert res["params"] == count_params(model) > res["effective_params"] == count_params(model, effective=True)

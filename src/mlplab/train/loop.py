@@ -45,7 +45,7 @@ import torch.nn.functional as F
 
 from ..errors import BadInput, RunFailure
 from ..data.table import get_info
-from ..models.counting import count_flops
+from ..models.counting import count_flops, count_params
 from ..models.registry import create_model, get_model_entry
 from ..utils.io import atomic_write_json
 from ..utils.units import format_count
@@ -288,7 +288,7 @@ def _prepare(cfg: RunConfig, dist: DistInfo) -> _Run:
     # 3 × forward holds only when the backward runs through every layer: unknown with frozen ones
     every_layer_trains = all(p.requires_grad for p in model.parameters())
     return _Run(cfg, dist, device, precision, data, model, optimizer, dur,
-                n_params=sum(p.numel() for p in model.parameters()), fpe=fpe,
+                n_params=count_params(model), fpe=fpe,
                 train_fpe=3.0 * fpe if every_layer_trains else 0.0)
 
 
@@ -483,6 +483,8 @@ def _results(run: _Run, state: _Progress, final: dict[str, float], run_dir: Path
         "wall_s": state.wall_before + time.perf_counter() - t_start,
         "epoch_time_s": sum(h["epoch_time_s"] for h in timed) / max(len(timed), 1),
         "images_per_s": ips, "params": run.n_params, "flops_per_example": fpe,
+        # masked (SW-MLP) weights counted by their nonzeros: what the comparison tables show
+        "effective_params": count_params(run.model, effective=True),
         "flops_per_s": run.train_fpe * ips if run.train_fpe else None,
         "matmul_flops_per_s": peak, "mfu": run.train_fpe * ips / peak if run.train_fpe else None,
         "precision": run.precision, "compiled": run.compiled, "device": str(run.device),
