@@ -108,15 +108,17 @@ def fit_constants(rows: list[dict]) -> tuple[float, float, float]:
     return (1.0 / inv_rate if inv_rate > 0 else float("inf")), float(kappa), float(tau)
 
 
-def experiment_minutes(key: str, rate: float, kappa: float, tau: float) -> float:
-    """Estimated minutes of experiment ``key`` ("id scale") with the constants (R, κ, τ0)."""
+def experiment_minutes(key: str, rate: float, kappa: float, tau: float, epochs: int | None = None) -> float:
+    """Estimated minutes of experiment ``key`` ("id scale") with the constants (R, κ, τ0), at
+    ``epochs`` per training run when given (the plan as it was timed), else the plan's own."""
     from unittest import mock
 
     from mlplab.experiments import estimate_cost, plan_experiment
     from mlplab.experiments import cost
 
     id, scale = key.split()
-    _, _, plan = plan_experiment(id, scale, dataset="fashion_mnist", check_available=False)
+    overrides = {"schedule.epochs": epochs} if epochs is not None else None
+    _, _, plan = plan_experiment(id, scale, dataset="fashion_mnist", check_available=False, overrides=overrides)
     with mock.patch.multiple(cost, RATE=rate, KAPPA_S=kappa, TAU_S=tau):
         return estimate_cost(plan, scale)["est_s"] / 60
 
@@ -141,8 +143,8 @@ def fit_calibration() -> dict:
     for key, value in exps.items():
         if key in ("what", "source"):
             continue
-        measured = value[0]
-        at_fit, now = experiment_minutes(key, *fit), experiment_minutes(key, RATE, KAPPA_S, TAU_S)
+        measured, _, epochs = value
+        at_fit, now = experiment_minutes(key, *fit, epochs), experiment_minutes(key, RATE, KAPPA_S, TAU_S, epochs)
         out[key] = {"measured": measured, "fit": at_fit, "module": now}
         print(f"  {key:14s} measured {measured:5.1f} min  fit {at_fit:5.1f} ({measured / at_fit:.2f})"
               f"  module {now:5.1f} ({measured / now:.2f})")
