@@ -137,31 +137,30 @@ def sw_mlp_counts(cfg: SWMLPConfig) -> dict[str, int]:
     return {"params": params, "flops": flops, "activations": acts, "effective_width": m}
 
 
-def config_flops(name: str, **overrides: Any) -> int:
-    """Forward matmul FLOPs per example of registered model ``name`` with ``overrides``: Mixers
+def _config_count(key: str, walk, name: str, overrides: dict[str, Any]) -> int:
+    """``key`` ("flops" or "activations") of registered model ``name``: Mixers
     (:func:`mixer_counts`) and masked SW-MLPs (:func:`sw_mlp_counts`) from the config alone, any
-    other model built with initialisation skipped and walked (:func:`count_flops`)."""
+    other model built with initialisation skipped and counted by ``walk``."""
     cfg = model_config(name, **overrides)
     if isinstance(cfg, MixerConfig):
-        return mixer_counts(cfg)["flops"]
+        return mixer_counts(cfg)[key]
     if isinstance(cfg, SWMLPConfig) and cfg.storage == "masked":
-        return sw_mlp_counts(cfg)["flops"]
+        return sw_mlp_counts(cfg)[key]
     with skip_init():
-        return count_flops(create_model(name, **overrides))
+        return walk(create_model(name, **overrides))
+
+
+def config_flops(name: str, **overrides: Any) -> int:
+    """Forward matmul FLOPs per example of registered model ``name`` with ``overrides`` (others
+    than Mixers and masked SW-MLPs walked by :func:`count_flops`)."""
+    return _config_count("flops", count_flops, name, overrides)
 
 
 def config_activations(name: str, **overrides: Any) -> int:
     """Activation elements written per example by the forward pass of registered model ``name``
-    with ``overrides``: Mixers (:func:`mixer_counts`) and masked SW-MLPs (:func:`sw_mlp_counts`)
-    from the config alone, any other model built with initialisation skipped and run on one
-    example (:func:`count_activations`)."""
-    cfg = model_config(name, **overrides)
-    if isinstance(cfg, MixerConfig):
-        return mixer_counts(cfg)["activations"]
-    if isinstance(cfg, SWMLPConfig) and cfg.storage == "masked":
-        return sw_mlp_counts(cfg)["activations"]
-    with skip_init():
-        return count_activations(create_model(name, **overrides))
+    with ``overrides`` (others than Mixers and masked SW-MLPs run on one example by
+    :func:`count_activations`)."""
+    return _config_count("activations", count_activations, name, overrides)
 
 
 def model_summary(name: str, build: bool = False, **overrides: Any) -> dict[str, Any]:
