@@ -101,7 +101,10 @@ class _WandB:
                 self._run.summary[k] = v
 
     def close(self) -> None:
+        # finish() returns before wandb-core's writer has flushed the run file; teardown() waits
+        # for the service to exit, so the offline .wandb file is complete when training returns
         self._run.finish()
+        self._wandb.teardown()
 
 
 class Loggers:
