@@ -613,18 +613,22 @@ def table1(sc: Scale) -> Plan:
             nar, wid = (8, 16, 128), (4, 64, 43)
         models = [
             {**mixer(nar[1], nar[2], 2, nar[0], block="mlp", gamma=4.0), "meta.label": f"Mixer-SS/{nar[0]} narrow",
-             "meta.S": nar[1], "meta.C": nar[2], "meta.P": nar[0]},
+             "meta.S": nar[1], "meta.C": nar[2], "meta.P": nar[0], "meta.lr_key": "table1 narrow"},
             {**mixer(wid[1], wid[2], 2, wid[0], block="mlp", gamma=4.0), "meta.label": "Mixer-SS-W wide",
-             "meta.S": wid[1], "meta.C": wid[2], "meta.P": wid[0]},
+             "meta.S": wid[1], "meta.C": wid[2], "meta.P": wid[0], "meta.lr_key": "table1 wide"},
         ]
         base = sc.recipe(epochs=4000, cpu_epochs=10, optim="adamw", lr=0.05, batch_size=1024, augment="autoaugment")
-        lrs = sc.pick([2e-3], [2e-3], [0.04, 0.05, 0.06])
-    if not sc.paper:  # one lr: the family's (family_lr overrides the axis at cpu/quick scale)
-        lrs = [sc.family_lr({**base, **models[0]}).get("optim.lr", base["optim.lr"])]
+        lrs = [0.04, 0.05, 0.06]  # the paper's grid (cpu/smoke: one searched lr per model, below)
     labels = [m["meta.label"] for m in models]
-    sweep = Sweep("models", base, [product(("meta.label", labels), ("optim.lr", lrs))], seeds=sc.seed_list(3),
+    if sc.paper:  # each model at each lr; the analysis takes each model's best
+        axes = [product(("meta.label", labels), ("optim.lr", lrs))]
+        lr_setting: Any = lrs
+    else:  # each model at its own searched lr (recipes.CPU_LR, through meta.lr_key and family_lr)
+        axes = [("meta.label", labels)]
+        lr_setting = {m["meta.label"]: sc.family_lr({**base, **m}).get("optim.lr", base["optim.lr"]) for m in models}
+    sweep = Sweep("models", base, axes, seeds=sc.seed_list(3),
                   derived=[lambda o: next(m for m in models if m["meta.label"] == o["meta.label"]), model_seed, sc.family_lr],
                   name_keys=["meta.label", "optim.lr", "run.seed"], est_epoch_s=sc.pick(1, 180, 10),
                   epochs=base["schedule.epochs"], description="narrow vs wide MLP-Mixer at equal Ω")
     return Plan([[sweep]], settings={"models": "; ".join(f"{m['meta.label']}: P={m['meta.P']}, S={m['meta.S']}, C={m['meta.C']}"
-                                                         for m in models), "lr": lrs})
+                                                         for m in models), "lr": lr_setting})
