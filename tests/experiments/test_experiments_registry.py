@@ -177,6 +177,26 @@ def test_cpu_scale_trains_on_the_full_set_with_the_fast_engine_and_family_lr():
     assert expand(p.sweeps[0])[0].overrides["optim.lr"] == 0.02
 
 
+def test_table1_runs_each_model_at_its_own_searched_lr_and_the_search_knows_them():
+    from mlplab.experiments.recipes import CPU_LR, LR_SEARCH, lr_search
+
+    _, _, plan = plan_experiment("table1", "cpu", dataset="fashion_mnist", check_available=False)
+    specs = expand(plan.sweeps[0])
+    assert len(specs) == 6
+    for s in specs:
+        o = s.overrides
+        key = o["meta.lr_key"]
+        assert key in LR_SEARCH["models"] and o["optim.lr"] == CPU_LR[key]
+        searched = LR_SEARCH["models"][key]  # the searched model is the one table1 trains
+        assert all(o[k] == v for k, v in searched.items()), key
+    assert {s.overrides["meta.lr_key"] for s in specs} == {"table1 narrow", "table1 wide"}
+    # the paper plan keeps the published per-model lr grid
+    _, _, paper = plan_experiment("table1", "paper", dataset="cifar10", check_available=False)
+    assert sorted({s.overrides["optim.lr"] for s in expand(paper.sweeps[0])}) == [0.04, 0.05, 0.06]
+    with pytest.raises(ValueError, match="no lr-search model"):
+        lr_search(["table2 narrow"])
+
+
 def test_quick_fig6_is_the_centre_and_both_ends_with_three_seeds():
     _, sc, plan = plan_experiment("fig6", "quick", check_available=False)
     specs = expand(plan.sweeps[0])
