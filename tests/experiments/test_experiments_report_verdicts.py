@@ -113,3 +113,12 @@ def test_group_runs_counts_the_seeds_of_the_test_error():
     rows = group_runs(runs, ["model.name"], {"test_error": lambda r: 100 * (1 - r.results["test_acc"]),
                                              "connections": lambda r: float("nan")})
     assert rows[0]["n"] == 3 and abs(rows[0]["test_error"] - 11.0) < 1e-9
+
+
+def test_report_tables_show_counts_and_means_of_counts_as_whole_numbers():
+    from mlplab.experiments.report import markdown_table
+
+    # a masked SW-MLP's nonzeros differ by seed: their mean is a count too, not "18747.3"
+    table = markdown_table([{"params": 18747.3, "connections": 2401.0, "test_error": 12.94, "lr": 0.01}])
+    row = table.strip().splitlines()[-1]
+    assert "18,747" in row and "2,401" in row and "12.94" in row and "0.01" in row

@@ -34,8 +34,8 @@ def _fmt(v: Any) -> str:
         if not math.isfinite(v):
             return "–"
         a = abs(v)
-        if v.is_integer() and 100 <= a < 1e9:
-            return f"{int(v):,}"
+        if (v.is_integer() and 100 <= a < 1e9) or 1000 <= a < 1e9:  # counts, also means of counts
+            return f"{round(v):,}"
         return f"{v:.3g}" if (a != 0 and (a < 0.01 or a >= 1e5)) else f"{v:.4g}" if a < 100 else f"{v:.1f}"
     if v is None:
         return "–"
