@@ -122,3 +122,6 @@ def test_report_tables_show_counts_and_means_of_counts_as_whole_numbers():
     table = markdown_table([{"params": 18747.3, "connections": 2401.0, "test_error": 12.94, "lr": 0.01}])
     row = table.strip().splitlines()[-1]
     assert "18,747" in row and "2,401" in row and "12.94" in row and "0.01" in row
+    # per-trial lists (figS1's spectra) are summarised; results.csv keeps them
+    row = markdown_table([{"largest": [2.35, 2.47, 3.17, 2.24, 2.5], "pair": [1, 2]}]).strip().splitlines()[-1]
+    assert "5 values, 2.24–3.17" in row and "[1, 2]" in row

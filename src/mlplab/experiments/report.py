@@ -39,6 +39,8 @@ def _fmt(v: Any) -> str:
         return f"{v:.3g}" if (a != 0 and (a < 0.01 or a >= 1e5)) else f"{v:.4g}" if a < 100 else f"{v:.1f}"
     if v is None:
         return "–"
+    if isinstance(v, (list, tuple)) and len(v) > 4 and all(isinstance(x, (int, float)) for x in v):
+        return f"{len(v)} values, {_fmt(float(min(v)))}–{_fmt(float(max(v)))}"  # per-trial lists (in results.csv)
     return str(v)
 
 
