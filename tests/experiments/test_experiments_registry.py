@@ -238,6 +238,15 @@ def test_trained_ids_run_three_seeds_or_more_at_cpu_scale():
             assert len(seeds) >= (5 if id in five else CPU_SEEDS), f"{id}/{sw.name}: seeds {sorted(seeds)}"
 
 
+def test_figS6_S8_parts_are_three_different_training_settings_at_cpu_scale():
+    _, _, plan = plan_experiment("figS6-S8", "cpu", dataset="fashion_mnist", check_available=False)
+    keys = ("model.name", "optim.name", "optim.lr")
+    settings = {sw.name: {tuple(s.overrides[k] for k in keys) for s in expand(sw)} for sw in plan.sweeps}
+    assert settings == {"S6": {("s_mixer", "sgd", 0.1), ("rp_s_mixer", "sgd", 0.1)},
+                        "S7": {("mlp_mixer", "sgd", 0.1), ("rp_mlp_mixer", "sgd", 0.1)},
+                        "S8": {("s_mixer", "adamw", 0.01), ("rp_s_mixer", "adamw", 0.01)}}
+
+
 def test_quick_figS6_S8_is_a_subset_of_cpu_that_can_be_decided():
     def runs(scale):
         _, _, plan = plan_experiment("figS6-S8", scale, dataset="fashion_mnist", check_available=False)
