@@ -45,7 +45,7 @@ CPU_BATCH = 256  # examples per step at cpu scale (the fast engine: big enough G
 # edge) and 3e-3 for the rest.
 #
 # table1 compares two MLP-Mixers whose shapes differ far more than any family's members elsewhere
-# (P=7, S=16, C=128 and P=4, S=64, C=43, γ=4, L=2: ~60× the parameters of the fig4 model above),
+# (P=7, S=16, C=128 and P=4, S=64, C=43, γ=4, L=2: 18× and 6× the parameters of the fig4 model above),
 # and the paper reports each at its own best lr. So each gets its own entry, by the same search
 # (same grid, epochs and split), and the table1 runs name it through ``meta.lr_key``:
 #   table1 narrow P=7, S=16, C=128:      15.28 / 13.33 / **12.50** / 12.98 / 13.62 / 15.13

@@ -592,7 +592,7 @@ def table1(sc: Scale) -> Plan:
     same Ω; each model at its own lr from the held-out search (``recipes.CPU_LR`` "table1 narrow" /
     "table1 wide", both 1e-2 of a 1e-3…3e-1 grid; the paper, too, reports each model at its best
     lr), 3 seeds, 10 epochs on all 60k Fashion-MNIST images (6 runs, ~25 min estimated). With the
-    MLP-Mixer family's 1e-1 (searched on fig4's 60× smaller model) the training loss still fell
+    MLP-Mixer family's 1e-1 (searched on fig4's 6–18× smaller model) the training loss still fell
     ~10% per epoch at 10 epochs.
     """
     if sc.paper and sc.dataset in IMAGENET:
