@@ -197,6 +197,23 @@ def test_table1_runs_each_model_at_its_own_searched_lr_and_the_search_knows_them
         lr_search(["table2 narrow"])
 
 
+def test_every_cpu_lr_was_searched_and_fig2d_trains_each_shallow_family_at_its_own():
+    from mlplab.experiments.recipes import CPU_LR, LR_SEARCH
+
+    # RP variants share their normal family's lr; everything else in the table has a search entry
+    unsearched = {k for k in CPU_LR if k not in LR_SEARCH["models"]}
+    assert unsearched == {"default"} | {k for k in CPU_LR if k.startswith("rp_")}
+    assert all(CPU_LR[k] == CPU_LR[k[3:]] for k in CPU_LR if k.startswith("rp_"))
+    _, _, plan = plan_experiment("fig2d", "cpu", dataset="fashion_mnist", check_available=False)
+    specs = expand(plan.sweeps[0])
+    assert {s.overrides["model.name"] for s in specs} == {"monarch_mlp", "kronecker_mlp"}
+    for s in specs:
+        o = s.overrides
+        assert o["optim.lr"] == CPU_LR[o["model.name"]] != CPU_LR["default"]
+        # searched as fig2d trains them: without augmentation
+        assert o.get("augment.crop_padding", 0) == LR_SEARCH["models"][o["model.name"]]["augment.crop_padding"]
+
+
 def test_quick_fig6_is_the_centre_and_both_ends_with_three_seeds():
     _, sc, plan = plan_experiment("fig6", "quick", check_available=False)
     specs = expand(plan.sweeps[0])

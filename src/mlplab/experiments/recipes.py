@@ -40,8 +40,8 @@ CPU_BATCH = 256  # examples per step at cpu scale (the fast engine: big enough G
 # (3e-1 was added after 1e-1 came out best for the MLP-Mixer, so that no winner sits at the
 # grid's edge; the SW-MLP's optimum was interior without it.) One seed per lr: differences below
 # ~0.5 points are within seed noise. RP variants share their normal family's lr (same shapes, same
-# spectra); Monarch/Kronecker MLPs (fig2d) and bottleneck MLPs (scaling) were not searched and take
-# the default. Until 2026-11-25 the table was S-Mixer 1e-2 (a 3-lr search whose winner was its
+# spectra); bottleneck MLPs (scaling) were not searched and take the default (Monarch/Kronecker:
+# below). Until 2026-11-25 the table was S-Mixer 1e-2 (a 3-lr search whose winner was its
 # edge) and 3e-3 for the rest.
 #
 # table1 compares two MLP-Mixers whose shapes differ far more than any family's members elsewhere
@@ -52,8 +52,15 @@ CPU_BATCH = 256  # examples per step at cpu scale (the fast engine: big enough G
 #   table1 wide P=4, S=64, C=43:         15.45 / 13.77 / **12.92** / 13.47 / 14.88 / 15.73
 # Both pick 1e-2, a tenth of the fig4 model's 1e-1; with that 1e-1 (until 2026-11-25) their
 # training loss still fell ~10% per epoch at 10 epochs.
+#
+# fig2d's shallow Monarch and Kronecker MLPs (width 1024, no augmentation as fig2d trains them),
+# same search, 2026-11-25 (until then both took the default 3e-3); lr 1e-1 and 3e-1 diverged for
+# both (training loss above run.divergence_factor · ln K in the first epoch):
+#   monarch_mlp:                         13.67 / 11.70 / **10.85** / 11.67 / diverged / diverged
+#   kronecker_mlp:                       14.93 / 13.05 / 11.58 / **11.18** / diverged / diverged
 CPU_LR: dict[str, float] = {"s_mixer": 3e-2, "rp_s_mixer": 3e-2, "mlp_mixer": 1e-1, "rp_mlp_mixer": 1e-1,
-                            "sw_mlp": 1e-2, "table1 narrow": 1e-2, "table1 wide": 1e-2, "default": 3e-3}
+                            "sw_mlp": 1e-2, "table1 narrow": 1e-2, "table1 wide": 1e-2,
+                            "monarch_mlp": 1e-2, "kronecker_mlp": 3e-2, "default": 3e-3}
 
 # The search behind CPU_LR: one representative model per family, 3 epochs, seed 0, lr grid below;
 # ``python -m mlplab.experiments.recipes`` reruns it (≈ 5 min on 2 cores with bf16) and prints val errors.
@@ -72,6 +79,9 @@ LR_SEARCH: dict[str, Any] = {
                           "model.kwargs.expansion": 4.0, "model.kwargs.depth": 2, "model.kwargs.patch_size": 7},
         "table1 wide": {"model.name": "mlp_mixer", "model.kwargs.num_tokens": 64, "model.kwargs.hidden_dim": 43,
                         "model.kwargs.expansion": 4.0, "model.kwargs.depth": 2, "model.kwargs.patch_size": 4},
+        # fig2d's shallow MLPs at its larger width, without augmentation as fig2d trains them
+        "monarch_mlp": {"model.name": "monarch_mlp", "model.kwargs.width": 1024, "augment.crop_padding": 0},
+        "kronecker_mlp": {"model.name": "kronecker_mlp", "model.kwargs.width": 1024, "augment.crop_padding": 0},
     },
 }
 
@@ -289,4 +299,8 @@ if __name__ == "__main__":
     import sys
 
     for row in lr_search(sys.argv[1:] or None, jobs=2):
-        print(f"{row['family']:10s} lr {row['lr']:g}: val error {row['val_error']:.2f}%  train loss {row['train_loss']:.4f}")
+        if row["train_loss"] is None:  # the run failed (diverged): its folder's error.txt says why
+            print(f"{row['family']:10s} lr {row['lr']:g}: failed (see its run folder's error.txt)")
+        else:
+            print(f"{row['family']:10s} lr {row['lr']:g}: val error {row['val_error']:.2f}%  "
+                  f"train loss {row['train_loss']:.4f}")
