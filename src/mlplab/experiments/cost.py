@@ -97,10 +97,11 @@ CALIBRATION: list[dict[str, Any]] = [
     {"what": "table1 MLP-Mixer wide P=4 S=64 C=43", "flops": 9.43e6, "activations": 117056,
      "s_per_example": 818e-6, "pair_mean": True, "source": "derived from the table1 cpu wall time, 2026-11-24"},
     # (measured, estimated, epochs of the plan that was timed; None: the plan's own). fig6 cpu and
-    # table1 were timed at 10 and 5 epochs, fig6 quick at 6; their plans have since grown to 12, 10 and 12.
+    # table1 were timed at 10 and 5 epochs, fig6 quick and fig2d at 6 and 10; their plans have since
+    # grown to 12, 11, 12 and 25.
     {"what": "experiment wall minutes (measured / estimated)", "fig6 cpu": (20.3, 20.4, 10),
      "fig6 quick": (8.1, 8.9, 6), "scaling cpu": (3.4, 4.5, None), "table1 cpu": (12.8, 12.9, 5),
-     "figS4 cpu": (13.1, 17.2, None), "fig7 cpu": (16.4, 21.1, None), "fig2d cpu": (4.4, 4.4, None),
+     "figS4 cpu": (13.1, 17.2, None), "fig7 cpu": (16.4, 21.1, None), "fig2d cpu": (4.4, 4.4, 10),
      "tableS3 cpu": (1.3, 2.0, None), "source": "reproduce --jobs 2, 2026-11-24"},
 ]
 
