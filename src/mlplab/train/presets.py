@@ -81,7 +81,7 @@ _register(
     flip + label smoothing 91.82% (this recipe). The val estimates have a standard error of
     ~0.35 points (6,000 images), so the last four are not distinguishable.
     Run:      mlplab train fmnist_best
-    Expect:   ~91.5-92% test accuracy (README: 3 seeds); 92% is not reached by every seed
+    Expect:   91.5-91.9% test accuracy (README: 3 seeds); no seed reached 92%
     Time:     see the README's Performance section.""",
     {
         "model": {"name": "sw_mlp", "kwargs": {"width": 343, "density": 0.0696, "depth": 6, "patch_size": 4,
