@@ -178,7 +178,9 @@ class Scale:
         At cpu/smoke scale the epochs are too few for the published SGD schedules, so
         ``cpu_optim`` (AdamW; at cpu scale batch ``CPU_BATCH`` and the family's ``CPU_LR`` through
         :meth:`family_lr`) replaces the optimiser there; every family gets the same search
-        effort and the same recipe otherwise, so comparisons stay fair.
+        effort and the same recipe otherwise, so comparisons stay fair. ``cpu_optim=None`` keeps
+        the published optimiser and lr at every scale (``meta.fixed_lr``: :meth:`family_lr`
+        leaves it), for experiments whose point is the optimiser.
         """
         o: dict[str, Any] = {"data.dataset": self.dataset, "schedule.schedule": "cosine",
                              "run.log": "lines", "run.tensorboard": False, "run.eval_every": eval_every,
@@ -210,6 +212,8 @@ class Scale:
             # light augmentation: crop padding 1 on 28×28 grey images (padding 4 underfits, issue 8)
             o.update({"augment.crop_padding": 1} if augment != "none" and self.in_chans == 1 else
                      AUGMENT["crop_flip" if augment != "none" else "none"])
+        if cpu_optim is None:
+            o["meta.fixed_lr"] = True
         if extra:
             o.update(extra)
         return o

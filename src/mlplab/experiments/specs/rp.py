@@ -206,7 +206,6 @@ def figS6_S8(sc: Scale) -> Plan:
         # each part keeps its published optimiser and lr at every scale: the three settings differ
         # by them (with the cpu recipe's AdamW at the S-Mixer's lr, S.6 and S.8 were the same runs)
         base = sc.recipe(epochs=600, cpu_epochs=ep, eval_every=1, cpu_optim=None, **kw)
-        base["meta.fixed_lr"] = True
         if sc.name in ("cpu", "quick"):  # the same subsets at both scales: quick runs are cpu runs
             base.update({"data.train_subset": 2000, "data.test_subset": 2000, "data.subset": "random"})
         sweeps.append(Sweep(part, base, [("meta.rp", [False, True])], seeds=sc.seed_list(1, cpu=3 if sc.quick else 5),
