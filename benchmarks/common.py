@@ -56,6 +56,10 @@ def add_common_args(p: argparse.ArgumentParser, name: str) -> None:
 
 
 def setup_torch(threads: int, seed: int = 0) -> None:
+    """Threads, seed, and the host allocator set as ``mlplab.train`` sets it (keep freed memory)."""
+    from mlplab.train.backend import keep_freed_memory
+
+    keep_freed_memory()
     torch.set_num_threads(threads)
     torch.manual_seed(seed)
 

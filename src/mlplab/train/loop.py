@@ -50,7 +50,7 @@ from ..models.registry import create_model, get_model_entry
 from ..utils.io import atomic_write_json
 from ..utils.units import format_count
 from . import checkpoint as ckpt
-from .backend import compile_model, resolve_compile
+from .backend import compile_model, keep_freed_memory, resolve_compile
 from .config import Durations, RunConfig, durations, validate
 from .data import RunData, eval_loader, load_run_data, train_loader
 from .init import check_pretrained, pretrained_model, with_model_resolution
@@ -236,6 +236,7 @@ def train(cfg: RunConfig, *, resume: bool = False, overwrite: bool = False,
     cfg = check_run(cfg)
     if cfg.run.threads:
         torch.set_num_threads(cfg.run.threads)
+    keep_freed_memory()  # no page faults for each step's activations (backend.py)
     dist = init_distributed("cuda" if cfg.run.device != "cpu" and torch.cuda.is_available() else "cpu")
     try:
         return _train(cfg, dist, resume, overwrite, on_epoch_end)
