@@ -12,8 +12,9 @@ Suites (sizes from the command line):
   ``--compile`` adds both mlplab models under ``torch.compile`` (normal and RP), so eager and
   compiled, normal and RP are timed in the same interleaved rounds.
   ``--with-generic`` adds mlplab computing every PK layer by gathers (``compute_by_definition``):
-  the "before" of the speed work, in the same run (fp32 only: under autocast mlplab takes the
-  generic path itself).
+  the "before" of the speed work, in the same run (fp32 only).
+  ``--with-unfused`` adds mlplab with its fused seams off (``fuse_seams = False``: the module
+  path, LN/act/skip as separate ops), eager and, with ``--compile``, compiled.
 
 The GEMM rate is that of ``F.linear`` on two n×n fp32 tensors, under CPU autocast for bf16
 (the route the models' matmuls take). On CPUs without AVX512-BF16 bf16 GEMMs are emulated and
@@ -108,6 +109,11 @@ def timm_mixer(C: int, ds: int, dc: int, depth: int, patch: int):
     return m
 
 
+def _unfused(m: nn.Module) -> nn.Module:
+    m.fuse_seams = False
+    return m
+
+
 def _nparams(m: nn.Module) -> int:
     return sum(p.numel() for p in m.parameters())
 
@@ -124,8 +130,12 @@ def build_suite(suite: str, dtype: str, a: argparse.Namespace) -> dict[str, nn.M
         if a.with_generic and dtype == "fp32":  # under autocast the fast path is off anyway
             models["mlplab_generic"] = compute_by_definition(mlplab.create_model("mlp_mixer", **kw))
         models["mlplab_rp"] = mlplab.create_model("rp_mlp_mixer", **kw)
+        if a.with_unfused:
+            models["mlplab_unfused"] = _unfused(mlplab.create_model("mlp_mixer", **kw))
         if a.compile:
             models["mlplab_compiled"] = torch.compile(mlplab.create_model("mlp_mixer", **kw))
+            if a.with_unfused:
+                models["mlplab_unfused_compiled"] = torch.compile(_unfused(mlplab.create_model("mlp_mixer", **kw)))
             models["mlplab_rp_compiled"] = torch.compile(mlplab.create_model("rp_mlp_mixer", **kw))
         if not a.no_timm:
             models["timm"] = timm_mixer(a.C, a.ds, a.dc, a.depth, P)
@@ -136,8 +146,12 @@ def build_suite(suite: str, dtype: str, a: argparse.Namespace) -> dict[str, nn.M
         if a.with_generic and dtype == "fp32":
             models["mlplab_generic"] = compute_by_definition(mlplab.create_model("s_mixer", **kw))
         models["mlplab_rp"] = mlplab.create_model("rp_s_mixer", **kw)
+        if a.with_unfused:
+            models["mlplab_unfused"] = _unfused(mlplab.create_model("s_mixer", **kw))
         if a.compile:
             models["mlplab_compiled"] = torch.compile(mlplab.create_model("s_mixer", **kw))
+            if a.with_unfused:
+                models["mlplab_unfused_compiled"] = torch.compile(_unfused(mlplab.create_model("s_mixer", **kw)))
             models["mlplab_rp_compiled"] = torch.compile(mlplab.create_model("rp_s_mixer", **kw))
         models["reference"] = RefMixer(S0, a.s_dim, 0, 0, a.s_depth, P, single=True)
     else:
@@ -235,6 +249,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--gemm-n", type=int, default=2048)
     p.add_argument("--gemm-n-bf16", type=int, default=1024)
     p.add_argument("--with-generic", action="store_true", help="also time mlplab with fast paths off")
+    p.add_argument("--with-unfused", action="store_true", help="also time mlplab with its fused seams off")
     p.add_argument("--no-timm", action="store_true")
     p.add_argument("--compile", action="store_true",
                    help="also time torch.compile'd mlplab and RP models (compilation happens in the warm-up)")

@@ -8,7 +8,7 @@ import torch
 import torch.nn as nn
 
 __all__ = ["ACTIVATIONS", "GELUTanh", "make_act", "Mlp", "LinearAct", "left_linear", "left_gemm_pays", "transposed_column_maps",
-           "DropPath", "drop_path_rates"]
+           "modules_must_be_called", "DropPath", "drop_path_rates"]
 
 class GELUTanh(nn.GELU):
     """GELU with the tanh approximation, φ(x) = ½x(1 + tanh(√(2/π)(x + 0.044715x³))): what Flax's
@@ -91,7 +91,8 @@ def left_gemm_pays(x: torch.Tensor) -> bool:
 def transposed_column_maps() -> Iterator[None]:
     """Inside the block :func:`left_gemm_pays` says no: column maps run on the transposed input,
     so every ``nn.Linear`` is called as a module (a left GEMM uses its weight directly, unseen by
-    module hooks). Output shapes are the same either way; for counters that hook modules
+    module hooks), and :func:`modules_must_be_called` tells other fast paths (the Mixer's fused
+    seams) to step aside. Output shapes are the same either way; for counters that hook modules
     (:func:`mlplab.models.counting.count_activations`). Not thread-safe (sets a module flag)."""
     global _TRANSPOSED_ONLY
     saved, _TRANSPOSED_ONLY = _TRANSPOSED_ONLY, True
@@ -101,8 +102,18 @@ def transposed_column_maps() -> Iterator[None]:
         _TRANSPOSED_ONLY = saved
 
 
+def modules_must_be_called() -> bool:
+    """True inside :func:`transposed_column_maps`: every module must be called as a module."""
+    return _TRANSPOSED_ONLY
+
+
 def left_linear(linear: nn.Linear, x: torch.Tensor) -> torch.Tensor:
-    """``linear`` applied to every column of x as one left GEMM: W X (+ b), (B, n, cols) -> (B, n', cols)."""
+    """``linear`` applied to every column of x as one left GEMM: W X (+ b), (B, n, cols) -> (B, n', cols),
+    or (n, cols) -> (n', cols) for a matrix."""
+    if x.ndim == 2:
+        if linear.bias is None:
+            return torch.mm(linear.weight, x)
+        return torch.addmm(linear.bias.view(-1, 1), linear.weight, x)
     W = linear.weight.unsqueeze(0).expand(x.shape[0], -1, -1)  # (B, n', n), no copy
     if linear.bias is None:
         return torch.bmm(W, x)

@@ -256,9 +256,12 @@ class PKMixing(nn.Module):
 
 def compute_by_definition(model: nn.Module) -> nn.Module:
     """Switch every PK layer of ``model`` to the "gather" arrangement (in place): the same
-    function computed literally as Def. 5.1 (two gathers around the group map). Tests and
-    benchmarks compare the fast arrangements against it."""
+    function computed literally as Def. 5.1 (two gathers around the group map), and turn off
+    paths that bypass the PK layers (a Mixer's ``fuse_seams``). Tests and benchmarks compare the
+    fast arrangements against it."""
     for mod in model.modules():
+        if hasattr(mod, "fuse_seams"):
+            mod.fuse_seams = False
         if isinstance(mod, PKMixing):
             mod._forced_gather = True
             mod._derive()

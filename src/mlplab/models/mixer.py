@@ -11,6 +11,15 @@ Block (S-Mixer):    U = X + φ(W LN(X)),       Y = U + φ(LN(U) V).
 With ``norm=False`` / ``skip=False`` the LNs / skips are removed (the theory form
 H = φ(φ(W X) V) of the S-Mixer is ``norm=False, skip=False``).
 The first block maps S0 -> S tokens; its skip path is then a learned W̃ ∈ R^{S×S0} (SkipLayer).
+
+Fused seams (CPU). Between two sublayers a pre-LN Mixer computes u = x + act(t), h = LN(u); on
+CPU a normal Mixer (no RP block, no skip layer, norms and skips on, no stochastic depth while
+training) runs these seams as one fused kernel each way (:mod:`mlplab.layers.fused`) and keeps
+its tokens token-major, (S, B, C), so that token mixing is one GEMM W H on the (S, B·C) matrix
+and channel mixing one GEMM on the (S·B, C) one, with no transposes. The residual stays in the
+parameters' dtype under autocast (the GEMMs and h run in bf16). It is the same function as the
+module path (tests: float64 to 1e-12, forward and gradients); ``model.fuse_seams = False``,
+``compute_by_definition``, intermediate features and module-hooking counters take the module path.
 """
 from __future__ import annotations
 
@@ -20,7 +29,8 @@ from typing import Literal
 import torch
 import torch.nn as nn
 
-from ..layers.common import DropPath, LinearAct, Mlp, drop_path_rates, left_gemm_pays, left_linear
+from ..layers import fused
+from ..layers.common import DropPath, LinearAct, Mlp, drop_path_rates, left_gemm_pays, left_linear, modules_must_be_called
 from ..layers.pk import PKMixing, random_perm
 from ..layers.stem import PatchEmbed, check_patch_size
 from ..utils.seeds import derive_generator
@@ -181,6 +191,7 @@ class Mixer(VisionMLP):
         )
         self.norm = nn.LayerNorm(C, eps=cfg.norm_eps) if cfg.norm else nn.Identity()
         self.head = nn.Linear(C, cfg.num_classes)
+        self.fuse_seams = True  # the fused CPU path where it applies (see the module docstring)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -197,6 +208,8 @@ class Mixer(VisionMLP):
             nn.init.zeros_(self.head.bias)
 
     def forward_features(self, x: torch.Tensor, feats: dict | None = None) -> torch.Tensor:
+        if feats is None and self._seams_fusable(x):
+            return self._forward_features_fused(x)
         x = self.stem(x)  # (B, S0, C)
         if feats is not None:
             feats["stem"] = x
@@ -206,6 +219,79 @@ class Mixer(VisionMLP):
 
     def forward_head(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
         return super().forward_head(x.mean(dim=1), pre_logits)  # average over tokens: (B, C)
+
+    def _seams_fusable(self, x: torch.Tensor) -> bool:
+        """Whether :meth:`_forward_features_fused` computes this forward (module docstring)."""
+        cfg = self.cfg
+        if not self.fuse_seams or x.device.type != "cpu" or modules_must_be_called():
+            return False
+        if not (cfg.norm and cfg.skip):
+            return False
+        if self.training and any(b.drop_path.p > 0 for b in self.blocks):
+            return False
+        if torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") != torch.bfloat16:
+            return False
+        dtype = self.norm.weight.dtype
+        return dtype in (torch.float32, torch.float64) and self.hidden_dim <= fused.MAX_ROW and fused.available()
+
+    def _forward_features_fused(self, x: torch.Tensor) -> torch.Tensor:
+        """forward_features with fused seams: returns the final LN's output (B, S, C). Tokens are kept
+        token-major, (S, B, C), unless every sublayer is RP (then batch-major, (B, S, C))."""
+        dtype = self.norm.weight.dtype
+        layers = [pk for blk in self.blocks for pk in (blk.token_mixing, blk.channel_mixing)]
+        # all RP: the sublayers' operands are per-sample vectors, so keep each sample's tokens together
+        batch_major = all(pk.arrangement == "gather" for pk in layers)
+        z = self.stem(x)  # (B, S0, C)
+        z = (z if batch_major else z.transpose(0, 1)).to(dtype).contiguous()  # the residual
+        B, C, S = x.shape[0], z.shape[2], self.num_tokens
+        shape = (B, S, C) if batch_major else (S, B, C)
+        h_dtype = torch.bfloat16 if torch.is_autocast_enabled("cpu") and dtype == torch.float32 else dtype
+        h = fused.layer_norm_rows(z, self.blocks[0].norm1, h_dtype, _j1_maps(layers[0]), batch_major)
+        for i, blk in enumerate(self.blocks):
+            if blk.skip_proj is not None:  # first block, S0 -> S tokens: the skip is W̃ X
+                z = blk._skip(z) if batch_major else _on_columns(blk.skip_proj, z.view(-1, B * C)).view(shape)
+                z = z.to(dtype).contiguous()
+            after = self.blocks[i + 1].norm1 if i + 1 < len(self.blocks) else self.norm
+            for j, (pk, norm) in enumerate(((blk.token_mixing, blk.norm2), (blk.channel_mixing, after))):
+                nxt = layers[2 * i + j + 1] if 2 * i + j + 1 < len(layers) else None
+                t, act = _sublayer(pk, h, B, shape)
+                z, h = fused.residual_norm(z, t, norm, act, _j2_maps(pk), _j1_maps(nxt), batch_major)
+        return h if batch_major else h.transpose(0, 1)  # (B, S, C): the final LN's output
+
+def _sublayer(pk: PKMixing, h: torch.Tensor, B: int, out_shape: tuple[int, int, int]) -> tuple[torch.Tensor, str]:
+    """A PK mixing layer's output before its seam's activation: (t, act). Token mixing (columns)
+    multiplies the token-major (S, B·C) matrix from the left, channel mixing (rows) the (S·B, C)
+    one from the right; a layer with free permutations (RP) maps the rows of its (B·n1, n2)
+    grouped input, which the seam before wrote in J1 order, and leaves t in (B, m) grouped order."""
+    pre, act = _without_gelu(pk.inner)
+    if pk.arrangement == "columns":
+        return _on_columns(pre, h.view(-1, h.shape[1] * h.shape[2])).view(out_shape), act
+    if pk.arrangement == "rows":
+        return pre(h), act
+    return pre(h.view(B, pk.n1, pk.n2)).reshape(B, -1), act
+
+
+def _j1_maps(pk: PKMixing | None):
+    """(gather, inverse) that writes a seam's h as ``pk``'s grouped input, or None (token-major)."""
+    return None if pk is None or pk.arrangement != "gather" else (pk._gather[0], pk._gather[1])
+
+
+def _j2_maps(pk: PKMixing):
+    """(gather, inverse) that reads ``pk``'s grouped output in row-major order, or None."""
+    return None if pk.arrangement != "gather" else (pk._gather[2], pk._gather[3])
+
+
+def _without_gelu(inner: nn.Module) -> tuple[nn.Module, str]:
+    """A group map split for a fused seam: (the map without a trailing exact GELU, that GELU or
+    "identity"). An S-Mixer's φ(W ·) with φ = exact GELU gives (W, "gelu")."""
+    if isinstance(inner, LinearAct) and type(inner[1]) is nn.GELU and inner[1].approximate == "none":
+        return inner[0], "gelu"
+    return inner, "identity"
+
+
+def _on_columns(f: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """A group map (Linear, LinearAct, Mlp) applied to every column of the matrix x, as left GEMMs."""
+    return left_linear(f, x) if isinstance(f, nn.Linear) else f.forward_columns(x)
 
 
 def build_mixer(cfg: MixerConfig) -> Mixer:

@@ -1,0 +1,339 @@
+"""The seam between two pre-LN residual sublayers, fused into one pass each way (CPU, in C).
+
+A Mixer block's sublayer ends with the skip connection and the next one starts with a
+LayerNorm (SPEC §2): between two GEMMs the activations go through
+
+    u = x + act(t),    h = LN(u) = (u - mean u) * rstd * gamma + beta
+
+(act = φ for an S-Mixer sublayer, the identity after an MLP's second layer). Separately these
+are five passes over the activations forward and seven backward, and at S = C = 64 they take
+more time than the GEMMs. :func:`residual_norm` does each direction in one pass over rows of C
+(``kernels/residual_norm.c``), and :func:`layer_norm_rows` is the same without a skip (the first
+LN). Both are ``torch.library`` custom ops with their backward registered, so autograd and
+``torch.compile`` (which calls them as opaque kernels) work with them.
+
+The C source is compiled on first use with the system's C compiler (``$CC``, else cc/gcc/clang;
+``-O3 -march=native -fopenmp``) into ``~/.cache/mlplab/kernels`` (``$MLPLAB_KERNEL_CACHE``), one
+file per source, flags and CPU, written to a temporary name and renamed. Where no compiler is
+present or the build fails, :func:`available` is False (:func:`unavailable_reason` says why) and
+callers take their unfused path. Threads: ``torch.get_num_threads()``, through the OpenMP runtime
+torch itself loaded.
+
+Dtypes: float64 (exact libm erf/exp: the tests compare it with the unfused modules to 1e-12),
+float32, and, under CPU autocast, bfloat16 t and h with the residual kept in float32. The float32
+GELU uses a rational erf (absolute error ≤ 4.5e-7 against libm) so that it vectorises; its
+gradient an exp polynomial (relative error < 2e-7).
+"""
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import torch
+
+__all__ = ["available", "unavailable_reason", "residual_norm", "layer_norm_rows", "ACTS", "MAX_ROW"]
+
+_KERNELS = Path(__file__).with_name("kernels")
+_SOURCES = ("residual_norm.c", "residual_norm.inc")
+_FLAGS = ["-O3", "-march=native", "-fno-math-errno", "-fno-trapping-math", "-fassociative-math", "-fno-signed-zeros",
+          "-fopenmp", "-fPIC", "-shared"]
+#: activations the kernels apply to t: the identity and exact GELU
+ACTS = {"identity": 0, "gelu": 1}
+#: longest row (C) the kernels take: a row and its gradient live on the stack of an OpenMP thread
+MAX_ROW = 8192
+_VARIANTS = {(torch.float64, torch.float64): "f64", (torch.float32, torch.float32): "f32",
+             (torch.float32, torch.bfloat16): "bf16"}
+_P, _I = ctypes.c_void_p, ctypes.c_int64
+
+
+def _c_compiler() -> str | None:
+    for name in (os.environ.get("CC"), "cc", "gcc", "clang"):
+        if name and shutil.which(name):
+            return shutil.which(name)
+    return None
+
+
+def _cpu_signature() -> str:
+    """What ``-march=native`` depends on: the CPU's model and flags."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            lines = [ln for ln in f if ln.startswith(("model name", "flags"))][:2]
+    except OSError:
+        lines = []
+    return platform.machine() + "".join(lines)
+
+
+def _cache_dir() -> Path:
+    return Path(os.environ.get("MLPLAB_KERNEL_CACHE") or Path.home() / ".cache" / "mlplab" / "kernels")
+
+
+def _build() -> tuple[Path | None, str]:
+    """Compile the kernels (once per source, flags, compiler and CPU); (path, "") or (None, why)."""
+    cc = _c_compiler()
+    if cc is None:
+        return None, "no C compiler (cc/gcc/clang, or $CC) found"
+    key = hashlib.sha256()
+    for name in _SOURCES:
+        key.update((_KERNELS / name).read_bytes())
+    key.update(" ".join([cc] + _FLAGS).encode())
+    key.update(_cpu_signature().encode())
+    cache = _cache_dir()
+    lib = cache / f"residual_norm-{key.hexdigest()[:16]}.so"
+    if lib.exists():
+        return lib, ""
+    try:
+        cache.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(suffix=".so", dir=cache)
+        os.close(fd)
+        proc = subprocess.run([cc, *_FLAGS, "-o", tmp, str(_KERNELS / "residual_norm.c"), "-lm"],
+                              capture_output=True, text=True, timeout=300)
+        if proc.returncode != 0:
+            os.unlink(tmp)
+            return None, f"{Path(cc).name} failed: {proc.stderr.strip().splitlines()[-1:] or proc.returncode}"
+        os.replace(tmp, lib)  # atomic: another process sees the whole file or none
+    except (OSError, subprocess.SubprocessError) as e:
+        return None, f"cannot build the kernels in {cache}: {e}"
+    return lib, ""
+
+
+@functools.lru_cache(maxsize=1)
+def _library() -> tuple[ctypes.CDLL | None, str]:
+    path, why = _build()
+    if path is None:
+        return None, why
+    try:
+        lib = ctypes.CDLL(str(path))
+    except OSError as e:
+        return None, f"cannot load {path}: {e}"
+    for v in _VARIANTS.values():
+        fwd = getattr(lib, f"residual_norm_forward_{v}")
+        fwd.argtypes = [_I, _I, _P, _P, ctypes.c_int, _P, _P, ctypes.c_double, _P, _P, _P, _P, ctypes.c_int]
+        bwd = getattr(lib, f"residual_norm_backward_{v}")
+        bwd.argtypes = [_I, _I, _P, _P, _P, _P, _P, _P, _P, ctypes.c_int, _P, _P, _P, _P, ctypes.c_int]
+        gfwd = getattr(lib, f"residual_norm_gathered_forward_{v}")
+        gfwd.argtypes = [_I, _I, _I, ctypes.c_int, _P, _P, ctypes.c_int, _P, _P, _P, _P, ctypes.c_double, _P, _P,
+                         _P, _P, ctypes.c_int]
+        gbwd = getattr(lib, f"residual_norm_gathered_backward_{v}")
+        gbwd.argtypes = [_I, _I, _I, ctypes.c_int, _P, _P, _P, _P, _P, _P, _P, _P, ctypes.c_int, _P, _P, _P, _P, _P,
+                         ctypes.c_int]
+    return lib, ""
+
+
+@torch.compiler.assume_constant_result
+def available() -> bool:
+    """Whether the fused kernels are built and loaded on this machine (builds them on first call;
+    a constant for ``torch.compile``)."""
+    return _library()[0] is not None
+
+
+def unavailable_reason() -> str:
+    """Why :func:`available` is False ("" when it is True)."""
+    return _library()[1]
+
+
+def _ptr(t: torch.Tensor | None) -> int | None:
+    return None if t is None else t.data_ptr()
+
+
+def _variant(x: torch.Tensor, h_dtype: torch.dtype) -> str:
+    try:
+        return _VARIANTS[(x.dtype, h_dtype)]
+    except KeyError:
+        raise TypeError(f"fused residual_norm has no kernel for residual {x.dtype} with {h_dtype} activations; "
+                        f"supported: {sorted((str(a), str(b)) for a, b in _VARIANTS)}") from None
+
+
+def _acc(x: torch.Tensor) -> torch.dtype:
+    """The kernels' accumulator (and mean/rstd) dtype for residual ``x``."""
+    return torch.float64 if x.dtype == torch.float64 else torch.float32
+
+
+def _sb(x: torch.Tensor, batch_major: bool) -> tuple[int, int]:
+    """(S, B) of a 3-d residual: token-major (S, B, C) or batch-major (B, S, C)."""
+    return (x.shape[1], x.shape[0]) if batch_major else (x.shape[0], x.shape[1])
+
+
+def _forward(x, t, gamma, beta, eps, act, h_dtype, t_map, h_map, batch_major):
+    lib = _library()[0]
+    C = x.shape[-1]
+    R = x.numel() // C
+    u = torch.empty_like(x) if t is not None else None
+    h = _h_fake(x, h_dtype, h_map, batch_major)
+    mean, rstd = torch.empty(R, dtype=_acc(x)), torch.empty(R, dtype=_acc(x))
+    v, nt = _variant(x, h_dtype), torch.get_num_threads()
+    if t_map is None and h_map is None:
+        getattr(lib, f"residual_norm_forward_{v}")(
+            R, C, _ptr(x), _ptr(t), act, _ptr(gamma), _ptr(beta), eps, _ptr(u), _ptr(h), _ptr(mean), _ptr(rstd), nt)
+    else:
+        S, B = _sb(x, batch_major)
+        getattr(lib, f"residual_norm_gathered_forward_{v}")(
+            S, B, C, int(batch_major), _ptr(x), _ptr(t), act, _ptr(t_map), _ptr(h_map), _ptr(gamma), _ptr(beta), eps, _ptr(u), _ptr(h),
+            _ptr(mean), _ptr(rstd), nt)
+    return u, h, mean, rstd
+
+
+def _h_fake(x, h_dtype, h_map, batch_major):
+    """h: the residual's shape, or (B, m) gathered for the next PK layer."""
+    if h_map is None:
+        return torch.empty(x.shape, dtype=h_dtype, device=x.device)
+    S, B = _sb(x, batch_major)
+    return x.new_empty((B, S * x.shape[2]), dtype=h_dtype)
+
+
+# ------------------------------------------------------------------ custom ops (forward)
+@torch.library.custom_op("mlplab::residual_norm", mutates_args=())
+def _residual_norm(x: torch.Tensor, t: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor, eps: float, act: int,
+                   t_map: torch.Tensor | None, t_map_inv: torch.Tensor | None, h_map: torch.Tensor | None,
+                   h_map_inv: torch.Tensor | None, batch_major: bool
+                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    u, h, mean, rstd = _forward(x, t, gamma, beta, eps, act, t.dtype, t_map, h_map, batch_major)
+    return u, h, mean, rstd
+
+
+@_residual_norm.register_fake
+def _(x, t, gamma, beta, eps, act, t_map, t_map_inv, h_map, h_map_inv, batch_major):
+    R = x.numel() // x.shape[-1]
+    return torch.empty_like(x), _h_fake(x, t.dtype, h_map, batch_major), x.new_empty(R, dtype=_acc(x)), \
+        x.new_empty(R, dtype=_acc(x))
+
+
+@torch.library.custom_op("mlplab::layer_norm_rows", mutates_args=())
+def _layer_norm_rows(x: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor, eps: float, h_dtype: torch.dtype,
+                     h_map: torch.Tensor | None, h_map_inv: torch.Tensor | None, batch_major: bool
+                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    _, h, mean, rstd = _forward(x, None, gamma, beta, eps, 0, h_dtype, None, h_map, batch_major)
+    return h, mean, rstd
+
+
+@_layer_norm_rows.register_fake
+def _(x, gamma, beta, eps, h_dtype, h_map, h_map_inv, batch_major):
+    R = x.numel() // x.shape[-1]
+    return _h_fake(x, h_dtype, h_map, batch_major), x.new_empty(R, dtype=_acc(x)), x.new_empty(R, dtype=_acc(x))
+
+
+# ------------------------------------------------------------------ custom op (backward)
+@torch.library.custom_op("mlplab::residual_norm_backward", mutates_args=())
+def _residual_norm_backward(gh: torch.Tensor, gu: torch.Tensor | None, u: torch.Tensor, mean: torch.Tensor,
+                            rstd: torch.Tensor, gamma: torch.Tensor, t: torch.Tensor | None, act: int,
+                            t_map_inv: torch.Tensor | None, h_map_inv: torch.Tensor | None, batch_major: bool
+                            ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    lib = _library()[0]
+    C = u.shape[-1]
+    R = u.numel() // C
+    nt = torch.get_num_threads()
+    gh = gh.contiguous()
+    gu = gu.contiguous() if gu is not None else None
+    gx = torch.empty_like(u)
+    gt = torch.empty_like(t) if t is not None else u.new_empty(0, dtype=gh.dtype)
+    dgamma, dbeta = torch.empty(nt, C, dtype=_acc(u)), torch.empty(nt, C, dtype=_acc(u))
+    v = _variant(u, gh.dtype)
+    if t_map_inv is None and h_map_inv is None:
+        getattr(lib, f"residual_norm_backward_{v}")(
+            R, C, _ptr(gh), _ptr(gu), _ptr(u), _ptr(mean), _ptr(rstd), _ptr(gamma), _ptr(t), act, _ptr(gx),
+            _ptr(gt) if t is not None else None, _ptr(dgamma), _ptr(dbeta), nt)
+    else:
+        S, B = _sb(u, batch_major)
+        getattr(lib, f"residual_norm_gathered_backward_{v}")(
+            S, B, C, int(batch_major), _ptr(gh), _ptr(h_map_inv), _ptr(gu), _ptr(u), _ptr(mean), _ptr(rstd), _ptr(gamma), _ptr(t), act,
+            _ptr(t_map_inv), _ptr(gx), _ptr(gt) if t is not None else None, _ptr(dgamma), _ptr(dbeta), nt)
+    return gx, gt, dgamma.sum(0).to(gamma.dtype), dbeta.sum(0).to(gamma.dtype)
+
+
+@_residual_norm_backward.register_fake
+def _(gh, gu, u, mean, rstd, gamma, t, act, t_map_inv, h_map_inv, batch_major):
+    C = u.shape[-1]
+    gt = torch.empty_like(t) if t is not None else u.new_empty(0, dtype=gh.dtype)
+    return torch.empty_like(u), gt, gamma.new_empty(C), gamma.new_empty(C)
+
+
+def _residual_norm_setup(ctx, inputs, output):
+    x, t, gamma, beta, eps, act, t_map, t_map_inv, h_map, h_map_inv, batch_major = inputs
+    u, h, mean, rstd = output
+    ctx.save_for_backward(u, mean, rstd, gamma, t, t_map_inv, h_map_inv)
+    ctx.act, ctx.batch_major = act, batch_major
+    ctx.h_dtype = h.dtype
+
+
+def _residual_norm_grad(ctx, gu, gh, _gmean, _grstd):
+    u, mean, rstd, gamma, t, t_map_inv, h_map_inv = ctx.saved_tensors
+    if gh is None:  # h unused: u passes its gradient to x, and through act' to t
+        gh = torch.zeros_like(_h_fake(u, ctx.h_dtype, h_map_inv, ctx.batch_major))
+    gx, gt, dgamma, dbeta = _residual_norm_backward(gh, gu, u, mean, rstd, gamma, t, ctx.act, t_map_inv, h_map_inv,
+                                                    ctx.batch_major)
+    return gx, gt, dgamma, dbeta, None, None, None, None, None, None, None
+
+
+def _layer_norm_rows_setup(ctx, inputs, output):
+    x, gamma, beta, eps, h_dtype, h_map, h_map_inv, batch_major = inputs
+    h, mean, rstd = output
+    ctx.save_for_backward(x, mean, rstd, gamma, h_map_inv)
+    ctx.batch_major = batch_major
+
+
+def _layer_norm_rows_grad(ctx, gh, _gmean, _grstd):
+    x, mean, rstd, gamma, h_map_inv = ctx.saved_tensors
+    gx, _, dgamma, dbeta = _residual_norm_backward(gh, None, x, mean, rstd, gamma, None, 0, None, h_map_inv,
+                                                   ctx.batch_major)
+    return gx, dgamma, dbeta, None, None, None, None, None
+
+
+_residual_norm.register_autograd(_residual_norm_grad, setup_context=_residual_norm_setup)
+_layer_norm_rows.register_autograd(_layer_norm_rows_grad, setup_context=_layer_norm_rows_setup)
+
+
+# ------------------------------------------------------------------ the functions callers use
+def _check(x: torch.Tensor, norm: torch.nn.LayerNorm) -> None:
+    if x.device.type != "cpu" or x.shape[-1] > MAX_ROW or norm.weight is None or norm.bias is None \
+            or norm.weight.dtype != x.dtype:
+        raise ValueError("fused residual_norm takes CPU tensors with rows of at most "
+                         f"{MAX_ROW} entries and a LayerNorm with weight and bias of the residual's dtype")
+
+
+Maps = tuple[torch.Tensor, torch.Tensor]
+
+
+def _maps(maps: Maps | None, x: torch.Tensor) -> Maps | tuple[None, None]:
+    if maps is None:
+        return None, None
+    if x.ndim != 3:
+        raise ValueError("gathered seams take a 3-d residual, (S, B, C) or (B, S, C) with batch_major")
+    return maps[0].to(torch.int32).contiguous(), maps[1].to(torch.int32).contiguous()
+
+
+def residual_norm(x: torch.Tensor, t: torch.Tensor, norm: torch.nn.LayerNorm, act: str = "identity",
+                  t_maps: Maps | None = None, h_maps: Maps | None = None,
+                  batch_major: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """(u, h) = (x + act(t), norm(x + act(t))) over the last dimension, in one pass each way.
+
+    x: the residual (float32 or float64); t: the sublayer's output, float32/float64 like x or
+    bfloat16 (then h is bfloat16 too: CPU autocast). ``norm``'s weight and bias are used.
+    With a 3-d residual x, token-major (S, B, C) or batch-major (B, S, C) (``batch_major``),
+    per-sample index maps (m = S·C entries, and their inverses) connect RP sublayers:
+    ``t_maps = (J2 gather, inverse)`` when t is the (B, m) output of a PK layer with free
+    permutations (act(t) at row-major entry k of a sample is act(t_b[map[k]])), ``h_maps =
+    (J1 gather, inverse)`` to write h as the next such layer's (B, m) input (h_b[j] =
+    LN(u)_b[map[j]]). Without maps t and h have x's layout."""
+    _check(x, norm)
+    t_map, t_inv = _maps(t_maps, x)
+    h_map, h_inv = _maps(h_maps, x)
+    u, h, _, _ = _residual_norm(x.contiguous(), t.contiguous(), norm.weight, norm.bias, norm.eps, ACTS[act],
+                                t_map, t_inv, h_map, h_inv, batch_major)
+    return u, h
+
+
+def layer_norm_rows(x: torch.Tensor, norm: torch.nn.LayerNorm, h_dtype: torch.dtype | None = None,
+                    h_maps: Maps | None = None, batch_major: bool = False) -> torch.Tensor:
+    """``norm(x)`` over the last dimension by the same kernel, written as ``h_dtype`` (default x's),
+    and gathered by ``h_maps`` as in :func:`residual_norm`."""
+    _check(x, norm)
+    h_map, h_inv = _maps(h_maps, x)
+    h, _, _ = _layer_norm_rows(x.contiguous(), norm.weight, norm.bias, norm.eps, h_dtype or x.dtype, h_map, h_inv,
+                               batch_major)
+    return h

@@ -1,0 +1,144 @@
+"""The fused seam kernels (mlplab.layers.fused) against the modules they replace.
+
+float64: exact (libm erf/exp) to 1e-12, forward and every gradient; float32 and bfloat16 (the
+vectorised erf/exp, bf16 rounding) to their precision; NaN passes through; the build is cached
+and a machine without a compiler reports why."""
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from mlplab.layers import fused
+
+pytestmark = pytest.mark.skipif(not fused.available(), reason=f"fused kernels unavailable: {fused.unavailable_reason()}")
+
+
+def _norm(C, dtype=torch.float64):
+    torch.manual_seed(1)
+    ln = nn.LayerNorm(C, eps=1e-5).to(dtype)
+    with torch.no_grad():
+        ln.weight.normal_()
+        ln.bias.normal_()
+    return ln
+
+
+def _reference(x, t, ln, act):
+    u = x + (F.gelu(t) if act == "gelu" else t)
+    return u, ln(u)
+
+
+@pytest.mark.parametrize("act", ["identity", "gelu"])
+@pytest.mark.parametrize("uses", ["both", "h", "u"])
+def test_residual_norm_is_exact_in_float64(act, uses):
+    """Values and gradients (x, t, gamma, beta) for every way the outputs are used downstream."""
+    ln = _norm(12)
+    x = torch.randn(3, 5, 12, dtype=torch.float64, requires_grad=True)
+    t = (3 * torch.randn(3, 5, 12, dtype=torch.float64)).requires_grad_()
+    gu, gh = torch.randn(3, 5, 12, dtype=torch.float64), torch.randn(3, 5, 12, dtype=torch.float64)
+    grads = []
+    for fn in (fused.residual_norm, _reference):
+        u, h = fn(x, t, ln, act)
+        loss = (u * gu).sum() * (uses != "h") + (h * gh).sum() * (uses != "u")
+        grads.append((u, h) + torch.autograd.grad(loss, [x, t, ln.weight, ln.bias]))
+    for a, b in zip(*grads):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-12)
+
+
+def test_layer_norm_rows_is_exact_in_float64():
+    ln = _norm(7)
+    x = torch.randn(4, 6, 7, dtype=torch.float64, requires_grad=True)
+    g = torch.randn(4, 6, 7, dtype=torch.float64)
+    h1, h2 = fused.layer_norm_rows(x, ln), ln(x)
+    torch.testing.assert_close(h1, h2, rtol=0, atol=1e-12)
+    for a, b in zip(torch.autograd.grad((h1 * g).sum(), [x, ln.weight, ln.bias]),
+                    torch.autograd.grad((h2 * g).sum(), [x, ln.weight, ln.bias])):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-12)
+
+
+def test_float32_and_bfloat16_agree_with_the_modules():
+    """float32: the rational erf (|error| <= 4.5e-7) and the exp polynomial; bf16 t/h: one
+    rounding of h (relative 2^-8) on top, the residual kept in float32."""
+    ln = _norm(64, torch.float32)
+    x = torch.randn(256, 64)
+    t32 = 3 * torch.randn(256, 64)
+    u, h = fused.residual_norm(x, t32, ln, "gelu")
+    u_ref, h_ref = _reference(x, t32, ln, "gelu")
+    torch.testing.assert_close(u, u_ref, rtol=0, atol=2e-6)
+    torch.testing.assert_close(h, h_ref, rtol=0, atol=2e-5)
+    tb = t32.bfloat16()
+    u, h = fused.residual_norm(x, tb, ln, "gelu")
+    u_ref, h_ref = _reference(x, tb.float(), ln, "gelu")
+    assert u.dtype == torch.float32 and h.dtype == torch.bfloat16
+    torch.testing.assert_close(u, u_ref, rtol=0, atol=2e-6)
+    torch.testing.assert_close(h.float(), h_ref, rtol=2 ** -8, atol=1e-6)
+    # gradient of t through GELU' (exp polynomial) in float32
+    t = t32.clone().requires_grad_()
+    g = torch.randn(256, 64)
+    (gt,) = torch.autograd.grad((fused.residual_norm(x, t, ln, "gelu")[0] * g).sum(), [t])
+    (gt_ref,) = torch.autograd.grad((_reference(x, t, ln, "gelu")[0] * g).sum(), [t])
+    torch.testing.assert_close(gt, gt_ref, rtol=0, atol=2e-6)
+
+
+def test_nan_propagates():
+    ln = _norm(8, torch.float32)
+    t = torch.randn(4, 8)
+    t[1, 3] = float("nan")
+    for tt in (t, t.bfloat16()):
+        u, h = fused.residual_norm(torch.randn(4, 8), tt, ln, "gelu")
+        assert torch.isnan(u[1, 3]) and torch.isnan(h[1].float()).all()
+        assert torch.isfinite(h[[0, 2, 3]].float()).all()
+
+
+def test_unsupported_inputs_are_refused():
+    ln = _norm(8, torch.float32)
+    with pytest.raises(TypeError, match="no kernel"):
+        fused.residual_norm(torch.randn(2, 8), torch.randn(2, 8, dtype=torch.float64), ln)
+    with pytest.raises(ValueError, match="rows of at most"):
+        fused.residual_norm(torch.randn(2, 8, dtype=torch.float64), torch.randn(2, 8, dtype=torch.float64), ln)
+
+
+def test_the_build_is_cached_per_source_and_cpu(tmp_path, monkeypatch):
+    monkeypatch.setenv("MLPLAB_KERNEL_CACHE", str(tmp_path))
+    path, why = fused._build()
+    assert why == "" and path.parent == tmp_path and path.exists()
+    mtime = path.stat().st_mtime_ns
+    assert fused._build()[0] == path and path.stat().st_mtime_ns == mtime  # reused, not rebuilt
+    assert [p.name for p in tmp_path.iterdir()] == [path.name]  # no temporary file left behind
+
+
+def test_no_compiler_is_reported(monkeypatch):
+    monkeypatch.setattr(fused, "_c_compiler", lambda: None)
+    path, why = fused._build()
+    assert path is None and "no C compiler" in why
+
+
+@pytest.mark.parametrize("batch_major", [False, True])
+@pytest.mark.parametrize("maps", ["t", "h", "both"])
+def test_gathered_seams_are_exact_in_float64(batch_major, maps):
+    """RP seams: t read through J2 (t_b[map[k]]) and h written through J1 (h_b[j] = LN(u)_b[map[j]])
+    per sample, with a token-major or batch-major residual; values and gradients."""
+    S, B, C = 5, 3, 4
+    m = S * C
+    ln = _norm(C)
+    g = torch.Generator().manual_seed(0)
+    p_t, p_h = torch.randperm(m, generator=g), torch.randperm(m, generator=g)
+    t_maps = (p_t, torch.argsort(p_t)) if maps in ("t", "both") else None
+    h_maps = (p_h, torch.argsort(p_h)) if maps in ("h", "both") else None
+    x = torch.randn((B, S, C) if batch_major else (S, B, C), dtype=torch.float64, requires_grad=True)
+    t = torch.randn((B, m) if t_maps else x.shape, dtype=torch.float64, requires_grad=True)
+
+    def per_sample(v):  # (B, S, C) view of a residual-shaped tensor
+        return v if batch_major else v.transpose(0, 1)
+
+    def reference():
+        tt = t[:, p_t].view(B, S, C) if t_maps else per_sample(t)
+        u = per_sample(x) + F.gelu(tt)
+        h = ln(u)
+        return (u if batch_major else u.transpose(0, 1)), (h.reshape(B, m)[:, p_h] if h_maps else per_sample(h))
+
+    u1, h1 = fused.residual_norm(x, t, ln, "gelu", t_maps, h_maps, batch_major)
+    u2, h2 = reference()
+    gu, gh = torch.randn_like(u2), torch.randn_like(h2)
+    for a, b in zip((u1, h1) + torch.autograd.grad((u1 * gu).sum() + (h1 * gh).sum(), [x, t, ln.weight, ln.bias]),
+                    (u2, h2) + torch.autograd.grad((u2 * gu).sum() + (h2 * gh).sum(), [x, t, ln.weight, ln.bias])):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-12)

@@ -1,0 +1,114 @@
+"""A Mixer's fused seams (token-major, one kernel per seam, RP seams gathering through their
+permutations) compute the module path's function: float64 to 1e-12 (logits, input and every parameter gradient), bf16 autocast to its
+precision; the models and modes it does not cover take the module path."""
+import copy
+
+import pytest
+import torch
+
+from mlplab import create_model
+from mlplab.layers import fused
+from mlplab.layers.common import transposed_column_maps
+from mlplab.layers.pk import compute_by_definition
+
+pytestmark = pytest.mark.skipif(not fused.available(), reason=f"fused kernels unavailable: {fused.unavailable_reason()}")
+
+CASES = [
+    ("s_mixer", dict(hidden_dim=6, depth=3, image_size=16)),
+    ("s_mixer", dict(hidden_dim=5, depth=2, image_size=16, act="relu")),  # φ applied before the seam
+    ("s_mixer", dict(hidden_dim=6, num_tokens=9, depth=2, image_size=16)),  # skip layer W̃: S0 = 16 -> S = 9
+    ("s_mixer", dict(hidden_dim=6, depth=2, image_size=16, skip_layer=True)),  # skip layer at S = S0
+    ("mlp_mixer", dict(hidden_dim=5, num_tokens=20, depth=2, image_size=16)),
+    ("mlp_mixer", dict(hidden_dim=6, token_hidden=7, channel_hidden=9, depth=2, image_size=16)),
+    ("mlp_mixer", dict(hidden_dim=6, expansion=2.0, depth=2, image_size=16, in_chans=1, patch_size=2)),
+]
+
+
+def _model(name, dtype=torch.float64, **kw):
+    torch.manual_seed(0)
+    m = create_model(name, **kw).to(dtype)
+    with torch.no_grad():
+        for p in m.parameters():  # a non-zero head so that every gradient is informative
+            p.normal_(0, 0.3)
+    return m
+
+
+def _run(model, x, fuse):
+    model.fuse_seams = fuse
+    assert model._seams_fusable(x) is fuse
+    model.zero_grad()
+    x = x.clone().requires_grad_()
+    y = model(x)
+    (y * torch.linspace(-1, 1, y.numel(), dtype=y.dtype).view_as(y)).sum().backward()
+    return [y, x.grad] + [p.grad for p in model.parameters()]
+
+
+@pytest.mark.parametrize("name,kw", CASES)
+def test_fused_seams_equal_the_module_path_float64(name, kw):
+    model = _model(name, **kw)
+    x = torch.randn(3, kw.get("in_chans", 3), 16, 16, dtype=torch.float64)
+    for a, b in zip(_run(model, x, True), _run(model, x, False)):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("name", ["s_mixer", "rp_s_mixer"])
+def test_fused_seams_under_bf16_autocast(name):
+    """GEMMs and h in bf16 both ways; the fused path keeps the residual in float32 where the
+    module path rounds it to bf16 at every skip. Against the float32 model, the fused path's
+    logits and gradients are at least as close as the module path's."""
+    model = _model(name, torch.float32, hidden_dim=32, depth=4, image_size=16)
+    x = torch.randn(8, 3, 16, 16)
+    exact = _run(model, x, False)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        fused_bf16 = _run(model, x, True)
+        module_bf16 = _run(model, x, False)
+    assert fused_bf16[0].dtype == module_bf16[0].dtype
+    for i, (f, m, e) in enumerate(zip(fused_bf16, module_bf16, exact)):
+        err_f, err_m = (f.float() - e).norm().item(), (m.float() - e).norm().item()
+        assert err_f <= 1.25 * err_m + 1e-3 * e.norm().item(), (i, err_f, err_m)
+        assert err_f <= 0.1 * e.norm().item(), (i, err_f)
+
+
+def test_compiled_fused_model_matches_eager():
+    """torch.compile calls the kernels as opaque custom ops (no graph break)."""
+    model = _model("rp_s_mixer", torch.float32, hidden_dim=8, depth=2, image_size=8, rp_blocks=(1,))
+    x = torch.randn(4, 3, 8, 8)
+    eager = _run(model, x, True)
+    compiled = torch.compile(model, fullgraph=True)
+    model.zero_grad()
+    y = compiled(x.clone().requires_grad_())
+    (y * torch.linspace(-1, 1, y.numel()).view_as(y)).sum().backward()
+    torch.testing.assert_close(y, eager[0], rtol=1e-5, atol=1e-5)
+    for p, g in zip(model.parameters(), eager[2:]):
+        torch.testing.assert_close(p.grad, g, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("name,kw,why", [
+    ("s_mixer", dict(hidden_dim=6, depth=2, image_size=16, norm=False), "no LayerNorm"),
+    ("s_mixer", dict(hidden_dim=6, depth=2, image_size=16, skip=False), "no skips"),
+])
+def test_what_is_not_fused(name, kw, why):
+    model = _model(name, torch.float32, **kw)
+    assert not model._seams_fusable(torch.randn(2, 3, 16, 16)), why
+
+
+def test_modes_that_take_the_module_path():
+    model = _model("s_mixer", torch.float32, hidden_dim=6, depth=2, image_size=16, drop_path_rate=0.1)
+    x = torch.randn(2, 3, 16, 16)
+    assert not model.train()._seams_fusable(x)  # stochastic depth while training
+    assert model.eval()._seams_fusable(x)
+    with transposed_column_maps():  # counters that hook every module
+        assert not model._seams_fusable(x)
+    with torch.autocast("cpu", dtype=torch.float16):
+        assert not model._seams_fusable(x)
+    assert not compute_by_definition(copy.deepcopy(model))._seams_fusable(x)
+    logits, feats = model.forward_intermediates(x)  # intermediate features: the module path
+    assert "blocks.1.channel" in feats and logits.shape == (2, 10)
+
+
+def test_without_the_kernels_the_module_path_runs(monkeypatch):
+    monkeypatch.setattr(fused, "available", lambda: False)
+    model = _model("s_mixer", torch.float32, hidden_dim=6, depth=2, image_size=16)
+    x = torch.randn(2, 3, 16, 16)
+    assert not model._seams_fusable(x)
+    assert torch.isfinite(model(x)).all()
