@@ -12,13 +12,15 @@ With ``norm=False`` / ``skip=False`` the LNs / skips are removed (the theory for
 H = φ(φ(W X) V) of the S-Mixer is ``norm=False, skip=False``).
 The first block maps S0 -> S tokens; its skip path is then a learned W̃ ∈ R^{S×S0} (SkipLayer).
 
-Fused seams (CPU). Between two sublayers a pre-LN Mixer computes u = x + act(t), h = LN(u); on
-CPU a normal Mixer (no RP block, no skip layer, norms and skips on, no stochastic depth while
-training) runs these seams as one fused kernel each way (:mod:`mlplab.layers.fused`) and keeps
-its tokens token-major, (S, B, C), so that token mixing is one GEMM W H on the (S, B·C) matrix
-and channel mixing one GEMM on the (S·B, C) one, with no transposes. The residual stays in the
-parameters' dtype under autocast (the GEMMs and h run in bf16). It is the same function as the
-module path (tests: float64 to 1e-12, forward and gradients); ``model.fuse_seams = False``,
+Fused seams (CPU). Between two sublayers a pre-LN Mixer computes u = x + act(t), h = LN(u). On
+CPU, a Mixer with norms and skips (no stochastic depth while training) runs each seam as one
+fused kernel each way (:mod:`mlplab.layers.fused`). Its tokens are kept token-major, (S, B, C),
+so that token mixing is one GEMM W H on the (S, B·C) matrix and channel mixing one GEMM on the
+(S·B, C) one, with no transposes; seams next to RP sublayers gather through J2 and J1 inside the
+kernel, and an all-RP Mixer keeps its tokens batch-major, (B, S, C). The residual stays in the
+parameters' dtype under autocast (the GEMMs and h run in bf16). Under ``torch.compile`` only
+Mixers with C >= ``FUSED_MIN_C_COMPILED`` are fused. It is the same function as the module path
+(tests: float64 to 1e-12, forward and gradients); ``model.fuse_seams = False``,
 ``compute_by_definition``, intermediate features and module-hooking counters take the module path.
 """
 from __future__ import annotations
@@ -37,7 +39,14 @@ from ..utils.seeds import derive_generator
 from .base import VisionMLP
 from .registry import register_model
 
-__all__ = ["MixerConfig", "Mixer", "MixerBlock", "build_mixer", "MIXER_PRESETS"]
+__all__ = ["MixerConfig", "Mixer", "MixerBlock", "build_mixer", "MIXER_PRESETS", "FUSED_MIN_C_COMPILED"]
+
+#: Under ``torch.compile`` the seams are fused only from this many channels C up: inductor's own
+#: LayerNorm kernels handle short rows better than the row-wise C kernel. Measured (1 thread, bf16,
+#: batch 256, fig6's S-Mixers at 28x28, compiled, unfused/fused step time): C = 8: 0.62, 16: 0.97,
+#: 40: 1.02, 83: 1.29, 124: 1.58 (RP S-Mixers: 0.94, 1.04, 1.46, 1.46, 1.36). Eager, the fused seams
+#: were faster at every C measured (1.25-2.15 bf16, 1.05-1.38 fp32).
+FUSED_MIN_C_COMPILED = 32
 
 
 @dataclass
@@ -224,6 +233,8 @@ class Mixer(VisionMLP):
         """Whether :meth:`_forward_features_fused` computes this forward (module docstring)."""
         cfg = self.cfg
         if not self.fuse_seams or x.device.type != "cpu" or modules_must_be_called():
+            return False
+        if torch.compiler.is_compiling() and self.hidden_dim < FUSED_MIN_C_COMPILED:
             return False
         if not (cfg.norm and cfg.skip):
             return False
