@@ -106,14 +106,11 @@ def test_modes_that_take_the_module_path():
     assert "blocks.1.channel" in feats and logits.shape == (2, 10)
 
 
-def test_compiled_mixers_with_few_channels_take_the_module_path(monkeypatch):
-    from mlplab.models.mixer import FUSED_MIN_C_COMPILED
-
+def test_compiled_mixers_take_the_fused_path_at_every_width(monkeypatch):
     monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
     x = torch.randn(2, 3, 16, 16)
-    narrow = _model("s_mixer", torch.float32, hidden_dim=FUSED_MIN_C_COMPILED - 1, depth=1, image_size=16)
-    wide = _model("s_mixer", torch.float32, hidden_dim=FUSED_MIN_C_COMPILED, depth=1, image_size=16)
-    assert not narrow._seams_fusable(x) and wide._seams_fusable(x)
+    for c in (1, 8, 64):
+        assert _model("s_mixer", torch.float32, hidden_dim=c, depth=1, image_size=16)._seams_fusable(x)
 
 
 def test_without_the_kernels_the_module_path_runs(monkeypatch):

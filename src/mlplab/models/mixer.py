@@ -18,8 +18,9 @@ fused kernel each way (:mod:`mlplab.layers.fused`). Its tokens are kept token-ma
 so that token mixing is one GEMM W H on the (S, B·C) matrix and channel mixing one GEMM on the
 (S·B, C) one, with no transposes; seams next to RP sublayers gather through J2 and J1 inside the
 kernel, and an all-RP Mixer keeps its tokens batch-major, (B, S, C). The residual stays in the
-parameters' dtype under autocast (the GEMMs and h run in bf16). Under ``torch.compile`` only
-Mixers with C >= ``FUSED_MIN_C_COMPILED`` are fused. It is the same function as the module path
+parameters' dtype under autocast (the GEMMs and h run in bf16); under ``torch.compile`` the
+kernels are opaque custom ops (faster than inductor's generated seams at every C measured,
+``benchmarks/bench_fused_seams.py``). It is the same function as the module path
 (tests: float64 to 1e-12, forward and gradients); ``model.fuse_seams = False``,
 ``compute_by_definition``, intermediate features and module-hooking counters take the module path.
 """
@@ -39,14 +40,7 @@ from ..utils.seeds import derive_generator
 from .base import VisionMLP
 from .registry import register_model
 
-__all__ = ["MixerConfig", "Mixer", "MixerBlock", "build_mixer", "MIXER_PRESETS", "FUSED_MIN_C_COMPILED"]
-
-#: Under ``torch.compile`` the seams are fused only from this many channels C up: inductor's own
-#: LayerNorm kernels handle short rows better than the row-wise C kernel. Measured (1 thread, bf16,
-#: batch 256, fig6's S-Mixers at 28x28, compiled, unfused/fused step time): C = 8: 0.62, 16: 0.97,
-#: 40: 1.02, 83: 1.29, 124: 1.58 (RP S-Mixers: 0.94, 1.04, 1.46, 1.46, 1.36). Eager, the fused seams
-#: were faster at every C measured (1.25-2.15 bf16, 1.05-1.38 fp32).
-FUSED_MIN_C_COMPILED = 32
+__all__ = ["MixerConfig", "Mixer", "MixerBlock", "build_mixer", "MIXER_PRESETS"]
 
 
 @dataclass
@@ -233,8 +227,6 @@ class Mixer(VisionMLP):
         """Whether :meth:`_forward_features_fused` computes this forward (module docstring)."""
         cfg = self.cfg
         if not self.fuse_seams or x.device.type != "cpu" or modules_must_be_called():
-            return False
-        if torch.compiler.is_compiling() and self.hidden_dim < FUSED_MIN_C_COMPILED:
             return False
         if not (cfg.norm and cfg.skip):
             return False

@@ -12,8 +12,10 @@ Measured on a 2-core AVX512-BF16 EPYC, candidates interleaved, 1 thread, batch 2
     bottleneck MLP B-4/Wi-512            0.99                  1.01                  13 s
 
 so fp32 gains nothing (eager), and bf16 Mixers gain up to 1.5× once ~20 s of compilation are
-paid. ``run.compile=true``/``false`` overrides. Without a C++ compiler (inductor needs one on
-CPU) the run says so in one line and trains eagerly instead of failing.
+paid. (Those Mixer figures predate the fused seams of ``mlplab.layers.fused``: eager Mixers
+now run within 5-20% of compiled ones; see the README's Performance section.)
+``run.compile=true``/``false`` overrides. Without a C++ compiler (inductor needs one on CPU)
+the run says so in one line and trains eagerly instead of failing.
 
 Host memory (:func:`keep_freed_memory`). glibc's allocator hands blocks of a few MB (a batch of
 activations) back to the kernel when they are freed and maps fresh zero pages when they are
