@@ -1,4 +1,5 @@
 """The training loop on tiny synthetic runs: results, files, determinism, NaN guard, run folders."""
+import contextlib
 import json
 from pathlib import Path
 
@@ -145,3 +146,30 @@ def test_results_count_a_masked_sw_mlp_by_its_nonzeros(tiny):
     model = create_model("sw_mlp", width=64, density=0.1, depth=2, patch_size=4, image_size=8, in_chans=3,
                          num_classes=10)
     assert res["params"] == count_params(model) > res["effective_params"] == count_params(model, effective=True)
+
+
+def test_evaluate_with_test_hflip_averages_the_mirror_images_logits():
+    from mlplab.train.distributed import DistInfo
+
+    torch.manual_seed(0)
+    model = create_model("s_mixer", image_size=8, in_chans=1, patch_size=2, hidden_dim=8, depth=1, num_classes=3)
+    with torch.no_grad():
+        for p in model.parameters():  # the head starts at zero: logits must depend on x
+            p.normal_(0, 0.5)
+    x, y = torch.randn(20, 1, 8, 8), torch.randint(0, 3, (20,))
+    batches = [(x[:12], y[:12]), (x[12:], y[12:])]
+    plain = loop.evaluate(model, batches, DistInfo(), contextlib.nullcontext)
+    tta = loop.evaluate(model, batches, DistInfo(), contextlib.nullcontext, hflip=True)
+    with torch.no_grad():
+        mean = (model.eval()(x) + model(x.flip(-1))) / 2
+    assert tta["acc"] == pytest.approx((mean.argmax(-1) == y).double().mean().item(), abs=1e-12)
+    assert tta["loss"] == pytest.approx(torch.nn.functional.cross_entropy(mean.double(), y).item(), rel=1e-6)
+    assert plain["loss"] != pytest.approx(tta["loss"], rel=1e-6)  # the mirror image changes the logits
+
+
+def test_a_run_with_test_hflip_reports_the_test_time_augmented_accuracy(tiny, monkeypatch):
+    seen = []
+    evaluate = loop.evaluate
+    monkeypatch.setattr(loop, "evaluate", lambda *a, **k: seen.append(a[4:]) or evaluate(*a, **k))
+    res = train(tiny("tta", **{"augment.test_hflip": True, "run.eval_every": 0}))
+    assert seen == [(True,)] and 0 <= res["test_acc"] <= 1

@@ -44,6 +44,7 @@ class AugmentConfig:
     autoaugment: str = "none"  # "none" | "cifar10" | "imagenet"
     randaugment: str = ""  # timm string, e.g. "rand-m9-mstd0.5-inc1"; "" = off
     label_smoothing: float = 0.0  # timm-style: off = eps / K, on = 1 - eps + eps / K
+    test_hflip: bool = False  # evaluation: average the logits of each image and its mirror image
 
     def __post_init__(self) -> None:
         if self.crop_padding < 0:

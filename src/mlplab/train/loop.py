@@ -174,8 +174,10 @@ def weights_digest(model: nn.Module) -> str:
 # ----------------------------------------------------------------------------- evaluation
 
 @torch.no_grad()
-def evaluate(model: nn.Module, loader, dist: DistInfo, autocast: Callable) -> dict[str, float]:
-    """Top-1, top-5 accuracy and mean cross-entropy over every example (all ranks)."""
+def evaluate(model: nn.Module, loader, dist: DistInfo, autocast: Callable, hflip: bool = False) -> dict[str, float]:
+    """Top-1, top-5 accuracy and mean cross-entropy over every example (all ranks). ``hflip``
+    (``augment.test_hflip``): the logits are the mean of the image's and its mirror image's
+    (test-time augmentation, for models trained with ``augment.hflip``)."""
     was = model.training
     model.eval()
     device = next(model.parameters()).device
@@ -186,8 +188,9 @@ def evaluate(model: nn.Module, loader, dist: DistInfo, autocast: Callable) -> di
         if y.ndim == 2:
             y = y.argmax(-1)
         with autocast():
-            logits = model(x)
-        logits = logits.float()
+            logits = model(x).float()
+            if hflip:
+                logits = (logits + model(x.flip(-1)).float()) / 2
         k = min(5, logits.shape[-1])
         topk = logits.topk(k, dim=-1).indices
         hit = topk == y[:, None]
@@ -528,7 +531,7 @@ def _train(cfg: RunConfig, dist: DistInfo, resume: bool, overwrite: bool,
                 last = epoch + 1 == dur.total_epochs
                 if (r.eval_every and (epoch + 1) % r.eval_every == 0) or last:
                     ev = evaluate(run.model, eval_loader(periodic_split, data, dur.eval_batch_per_rank, dist),
-                                  dist, run.autocast)
+                                  dist, run.autocast, cfg.augment.test_hflip)
                     rec.update({f"{periodic_name}_{k}": v for k, v in ev.items()})
                     if not ev["loss"] <= guard.limit:  # NaN, inf or diverged: no checkpoint from these weights
                         guard.stop(f"{periodic_name} loss {ev['loss']:.4g} (non-finite or above run.divergence_factor "
@@ -556,7 +559,7 @@ def _train(cfg: RunConfig, dist: DistInfo, resume: bool, overwrite: bool,
                 final = {k: state.history[-1][f"test_{k}"] for k in ("acc", "top5", "loss")}  # just evaluated
             else:
                 final = evaluate(run.model, eval_loader(data.test, data, dur.eval_batch_per_rank, dist), dist,
-                                 run.autocast)
+                                 run.autocast, cfg.augment.test_hflip)
             results = _results(run, state, final, run_dir, peak, t_start)
             if dist.is_main:
                 atomic_write_json(run_dir / "results.json", results)

@@ -73,21 +73,25 @@ _register(
     """Fashion-MNIST as far as a 10-minute CPU budget goes (the speed issue's stretch goal was 92%):
     the SW-MLP of fig4 at Ω = 2^14 (width 343 = 7·49, density 0.0696, 6 MLP blocks of expansion 2,
     patch 4; 2.8M stored weights, masked), AdamW lr 1e-2 wd 0.05, crop padding 1 + horizontal flip,
-    label smoothing 0.1, 80 epochs, batch 256.
+    label smoothing 0.1, 80 epochs, batch 256; evaluated with mirror-image test-time augmentation
+    (augment.test_hflip: the logits of each image and its mirror image averaged).
     Chosen on a held-out 10% of the training set (data.val_fraction=0.1, one seed each, the test
     set not used for choosing): 40 epochs, crop only 91.20% val (train 96.8%: overfits); width
     392, density 0.25, + flip, 30 epochs 91.27%; 40 epochs + flip + label smoothing 91.62%;
     + flip + random erasing 0.25 91.57%; 80 epochs + flip + random erasing 91.70%; 80 epochs +
     flip + label smoothing 91.82% (this recipe). The val estimates have a standard error of
-    ~0.35 points (6,000 images), so the last four are not distinguishable.
+    ~0.35 points (6,000 images), so the last four are not distinguishable. Test-time flips were
+    chosen the same way, on one model trained by this recipe (seed 0): val 91.50% -> 92.07%, a
+    paired comparison on the same 6,000 images (77 right only with the flips, 43 only without;
+    exact McNemar p = 0.0024).
     Run:      mlplab train fmnist_best
-    Expect:   91.5-91.9% test accuracy (README: 3 seeds); no seed reached 92%
+    Expect:   about 92% test accuracy (README: 3 seeds)
     Time:     see the README's Performance section.""",
     {
         "model": {"name": "sw_mlp", "kwargs": {"width": 343, "density": 0.0696, "depth": 6, "patch_size": 4,
                                                "block": "mlp", "expansion": 2.0}},
         "data": {"dataset": "fashion_mnist"},
-        "augment": {"crop_padding": 1, "hflip": True, "label_smoothing": 0.1},
+        "augment": {"crop_padding": 1, "hflip": True, "label_smoothing": 0.1, "test_hflip": True},
         "optim": {"name": "adamw", "lr": 1e-2, "weight_decay": 0.05},
         "schedule": {"epochs": 80, "warmup_epochs": 0.5, "min_lr": 0.0},
         "run": {"batch_size": 256, "eval_every": 0, "checkpoint_every": 0},
