@@ -165,7 +165,7 @@ def _forward(x, t, gamma, beta, eps, act, h_dtype, t_map, h_map, batch_major):
     C = x.shape[-1]
     R = x.numel() // C
     u = torch.empty_like(x) if t is not None else None
-    h = _h_fake(x, h_dtype, h_map, batch_major)
+    h = _h_empty(x, h_dtype, h_map, batch_major)
     mean, rstd = torch.empty(R, dtype=_acc(x)), torch.empty(R, dtype=_acc(x))
     v, nt = _variant(x, h_dtype), torch.get_num_threads()
     if t_map is None and h_map is None:
@@ -179,7 +179,7 @@ def _forward(x, t, gamma, beta, eps, act, h_dtype, t_map, h_map, batch_major):
     return u, h, mean, rstd
 
 
-def _h_fake(x, h_dtype, h_map, batch_major):
+def _h_empty(x, h_dtype, h_map, batch_major):
     """h: the residual's shape, or (B, m) gathered for the next PK layer."""
     if h_map is None:
         return torch.empty(x.shape, dtype=h_dtype, device=x.device)
@@ -200,7 +200,7 @@ def _residual_norm(x: torch.Tensor, t: torch.Tensor, gamma: torch.Tensor, beta: 
 @_residual_norm.register_fake
 def _(x, t, gamma, beta, eps, act, t_map, t_map_inv, h_map, h_map_inv, batch_major):
     R = x.numel() // x.shape[-1]
-    return torch.empty_like(x), _h_fake(x, t.dtype, h_map, batch_major), x.new_empty(R, dtype=_acc(x)), \
+    return torch.empty_like(x), _h_empty(x, t.dtype, h_map, batch_major), x.new_empty(R, dtype=_acc(x)), \
         x.new_empty(R, dtype=_acc(x))
 
 
@@ -215,7 +215,7 @@ def _layer_norm_rows(x: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor, e
 @_layer_norm_rows.register_fake
 def _(x, gamma, beta, eps, h_dtype, h_map, h_map_inv, batch_major):
     R = x.numel() // x.shape[-1]
-    return _h_fake(x, h_dtype, h_map, batch_major), x.new_empty(R, dtype=_acc(x)), x.new_empty(R, dtype=_acc(x))
+    return _h_empty(x, h_dtype, h_map, batch_major), x.new_empty(R, dtype=_acc(x)), x.new_empty(R, dtype=_acc(x))
 
 
 # ------------------------------------------------------------------ custom op (backward)
@@ -264,7 +264,7 @@ def _residual_norm_setup(ctx, inputs, output):
 def _residual_norm_grad(ctx, gu, gh, _gmean, _grstd):
     u, mean, rstd, gamma, t, t_map_inv, h_map_inv = ctx.saved_tensors
     if gh is None:  # h unused: u passes its gradient to x, and through act' to t
-        gh = torch.zeros_like(_h_fake(u, ctx.h_dtype, h_map_inv, ctx.batch_major))
+        gh = _h_empty(u, ctx.h_dtype, h_map_inv, ctx.batch_major).zero_()
     gx, gt, dgamma, dbeta = _residual_norm_backward(gh, gu, u, mean, rstd, gamma, t, ctx.act, t_map_inv, h_map_inv,
                                                     ctx.batch_major)
     return gx, gt, dgamma, dbeta, None, None, None, None, None, None, None

@@ -261,6 +261,7 @@ class Mixer(VisionMLP):
                 z, h = fused.residual_norm(z, t, norm, act, _j2_maps(pk), _j1_maps(nxt), batch_major)
         return h if batch_major else h.transpose(0, 1)  # (B, S, C): the final LN's output
 
+
 def _sublayer(pk: PKMixing, h: torch.Tensor, B: int, out_shape: tuple[int, int, int]) -> tuple[torch.Tensor, str]:
     """A PK mixing layer's output before its seam's activation: (t, act). Token mixing (columns)
     multiplies the token-major (S, B·C) matrix from the left, channel mixing (rows) the (S·B, C)
