@@ -13,6 +13,15 @@ from mlplab.layers import fused
 pytestmark = pytest.mark.skipif(not fused.available(), reason=f"fused kernels unavailable: {fused.unavailable_reason()}")
 
 
+@pytest.fixture(params=["eager", "custom_op"])
+def route(request, monkeypatch):
+    """Both ways to the kernels: the autograd.Function eager callers take, and the custom ops a
+    compiled graph calls (taken here by pretending to compile)."""
+    if request.param == "custom_op":
+        monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+    return request.param
+
+
 def _norm(C, dtype=torch.float64):
     torch.manual_seed(1)
     ln = nn.LayerNorm(C, eps=1e-5).to(dtype)
@@ -29,7 +38,7 @@ def _reference(x, t, ln, act):
 
 @pytest.mark.parametrize("act", ["identity", "gelu"])
 @pytest.mark.parametrize("uses", ["both", "h", "u"])
-def test_residual_norm_is_exact_in_float64(act, uses):
+def test_residual_norm_is_exact_in_float64(act, uses, route):
     """Values and gradients (x, t, gamma, beta) for every way the outputs are used downstream."""
     ln = _norm(12)
     x = torch.randn(3, 5, 12, dtype=torch.float64, requires_grad=True)
@@ -44,7 +53,7 @@ def test_residual_norm_is_exact_in_float64(act, uses):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-12)
 
 
-def test_layer_norm_rows_is_exact_in_float64():
+def test_layer_norm_rows_is_exact_in_float64(route):
     ln = _norm(7)
     x = torch.randn(4, 6, 7, dtype=torch.float64, requires_grad=True)
     g = torch.randn(4, 6, 7, dtype=torch.float64)
@@ -53,6 +62,20 @@ def test_layer_norm_rows_is_exact_in_float64():
     for a, b in zip(torch.autograd.grad((h1 * g).sum(), [x, ln.weight, ln.bias]),
                     torch.autograd.grad((h2 * g).sum(), [x, ln.weight, ln.bias])):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-12)
+
+
+def test_eager_calls_skip_the_custom_ops(monkeypatch):
+    """Eager mode reaches the kernels through autograd.Function, without the custom ops' dispatch."""
+    def refuse(*args, **kwargs):
+        raise AssertionError("custom op called in eager mode")
+
+    for op in ("_residual_norm", "_residual_norm_backward", "_layer_norm_rows"):
+        monkeypatch.setattr(fused, op, refuse)
+    ln = _norm(6)
+    x = torch.randn(4, 6, dtype=torch.float64, requires_grad=True)
+    u, h = fused.residual_norm(x, x.detach() ** 2, ln, "gelu")
+    (u.sum() + h.sum() + fused.layer_norm_rows(x, ln).sum()).backward()
+    assert x.grad is not None and torch.isfinite(x.grad).all()
 
 
 def test_float32_and_bfloat16_agree_with_the_modules():
@@ -114,7 +137,7 @@ def test_no_compiler_is_reported(monkeypatch):
 
 @pytest.mark.parametrize("batch_major", [False, True])
 @pytest.mark.parametrize("maps", ["t", "h", "both"])
-def test_gathered_seams_are_exact_in_float64(batch_major, maps):
+def test_gathered_seams_are_exact_in_float64(batch_major, maps, route):
     """RP seams: t read through J2 (t_b[map[k]]) and h written through J1 (h_b[j] = LN(u)_b[map[j]])
     per sample, with a token-major or batch-major residual; values and gradients."""
     S, B, C = 5, 3, 4
