@@ -21,17 +21,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import TRAINED_MODELS as MODELS  # noqa: E402
 from common import add_common_args, describe, environment, fmt_table, write_results  # noqa: E402
-
-#: (label, registry name, overrides, input shape): the models the reproductions and presets train
-MODELS = {
-    "s_mixer S=C=64 L=8": ("s_mixer", dict(image_size=32, patch_size=4, num_tokens=64, hidden_dim=64, depth=8),
-                           (3, 32, 32)),
-    "mlp_mixer C=128 L=4": ("mlp_mixer", dict(image_size=28, in_chans=1, patch_size=4, hidden_dim=128,
-                                              token_hidden=64, channel_hidden=256, depth=4), (1, 28, 28)),
-    "bottleneck_mlp B-4/Wi-256": ("bottleneck_mlp", dict(image_size=28, in_chans=1, width=256, depth=4), (1, 28, 28)),
-}
-
 
 def child(model: str, dtype: str, keep: bool, threads: int, batch: int, warmup: int, steps: int) -> dict:
     """One process's measurement (run with ``--child``): median step seconds and faults per step."""

@@ -39,6 +39,15 @@ __all__ = [
 
 REPO = Path(__file__).resolve().parents[1]
 
+#: (label, registry name, overrides, input shape): the models the reproductions and presets train
+TRAINED_MODELS = {
+    "s_mixer S=C=64 L=8": ("s_mixer", dict(image_size=32, patch_size=4, num_tokens=64, hidden_dim=64, depth=8),
+                           (3, 32, 32)),
+    "mlp_mixer C=128 L=4": ("mlp_mixer", dict(image_size=28, in_chans=1, patch_size=4, hidden_dim=128,
+                                              token_hidden=64, channel_hidden=256, depth=4), (1, 28, 28)),
+    "bottleneck_mlp B-4/Wi-256": ("bottleneck_mlp", dict(image_size=28, in_chans=1, width=256, depth=4), (1, 28, 28)),
+}
+
 
 def default_out(name: str) -> Path:
     return REPO / "results" / "bench" / f"{name}.json"
@@ -197,14 +206,22 @@ def train_step_fn(
     optimizer: str = "sgd",
     dtype: str = "fp32",
     lr: float = 1e-3,
+    update: str = "auto",
 ) -> Callable[[], float]:
     """A closure doing one training step: forward (autocast when bf16), cross-entropy, backward,
-    optimizer step. Parameters stay fp32 (mixed precision), as in a real run."""
+    optimizer step. Parameters stay fp32 (mixed precision), as in a real run. ``update``: how the
+    optimizer applies its update: "auto" as ``mlplab.train`` does (fused kernels where torch has
+    them), or "fused", "foreach", "loop" (torch's per-parameter Python loop)."""
+    from mlplab.train.optim import fused_update
+
     model.train()
+    params = list(model.parameters())
+    kw = {"auto": fused_update([{"params": params}]), "fused": {"fused": True}, "foreach": {"foreach": True},
+          "loop": {"foreach": False}}[update]
     if optimizer == "sgd":
-        opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9, nesterov=True)
+        opt = torch.optim.SGD(params, lr=lr, momentum=0.9, nesterov=True, **kw)
     elif optimizer == "adamw":
-        opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.05)
+        opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.05, **kw)
     else:
         raise ValueError(f"optimizer must be sgd or adamw, got {optimizer!r}")
     loss_fn = torch.nn.CrossEntropyLoss()

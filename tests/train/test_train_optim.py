@@ -6,7 +6,7 @@ import torch
 import torch.nn as nn
 
 from mlplab.train.config import OptimSection, ScheduleSection
-from mlplab.train.optim import Lion, build_optimizer, lr_at, param_groups
+from mlplab.train.optim import Lion, build_optimizer, fused_update, lr_at, param_groups
 
 
 def _model():
@@ -36,6 +36,35 @@ def test_optimisers_step_and_keep_vectors_undecayed(name):
         assert isinstance(opt, torch.optim.SGD) and opt.defaults["nesterov"]
     if name == "adamw":
         assert isinstance(opt, torch.optim.AdamW)
+
+
+@pytest.mark.parametrize("name", ["sgd", "adamw"])
+def test_fused_updates_equal_the_loop(name):
+    """build_optimizer takes torch's fused kernels on the CPU; 20 steps of them match torch's
+    per-parameter loop to float32 rounding."""
+    models = []
+    for fused in (True, False):
+        torch.manual_seed(0)
+        m = _model()
+        opt = build_optimizer(m, OptimSection(name=name, lr=0.05, weight_decay=0.1))
+        assert all(g["fused"] for g in opt.param_groups)
+        if not fused:  # torch's default on the CPU
+            for group in opt.param_groups:
+                group["fused"], group["foreach"] = None, False
+        g = torch.Generator().manual_seed(1)
+        for _ in range(20):
+            opt.zero_grad()
+            m(torch.randn(16, 4, generator=g)).pow(2).mean().backward()
+            opt.step()
+        models.append(m)
+    for a, b in zip(models[0].parameters(), models[1].parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_fused_update_only_where_torch_has_the_kernel():
+    assert fused_update([{"params": [nn.Parameter(torch.zeros(2))]}]) == {"fused": True}
+    assert fused_update([{"params": [nn.Parameter(torch.zeros(2, device="meta"))]}]) == {}
+    assert fused_update([{"params": []}]) == {}
 
 
 def test_lion_matches_its_definition():

@@ -17,7 +17,7 @@ import torch.nn as nn
 from ..errors import BadInput
 from .config import OptimSection, ScheduleSection
 
-__all__ = ["Lion", "param_groups", "freeze_body", "build_optimizer", "lr_at", "set_lr"]
+__all__ = ["Lion", "param_groups", "freeze_body", "fused_update", "build_optimizer", "lr_at", "set_lr"]
 
 
 class Lion(torch.optim.Optimizer):
@@ -83,6 +83,16 @@ def freeze_body(model: nn.Module) -> None:
         p.requires_grad_(id(p) in keep)
 
 
+def fused_update(groups: list[dict]) -> dict:
+    """``{"fused": True}`` where torch has a fused SGD/AdamW kernel for every parameter (floating
+    point, on the CPU or a CUDA device): one kernel per parameter instead of a Python loop of
+    element-wise ops, 1.025x the S-Mixer S = C = 64 train step on CPU (benchmarks/bench_optimizer.py);
+    the same update up to float rounding."""
+    params = [p for g in groups for p in g["params"]]
+    ok = params and all(p.is_floating_point() and p.device.type in ("cpu", "cuda") for p in params)
+    return {"fused": True} if ok else {}
+
+
 def build_optimizer(model: nn.Module, cfg: OptimSection) -> torch.optim.Optimizer:
     if cfg.freeze == "body":
         freeze_body(model)
@@ -91,9 +101,9 @@ def build_optimizer(model: nn.Module, cfg: OptimSection) -> torch.optim.Optimize
         g["lr"] = cfg.lr * g["lr_scale"]
     if cfg.name == "sgd":
         return torch.optim.SGD(groups, lr=cfg.lr, momentum=cfg.momentum,
-                               nesterov=cfg.nesterov and cfg.momentum > 0)
+                               nesterov=cfg.nesterov and cfg.momentum > 0, **fused_update(groups))
     if cfg.name == "adamw":
-        return torch.optim.AdamW(groups, lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps)
+        return torch.optim.AdamW(groups, lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps, **fused_update(groups))
     if cfg.name == "lion":
         return Lion(groups, lr=cfg.lr, betas=tuple(cfg.betas))
     raise ValueError(f"unknown optimiser {cfg.name!r}; valid: sgd, adamw, lion")

@@ -1,0 +1,71 @@
+"""Training-step time with the three ways torch applies an SGD/AdamW update on the CPU.
+
+``loop`` is torch's per-parameter Python loop (its CPU default), ``foreach`` batches the
+element-wise ops over parameters, ``fused`` is one kernel per parameter (what ``mlplab.train``
+uses, :func:`mlplab.train.optim.fused_update`). One process, the candidates interleaved
+(loop, foreach, fused, loop, ...) for ``--reps`` rounds of ``--steps`` steps each, per model and
+optimizer. Printed: median step time of each and the ratio loop / candidate (> 1: faster).
+
+    python benchmarks/bench_optimizer.py --threads 1 --reps 7
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import (TRAINED_MODELS, add_common_args, describe, environment, fmt_table, interleaved,  # noqa: E402
+                    setup_torch, train_step_fn, write_results)
+
+UPDATES = ("loop", "foreach", "fused")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_common_args(p, "bench_optimizer")
+    p.add_argument("--dtype", default=None, choices=["fp32", "bf16"],
+                   help="default: bf16 where the CPU has native bf16, else fp32 (what run.precision=auto picks)")
+    p.add_argument("--batch", type=int, default=256)
+    p.add_argument("--steps", type=int, default=5, help="steps timed together per candidate and round")
+    p.add_argument("--optimizers", default="adamw,sgd")
+    p.add_argument("--models", default=",".join(TRAINED_MODELS), help="comma-separated labels of TRAINED_MODELS")
+    a = p.parse_args(argv)
+    setup_torch(a.threads, a.seed)
+    env = environment()
+    dtype = a.dtype or ("bf16" if env["native_bf16"] else "fp32")
+    if a.quick:
+        a.reps, a.steps, a.warmup, a.batch = 1, 1, 1, 16
+    models = [m for m in a.models.split(",") if m]
+    unknown = [m for m in models if m not in TRAINED_MODELS]
+    if unknown:
+        p.error(f"unknown model label(s) {unknown}; choose from {list(TRAINED_MODELS)}")
+    print(describe(env) + f", {dtype}, batch {a.batch}")
+    import mlplab
+
+    rows, results = [], {}
+    for label in models:
+        name, overrides, shape = TRAINED_MODELS[label]
+        x, y = torch.randn(a.batch, *shape), torch.randint(0, 10, (a.batch,))
+        for opt in a.optimizers.split(","):
+            steps = {}
+            for update in UPDATES:
+                torch.manual_seed(a.seed)
+                steps[update] = train_step_fn(mlplab.create_model(name, **overrides), x, y, opt, dtype, update=update)
+            times = interleaved(steps, a.reps, a.warmup, inner=a.steps,
+                                log=lambda s: print(f"[{label} / {opt}]" + s, flush=True), clock=a.clock)
+            med = {k: statistics.median(v) for k, v in times.items()}
+            ratio = {k: statistics.median(lo / t for lo, t in zip(times["loop"], v)) for k, v in times.items()}
+            results[f"{label} / {opt}"] = {"step_s": med, "loop_over": ratio, "times_s": times}
+            rows.append([label, opt] + [f"{1e3 * med[k]:.1f} ms" for k in UPDATES]
+                        + [f"{ratio['foreach']:.3f}", f"{ratio['fused']:.3f}"])
+    print(fmt_table(["model", "optimizer", *UPDATES, "loop/foreach", "loop/fused"], rows))
+    write_results(a.out, {"env": env, "dtype": dtype, "batch": a.batch, "steps": a.steps, "results": results})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
