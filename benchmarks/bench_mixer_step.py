@@ -25,6 +25,11 @@ scheduler; ``--threads 1`` then measures the code rather than the contention.
 MFU: model FLOPs per step = 3 × forward matmul FLOPs (torch.utils.flop_counter) × batch,
 divided by the step time and by the GEMM rate measured in the same interleaved loop.
 
+``--breakdown`` then profiles the eager mlplab models (``torch.profiler``, self CPU time) and
+splits their step into GEMMs (aten::mm/addmm/bmm), the fused seams and everything else, as
+shares and as ms of the median step; "MFU if only GEMMs" is the MFU the step would have if
+everything but its GEMMs took no time: a target above it needs faster GEMMs at these shapes.
+
     . .venv/bin/activate
     PYTHONPATH=src:/tmp/timmlib:../shared/tools/timm-shim python benchmarks/bench_mixer_step.py
     python benchmarks/bench_mixer_step.py --quick          # smoke run, a minute
@@ -220,7 +225,18 @@ def run_suite(suite: str, dtype: str, batch: int, a: argparse.Namespace) -> dict
     print(f"GEMM {dtype} {n}³: {gemm_gflops:.1f} GFLOP/s; RP/normal step-time ratio (paired median) "
           f"{rp_ratio:.3f} eager" + (f", {rp_ratio_c:.3f} compiled" if rp_ratio_c else "") +
           f"; load {load0[0]:.1f} -> {os.getloadavg()[0]:.1f}", flush=True)
+    shares = {}
+    if a.breakdown:
+        for k in (k for k in ("mlplab", "mlplab_rp") if k in steps):
+            sh = step_breakdown(steps[k])
+            ms = {c: sh[c] * out[k]["ms_per_step"] for c in sh}
+            ceiling = step_flops / (ms["gemm"] / 1e3) / 1e9 / gemm_gflops
+            shares[k] = {"share": sh, "ms": ms, "mfu_if_only_gemms": ceiling}
+            print(f"{k}: GEMMs {ms['gemm']:.1f} ms ({100 * sh['gemm']:.0f}%), seams {ms['seams']:.1f} ms "
+                  f"({100 * sh['seams']:.0f}%), rest {ms['other']:.1f} ms ({100 * sh['other']:.0f}%); "
+                  f"MFU if only GEMMs {100 * ceiling:.1f}%", flush=True)
     return {
+        "breakdown": shares,
         "suite": suite, "dtype": dtype, "batch": batch, "optimizer": a.optimizer, "clock": a.clock,
         "num_threads": torch.get_num_threads(),
         "fwd_flops_per_example": fwd, "step_flops": step_flops, "gemm_n": n, "gemm_gflops": gemm_gflops,
@@ -228,6 +244,26 @@ def run_suite(suite: str, dtype: str, batch: int, a: argparse.Namespace) -> dict
         "loadavg_start": list(load0), "loadavg_end": list(os.getloadavg()),
         "times_s": times, "results": out,
     }
+
+
+GEMM_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm")
+SEAM_OPS = ("_ResidualNorm", "_ResidualNormBackward", "_LayerNormRows", "_LayerNormRowsBackward")
+
+
+def step_breakdown(step, n: int = 5) -> dict[str, float]:
+    """Shares of an eager step's self CPU time (torch.profiler, ``n`` steps): GEMMs, fused seams
+    (the autograd.Functions that call the kernels), the rest."""
+    from torch.profiler import profile
+
+    with profile() as prof:
+        for _ in range(n):
+            step()
+    total = {"gemm": 0.0, "seams": 0.0, "other": 0.0}
+    for e in prof.key_averages():
+        kind = "gemm" if e.key in GEMM_OPS else "seams" if e.key in SEAM_OPS else "other"
+        total[kind] += e.self_cpu_time_total
+    whole = sum(total.values())
+    return {k: v / whole for k, v in total.items()}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -251,6 +287,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--with-generic", action="store_true", help="also time mlplab with fast paths off")
     p.add_argument("--with-unfused", action="store_true", help="also time mlplab with its fused seams off")
     p.add_argument("--no-timm", action="store_true")
+    p.add_argument("--breakdown", action="store_true",
+                   help="profile the eager mlplab models: time in GEMMs, seams, the rest; MFU if only GEMMs")
     p.add_argument("--compile", action="store_true",
                    help="also time torch.compile'd mlplab and RP models (compilation happens in the warm-up)")
     a = p.parse_args(argv)
