@@ -53,6 +53,35 @@ def test_residual_norm_is_exact_in_float64(act, uses, route):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-12)
 
 
+@pytest.mark.parametrize("act", ["identity", "gelu"])
+@pytest.mark.parametrize("per", ["column", "token"])
+def test_a_bias_folded_into_the_seam_is_exact_in_float64(act, per, route):
+    """t + b with one b per column (C) or per token of a token-major (S, B, C) residual (S):
+    values and gradients of x, t, gamma, beta and b against adding b before the modules."""
+    S, B, C = 7, 40, 12  # 21 rows of 12 per chunk: chunks straddle the tokens' row groups
+    ln = _norm(C)
+    x = torch.randn(S, B, C, dtype=torch.float64, requires_grad=True)
+    t = (2 * torch.randn(S, B, C, dtype=torch.float64)).requires_grad_()
+    b = torch.randn(C if per == "column" else S, dtype=torch.float64, requires_grad=True)
+    gu, gh = torch.randn(S, B, C, dtype=torch.float64), torch.randn(S, B, C, dtype=torch.float64)
+    u1, h1 = fused.residual_norm(x, t, ln, act, t_bias=b, t_bias_per=per)
+    u2, h2 = _reference(x, t + (b if per == "column" else b.view(S, 1, 1)), ln, act)
+    wrt = [x, t, ln.weight, ln.bias, b]
+    for v, w in zip((u1, h1) + torch.autograd.grad((u1 * gu).sum() + (h1 * gh).sum(), wrt),
+                    (u2, h2) + torch.autograd.grad((u2 * gu).sum() + (h2 * gh).sum(), wrt)):
+        torch.testing.assert_close(v, w, rtol=0, atol=1e-12)
+
+
+def test_a_bias_that_does_not_fit_is_refused():
+    ln = _norm(4)
+    x, t = torch.randn(3, 2, 4, dtype=torch.float64), torch.randn(3, 2, 4, dtype=torch.float64)
+    with pytest.raises(ValueError, match="one bias per token"):
+        fused.residual_norm(x, t, ln, t_bias=torch.zeros(2, dtype=torch.float64), t_bias_per="token")
+    with pytest.raises(ValueError, match="without maps"):
+        maps = (torch.arange(12), torch.arange(12))
+        fused.residual_norm(x, t, ln, t_maps=maps, t_bias=torch.zeros(4, dtype=torch.float64))
+
+
 def test_layer_norm_rows_is_exact_in_float64(route):
     ln = _norm(7)
     x = torch.randn(4, 6, 7, dtype=torch.float64, requires_grad=True)

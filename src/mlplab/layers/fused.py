@@ -114,9 +114,9 @@ def _library() -> tuple[ctypes.CDLL | None, str]:
         return None, f"cannot load {path}: {e}"
     for v in _VARIANTS.values():
         fwd = getattr(lib, f"residual_norm_forward_{v}")
-        fwd.argtypes = [_I, _I, _P, _P, ctypes.c_int, _P, _P, ctypes.c_double, _P, _P, _P, _P, ctypes.c_int]
+        fwd.argtypes = [_I, _I, _P, _P, _P, _I, ctypes.c_int, _P, _P, ctypes.c_double, _P, _P, _P, _P, ctypes.c_int]
         bwd = getattr(lib, f"residual_norm_backward_{v}")
-        bwd.argtypes = [_I, _I, _P, _P, _P, _P, _P, _P, _P, ctypes.c_int, _P, _P, _P, _P, ctypes.c_int]
+        bwd.argtypes = [_I, _I, _P, _P, _P, _P, _P, _P, _P, _P, _I, ctypes.c_int, _P, _P, _P, _P, _P, ctypes.c_int]
         gfwd = getattr(lib, f"residual_norm_gathered_forward_{v}")
         gfwd.argtypes = [_I, _I, _I, ctypes.c_int, _P, _P, ctypes.c_int, _P, _P, _P, _P, ctypes.c_double, _P, _P,
                          _P, _P, ctypes.c_int]
@@ -160,7 +160,7 @@ def _sb(x: torch.Tensor, batch_major: bool) -> tuple[int, int]:
     return (x.shape[1], x.shape[0]) if batch_major else (x.shape[0], x.shape[1])
 
 
-def _forward(x, t, gamma, beta, eps, act, h_dtype, t_map, h_map, batch_major):
+def _forward(x, t, gamma, beta, eps, act, h_dtype, t_map, h_map, batch_major, t_bias=None, bias_div=0):
     lib = _library()[0]
     C = x.shape[-1]
     R = x.numel() // C
@@ -170,8 +170,9 @@ def _forward(x, t, gamma, beta, eps, act, h_dtype, t_map, h_map, batch_major):
     v, nt = _variant(x, h_dtype), torch.get_num_threads()
     if t_map is None and h_map is None:
         getattr(lib, f"residual_norm_forward_{v}")(
-            R, C, _ptr(x), _ptr(t), act, _ptr(gamma), _ptr(beta), eps, _ptr(u), _ptr(h), _ptr(mean), _ptr(rstd), nt)
-    else:
+            R, C, _ptr(x), _ptr(t), _ptr(t_bias), bias_div, act, _ptr(gamma), _ptr(beta), eps, _ptr(u), _ptr(h),
+            _ptr(mean), _ptr(rstd), nt)
+    else:  # the gathered seams take no bias (residual_norm checks)
         S, B = _sb(x, batch_major)
         getattr(lib, f"residual_norm_gathered_forward_{v}")(
             S, B, C, int(batch_major), _ptr(x), _ptr(t), act, _ptr(t_map), _ptr(h_map), _ptr(gamma), _ptr(beta), eps, _ptr(u), _ptr(h),
@@ -189,10 +190,10 @@ def _h_empty(x, h_dtype, h_map, batch_major):
 
 # ------------------------------------------------------------------ custom ops (forward)
 def _residual_norm_impl(x: torch.Tensor, t: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor, eps: float, act: int,
-                   t_map: torch.Tensor | None, t_map_inv: torch.Tensor | None, h_map: torch.Tensor | None,
-                   h_map_inv: torch.Tensor | None, batch_major: bool
-                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    u, h, mean, rstd = _forward(x, t, gamma, beta, eps, act, t.dtype, t_map, h_map, batch_major)
+                        t_map: torch.Tensor | None, t_map_inv: torch.Tensor | None, h_map: torch.Tensor | None,
+                        h_map_inv: torch.Tensor | None, batch_major: bool, t_bias: torch.Tensor | None, bias_div: int
+                        ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    u, h, mean, rstd = _forward(x, t, gamma, beta, eps, act, t.dtype, t_map, h_map, batch_major, t_bias, bias_div)
     return u, h, mean, rstd
 
 
@@ -200,7 +201,7 @@ _residual_norm = torch.library.custom_op("mlplab::residual_norm", mutates_args=(
 
 
 @_residual_norm.register_fake
-def _(x, t, gamma, beta, eps, act, t_map, t_map_inv, h_map, h_map_inv, batch_major):
+def _(x, t, gamma, beta, eps, act, t_map, t_map_inv, h_map, h_map_inv, batch_major, t_bias, bias_div):
     R = x.numel() // x.shape[-1]
     return torch.empty_like(x), _h_empty(x, t.dtype, h_map, batch_major), x.new_empty(R, dtype=_acc(x)), \
         x.new_empty(R, dtype=_acc(x))
@@ -223,8 +224,9 @@ def _(x, gamma, beta, eps, h_dtype, h_map, h_map_inv, batch_major):
 
 
 # ------------------------------------------------------------------ custom op (backward)
-def _backward(gh, gu, u, mean, rstd, gamma, t, act, t_map_inv, h_map_inv, batch_major):
-    """Both seams' backward through the kernels: (gx, gt, dgamma, dbeta); gt is empty without t."""
+def _backward(gh, gu, u, mean, rstd, gamma, t, act, t_map_inv, h_map_inv, batch_major, t_bias=None, bias_div=0):
+    """Both seams' backward through the kernels: (gx, gt, dgamma, dbeta, dbias); gt is empty
+    without t, dbias without a bias."""
     lib = _library()[0]
     C = u.shape[-1]
     R = u.numel() // C
@@ -234,39 +236,43 @@ def _backward(gh, gu, u, mean, rstd, gamma, t, act, t_map_inv, h_map_inv, batch_
     gx = torch.empty_like(u)
     gt = torch.empty_like(t) if t is not None else u.new_empty(0, dtype=gh.dtype)
     dgamma, dbeta = torch.empty(nt, C, dtype=_acc(u)), torch.empty(nt, C, dtype=_acc(u))
+    dbias = torch.empty(nt, (R // bias_div if bias_div else C) if t_bias is not None else 0, dtype=_acc(u))
     v = _variant(u, gh.dtype)
     if t_map_inv is None and h_map_inv is None:
         getattr(lib, f"residual_norm_backward_{v}")(
-            R, C, _ptr(gh), _ptr(gu), _ptr(u), _ptr(mean), _ptr(rstd), _ptr(gamma), _ptr(t), act, _ptr(gx),
-            _ptr(gt) if t is not None else None, _ptr(dgamma), _ptr(dbeta), nt)
+            R, C, _ptr(gh), _ptr(gu), _ptr(u), _ptr(mean), _ptr(rstd), _ptr(gamma), _ptr(t), _ptr(t_bias), bias_div,
+            act, _ptr(gx), _ptr(gt) if t is not None else None, _ptr(dgamma), _ptr(dbeta), _ptr(dbias), nt)
     else:
         S, B = _sb(u, batch_major)
         getattr(lib, f"residual_norm_gathered_backward_{v}")(
             S, B, C, int(batch_major), _ptr(gh), _ptr(h_map_inv), _ptr(gu), _ptr(u), _ptr(mean), _ptr(rstd), _ptr(gamma), _ptr(t), act,
             _ptr(t_map_inv), _ptr(gx), _ptr(gt) if t is not None else None, _ptr(dgamma), _ptr(dbeta), nt)
-    return gx, gt, dgamma.sum(0).to(gamma.dtype), dbeta.sum(0).to(gamma.dtype)
+    dbias = dbias.sum(0).to(t_bias.dtype) if t_bias is not None else dbias.new_empty(0, dtype=gamma.dtype)
+    return gx, gt, dgamma.sum(0).to(gamma.dtype), dbeta.sum(0).to(gamma.dtype), dbias
 
 
 @torch.library.custom_op("mlplab::residual_norm_backward", mutates_args=())
 def _residual_norm_backward(gh: torch.Tensor, gu: torch.Tensor | None, u: torch.Tensor, mean: torch.Tensor,
                             rstd: torch.Tensor, gamma: torch.Tensor, t: torch.Tensor | None, act: int,
-                            t_map_inv: torch.Tensor | None, h_map_inv: torch.Tensor | None, batch_major: bool
-                            ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    return _backward(gh, gu, u, mean, rstd, gamma, t, act, t_map_inv, h_map_inv, batch_major)
+                            t_map_inv: torch.Tensor | None, h_map_inv: torch.Tensor | None, batch_major: bool,
+                            t_bias: torch.Tensor | None, bias_div: int
+                            ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    return _backward(gh, gu, u, mean, rstd, gamma, t, act, t_map_inv, h_map_inv, batch_major, t_bias, bias_div)
 
 
 @_residual_norm_backward.register_fake
-def _(gh, gu, u, mean, rstd, gamma, t, act, t_map_inv, h_map_inv, batch_major):
+def _(gh, gu, u, mean, rstd, gamma, t, act, t_map_inv, h_map_inv, batch_major, t_bias, bias_div):
     C = u.shape[-1]
     gt = torch.empty_like(t) if t is not None else u.new_empty(0, dtype=gh.dtype)
-    return torch.empty_like(u), gt, gamma.new_empty(C), gamma.new_empty(C)
+    dbias = torch.empty_like(t_bias) if t_bias is not None else gamma.new_empty(0)
+    return torch.empty_like(u), gt, gamma.new_empty(C), gamma.new_empty(C), dbias
 
 
 def _residual_norm_setup(ctx, inputs, output):
-    x, t, gamma, beta, eps, act, t_map, t_map_inv, h_map, h_map_inv, batch_major = inputs
+    x, t, gamma, beta, eps, act, t_map, t_map_inv, h_map, h_map_inv, batch_major, t_bias, bias_div = inputs
     u, h, mean, rstd = output
-    ctx.save_for_backward(u, mean, rstd, gamma, t, t_map_inv, h_map_inv)
-    ctx.act, ctx.batch_major = act, batch_major
+    ctx.save_for_backward(u, mean, rstd, gamma, t, t_map_inv, h_map_inv, t_bias)
+    ctx.act, ctx.batch_major, ctx.bias_div = act, batch_major, bias_div
     ctx.h_dtype = h.dtype
     ctx.eager = False
 
@@ -278,12 +284,12 @@ def _backward_of(ctx):
 
 
 def _residual_norm_grad(ctx, gu, gh, _gmean, _grstd):
-    u, mean, rstd, gamma, t, t_map_inv, h_map_inv = ctx.saved_tensors
+    u, mean, rstd, gamma, t, t_map_inv, h_map_inv, t_bias = ctx.saved_tensors
     if gh is None:  # h unused: u passes its gradient to x, and through act' to t
         gh = _h_empty(u, ctx.h_dtype, h_map_inv, ctx.batch_major).zero_()
-    gx, gt, dgamma, dbeta = _backward_of(ctx)(gh, gu, u, mean, rstd, gamma, t, ctx.act, t_map_inv, h_map_inv,
-                                              ctx.batch_major)
-    return gx, gt, dgamma, dbeta, None, None, None, None, None, None, None
+    gx, gt, dgamma, dbeta, dbias = _backward_of(ctx)(gh, gu, u, mean, rstd, gamma, t, ctx.act, t_map_inv,
+                                                     h_map_inv, ctx.batch_major, t_bias, ctx.bias_div)
+    return gx, gt, dgamma, dbeta, None, None, None, None, None, None, None, dbias if t_bias is not None else None, None
 
 
 def _layer_norm_rows_setup(ctx, inputs, output):
@@ -296,8 +302,8 @@ def _layer_norm_rows_setup(ctx, inputs, output):
 
 def _layer_norm_rows_grad(ctx, gh, _gmean, _grstd):
     x, mean, rstd, gamma, h_map_inv = ctx.saved_tensors
-    gx, _, dgamma, dbeta = _backward_of(ctx)(gh, None, x, mean, rstd, gamma, None, 0, None, h_map_inv,
-                                             ctx.batch_major)
+    gx, _, dgamma, dbeta, _ = _backward_of(ctx)(gh, None, x, mean, rstd, gamma, None, 0, None, h_map_inv,
+                                                ctx.batch_major, None, 0)
     return gx, dgamma, dbeta, None, None, None, None, None
 
 
@@ -349,10 +355,24 @@ def _maps(maps: Maps | None, x: torch.Tensor) -> Maps | tuple[None, None]:
     return maps[0].to(torch.int32).contiguous(), maps[1].to(torch.int32).contiguous()
 
 
+def _bias_div(x: torch.Tensor, bias: torch.Tensor | None, per: str, maps: bool) -> int:
+    """The kernels' ``div`` for a bias added to t (0: one per column), or a ValueError."""
+    if bias is None:
+        return 0
+    if maps or bias.dtype != x.dtype or bias.ndim != 1:
+        raise ValueError("a bias folded into the seam must be a vector of the residual's dtype, without maps")
+    if per == "column" and bias.numel() == x.shape[-1]:
+        return 0
+    if per == "token" and x.ndim == 3 and bias.numel() == x.shape[0]:
+        return x.shape[1]  # token-major (S, B, C): row r = s*B + b takes b[s]
+    raise ValueError(f"bias of {bias.numel()} entries does not fit a residual of shape {tuple(x.shape)} "
+                     f"with one bias per {per} (column: C entries; token: S of a token-major (S, B, C))")
+
+
 def residual_norm(x: torch.Tensor, t: torch.Tensor, norm: torch.nn.LayerNorm, act: str = "identity",
-                  t_maps: Maps | None = None, h_maps: Maps | None = None,
-                  batch_major: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-    """(u, h) = (x + act(t), norm(x + act(t))) over the last dimension, in one pass each way.
+                  t_maps: Maps | None = None, h_maps: Maps | None = None, batch_major: bool = False,
+                  t_bias: torch.Tensor | None = None, t_bias_per: str = "column") -> tuple[torch.Tensor, torch.Tensor]:
+    """(u, h) = (x + act(t + b), norm(x + act(t + b))) over the last dimension, in one pass each way.
 
     x: the residual (float32 or float64); t: the sublayer's output, float32/float64 like x or
     bfloat16 (then h is bfloat16 too: CPU autocast). ``norm``'s weight and bias are used.
@@ -361,13 +381,20 @@ def residual_norm(x: torch.Tensor, t: torch.Tensor, norm: torch.nn.LayerNorm, ac
     ``t_maps = (J2 gather, inverse)`` when t is the (B, m) output of a PK layer with free
     permutations (act(t) at row-major entry k of a sample is act(t_b[map[k]])), ``h_maps =
     (J1 gather, inverse)`` to write h as the next such layer's (B, m) input (h_b[j] =
-    LN(u)_b[map[j]]). Without maps t and h have x's layout."""
+    LN(u)_b[map[j]]). Without maps t and h have x's layout.
+
+    ``t_bias`` (optional, without maps): the sublayer's bias b, added here rather than by its
+    GEMM, whose broadcast bias costs a pass over t (``addmm``) and its gradient another (a sum):
+    one per column (``t_bias_per="column"``, C entries: the bias of a map of the rows) or one
+    per token of a token-major (S, B, C) residual (``"token"``, S entries: of a map of the
+    columns). Its gradient is summed from act'(t + b) in the backward kernel."""
     _check(x, norm)
     t_map, t_inv = _maps(t_maps, x)
     h_map, h_inv = _maps(h_maps, x)
+    div = _bias_div(x, t_bias, t_bias_per, t_map is not None or h_map is not None)
     op = _residual_norm if torch.compiler.is_compiling() else _ResidualNorm.apply
     u, h, _, _ = op(x.contiguous(), t.contiguous(), norm.weight, norm.bias, norm.eps, ACTS[act],
-                                t_map, t_inv, h_map, h_inv, batch_major)
+                    t_map, t_inv, h_map, h_inv, batch_major, t_bias, div)
     return u, h
 
 
@@ -378,6 +405,5 @@ def layer_norm_rows(x: torch.Tensor, norm: torch.nn.LayerNorm, h_dtype: torch.dt
     _check(x, norm)
     h_map, h_inv = _maps(h_maps, x)
     op = _layer_norm_rows if torch.compiler.is_compiling() else _LayerNormRows.apply
-    h, _, _ = op(x.contiguous(), norm.weight, norm.bias, norm.eps, h_dtype or x.dtype, h_map, h_inv,
-                               batch_major)
+    h, _, _ = op(x.contiguous(), norm.weight, norm.bias, norm.eps, h_dtype or x.dtype, h_map, h_inv, batch_major)
     return h

@@ -31,6 +31,7 @@ from typing import Literal
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 from ..layers import fused
 from ..layers.common import DropPath, LinearAct, Mlp, drop_path_rates, left_gemm_pays, left_linear, modules_must_be_called
@@ -257,22 +258,30 @@ class Mixer(VisionMLP):
             after = self.blocks[i + 1].norm1 if i + 1 < len(self.blocks) else self.norm
             for j, (pk, norm) in enumerate(((blk.token_mixing, blk.norm2), (blk.channel_mixing, after))):
                 nxt = layers[2 * i + j + 1] if 2 * i + j + 1 < len(layers) else None
-                t, act = _sublayer(pk, h, B, shape)
-                z, h = fused.residual_norm(z, t, norm, act, _j2_maps(pk), _j1_maps(nxt), batch_major)
+                t_maps, h_maps = _j2_maps(pk), _j1_maps(nxt)
+                t, act, bias = _sublayer(pk, h, B, shape, fold_bias=t_maps is None and h_maps is None)
+                z, h = fused.residual_norm(z, t, norm, act, t_maps, h_maps, batch_major, bias,
+                                           "token" if pk.arrangement == "columns" else "column")
         return h if batch_major else h.transpose(0, 1)  # (B, S, C): the final LN's output
 
 
-def _sublayer(pk: PKMixing, h: torch.Tensor, B: int, out_shape: tuple[int, int, int]) -> tuple[torch.Tensor, str]:
-    """A PK mixing layer's output before its seam's activation: (t, act). Token mixing (columns)
-    multiplies the token-major (S, B·C) matrix from the left, channel mixing (rows) the (S·B, C)
-    one from the right; a layer with free permutations (RP) maps the rows of its (B·n1, n2)
-    grouped input, which the seam before wrote in J1 order, and leaves t in (B, m) grouped order."""
+def _sublayer(pk: PKMixing, h: torch.Tensor, B: int, out_shape: tuple[int, int, int],
+              fold_bias: bool) -> tuple[torch.Tensor, str, torch.Tensor | None]:
+    """A PK mixing layer's output before its seam's activation: (t, act, bias). Token mixing
+    (columns) multiplies the token-major (S, B·C) matrix from the left, channel mixing (rows) the
+    (S·B, C) one from the right; a layer with free permutations (RP) maps the rows of its
+    (B·n1, n2) grouped input, which the seam before wrote in J1 order, and leaves t in (B, m)
+    grouped order. With ``fold_bias``, a single Linear's bias is left out of the GEMM and returned
+    for the seam to add (its broadcast in ``addmm`` costs a pass over t); otherwise bias is None."""
     pre, act = _without_gelu(pk.inner)
+    bias = pre.bias if fold_bias and isinstance(pre, nn.Linear) and pk.arrangement != "gather" else None
     if pk.arrangement == "columns":
-        return _on_columns(pre, h.view(-1, h.shape[1] * h.shape[2])).view(out_shape), act
+        hc = h.view(-1, h.shape[1] * h.shape[2])
+        t = torch.mm(pre.weight, hc) if bias is not None else _on_columns(pre, hc)
+        return t.view(out_shape), act, bias
     if pk.arrangement == "rows":
-        return pre(h), act
-    return pre(h.view(B, pk.n1, pk.n2)).reshape(B, -1), act
+        return (F.linear(h, pre.weight) if bias is not None else pre(h)), act, bias
+    return pre(h.view(B, pk.n1, pk.n2)).reshape(B, -1), act, None
 
 
 def _j1_maps(pk: PKMixing | None):
