@@ -77,6 +77,8 @@ def test_a_bias_that_does_not_fit_is_refused():
     x, t = torch.randn(3, 2, 4, dtype=torch.float64), torch.randn(3, 2, 4, dtype=torch.float64)
     with pytest.raises(ValueError, match="one bias per token"):
         fused.residual_norm(x, t, ln, t_bias=torch.zeros(2, dtype=torch.float64), t_bias_per="token")
+    with pytest.raises(ValueError, match="token-major"):
+        fused.residual_norm(x, t, ln, batch_major=True, t_bias=torch.zeros(3, dtype=torch.float64), t_bias_per="token")
     with pytest.raises(ValueError, match="without maps"):
         maps = (torch.arange(12), torch.arange(12))
         fused.residual_norm(x, t, ln, t_maps=maps, t_bias=torch.zeros(4, dtype=torch.float64))

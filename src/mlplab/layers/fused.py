@@ -207,9 +207,9 @@ def _(x, t, gamma, beta, eps, act, t_map, t_map_inv, h_map, h_map_inv, batch_maj
         x.new_empty(R, dtype=_acc(x))
 
 
-def _layer_norm_rows_impl(x: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor, eps: float, h_dtype: torch.dtype,
-                     h_map: torch.Tensor | None, h_map_inv: torch.Tensor | None, batch_major: bool
-                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _layer_norm_rows_impl(x: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor, eps: float,
+                          h_dtype: torch.dtype, h_map: torch.Tensor | None, h_map_inv: torch.Tensor | None,
+                          batch_major: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     _, h, mean, rstd = _forward(x, None, gamma, beta, eps, 0, h_dtype, None, h_map, batch_major)
     return h, mean, rstd
 
@@ -355,7 +355,7 @@ def _maps(maps: Maps | None, x: torch.Tensor) -> Maps | tuple[None, None]:
     return maps[0].to(torch.int32).contiguous(), maps[1].to(torch.int32).contiguous()
 
 
-def _bias_div(x: torch.Tensor, bias: torch.Tensor | None, per: str, maps: bool) -> int:
+def _bias_div(x: torch.Tensor, bias: torch.Tensor | None, per: str, maps: bool, batch_major: bool) -> int:
     """The kernels' ``div`` for a bias added to t (0: one per column), or a ValueError."""
     if bias is None:
         return 0
@@ -363,7 +363,7 @@ def _bias_div(x: torch.Tensor, bias: torch.Tensor | None, per: str, maps: bool) 
         raise ValueError("a bias folded into the seam must be a vector of the residual's dtype, without maps")
     if per == "column" and bias.numel() == x.shape[-1]:
         return 0
-    if per == "token" and x.ndim == 3 and bias.numel() == x.shape[0]:
+    if per == "token" and x.ndim == 3 and not batch_major and bias.numel() == x.shape[0]:
         return x.shape[1]  # token-major (S, B, C): row r = s*B + b takes b[s]
     raise ValueError(f"bias of {bias.numel()} entries does not fit a residual of shape {tuple(x.shape)} "
                      f"with one bias per {per} (column: C entries; token: S of a token-major (S, B, C))")
@@ -391,7 +391,7 @@ def residual_norm(x: torch.Tensor, t: torch.Tensor, norm: torch.nn.LayerNorm, ac
     _check(x, norm)
     t_map, t_inv = _maps(t_maps, x)
     h_map, h_inv = _maps(h_maps, x)
-    div = _bias_div(x, t_bias, t_bias_per, t_map is not None or h_map is not None)
+    div = _bias_div(x, t_bias, t_bias_per, t_map is not None or h_map is not None, batch_major)
     op = _residual_norm if torch.compiler.is_compiling() else _ResidualNorm.apply
     u, h, _, _ = op(x.contiguous(), t.contiguous(), norm.weight, norm.bias, norm.eps, ACTS[act],
                     t_map, t_inv, h_map, h_inv, batch_major, t_bias, div)
