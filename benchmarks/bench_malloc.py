@@ -21,8 +21,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import TRAINED_MODELS as MODELS  # noqa: E402
-from common import add_common_args, describe, environment, fmt_table, write_results  # noqa: E402
+from common import (TRAINED_MODELS, add_common_args, add_trained_model_args, describe, environment,  # noqa: E402
+                    fmt_table, trained_model_choice, write_results)
 
 def child(model: str, dtype: str, keep: bool, threads: int, batch: int, warmup: int, steps: int) -> dict:
     """One process's measurement (run with ``--child``): median step seconds and faults per step."""
@@ -36,7 +36,7 @@ def child(model: str, dtype: str, keep: bool, threads: int, batch: int, warmup: 
     torch.manual_seed(0)
     if keep:
         keep_freed_memory()
-    name, overrides, shape = MODELS[model]
+    name, overrides, shape = TRAINED_MODELS[model]
     net = mlplab.create_model(name, **overrides)
     x, y = torch.randn(batch, *shape), torch.randint(0, 10, (batch,))
     step = train_step_fn(net, x, y, "adamw", dtype)
@@ -55,25 +55,17 @@ def child(model: str, dtype: str, keep: bool, threads: int, batch: int, warmup: 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_common_args(p, "bench_malloc")
-    p.add_argument("--dtype", default=None, choices=["fp32", "bf16"],
-                   help="default: bf16 where the CPU has native bf16, else fp32 (what run.precision=auto picks)")
-    p.add_argument("--batch", type=int, default=256)
-    p.add_argument("--steps", type=int, default=10, help="timed steps per process")
-    p.add_argument("--models", default=",".join(MODELS), help="comma-separated labels of MODELS")
+    add_trained_model_args(p, 10, "timed steps per process")
     p.add_argument("--child", default=None, help=argparse.SUPPRESS)
     p.add_argument("--keep", action="store_true", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     env = environment()
-    dtype = a.dtype or ("bf16" if env["native_bf16"] else "fp32")
+    dtype, models = trained_model_choice(p, a, env)
     if a.quick:
         a.reps, a.steps, a.warmup, a.batch = 1, 2, 1, 32
     if a.child is not None:
         print(json.dumps(child(a.child, dtype, a.keep, a.threads, a.batch, a.warmup, a.steps)))
         return 0
-    models = [m for m in a.models.split(",") if m]
-    unknown = [m for m in models if m not in MODELS]
-    if unknown:
-        p.error(f"unknown model label(s) {unknown}; choose from {list(MODELS)}")
     print(describe(env) + f", {dtype}, batch {a.batch}")
     results: dict[str, dict[str, list[dict]]] = {m: {"default": [], "kept": []} for m in models}
     for r in range(a.reps):

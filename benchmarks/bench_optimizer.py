@@ -18,8 +18,8 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import (TRAINED_MODELS, add_common_args, describe, environment, fmt_table, interleaved,  # noqa: E402
-                    setup_torch, train_step_fn, write_results)
+from common import (TRAINED_MODELS, add_common_args, add_trained_model_args, describe, environment,  # noqa: E402
+                    fmt_table, interleaved, setup_torch, train_step_fn, trained_model_choice, write_results)
 
 UPDATES = ("loop", "foreach", "fused")
 
@@ -27,22 +27,14 @@ UPDATES = ("loop", "foreach", "fused")
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_common_args(p, "bench_optimizer")
-    p.add_argument("--dtype", default=None, choices=["fp32", "bf16"],
-                   help="default: bf16 where the CPU has native bf16, else fp32 (what run.precision=auto picks)")
-    p.add_argument("--batch", type=int, default=256)
-    p.add_argument("--steps", type=int, default=5, help="steps timed together per candidate and round")
+    add_trained_model_args(p, 5, "steps timed together per candidate and round")
     p.add_argument("--optimizers", default="adamw,sgd")
-    p.add_argument("--models", default=",".join(TRAINED_MODELS), help="comma-separated labels of TRAINED_MODELS")
     a = p.parse_args(argv)
     setup_torch(a.threads, a.seed)
     env = environment()
-    dtype = a.dtype or ("bf16" if env["native_bf16"] else "fp32")
+    dtype, models = trained_model_choice(p, a, env)
     if a.quick:
         a.reps, a.steps, a.warmup, a.batch = 1, 1, 1, 16
-    models = [m for m in a.models.split(",") if m]
-    unknown = [m for m in models if m not in TRAINED_MODELS]
-    if unknown:
-        p.error(f"unknown model label(s) {unknown}; choose from {list(TRAINED_MODELS)}")
     print(describe(env) + f", {dtype}, batch {a.batch}")
     import mlplab
 

@@ -64,6 +64,24 @@ def add_common_args(p: argparse.ArgumentParser, name: str) -> None:
                    help="wall time, or process CPU time (fair under contention with --threads 1)")
 
 
+def add_trained_model_args(p: argparse.ArgumentParser, steps: int, steps_help: str) -> None:
+    """--dtype, --batch, --steps, --models for the benchmarks that train ``TRAINED_MODELS``."""
+    p.add_argument("--dtype", default=None, choices=["fp32", "bf16"],
+                   help="default: bf16 where the CPU has native bf16, else fp32 (what run.precision=auto picks)")
+    p.add_argument("--batch", type=int, default=256)
+    p.add_argument("--steps", type=int, default=steps, help=steps_help)
+    p.add_argument("--models", default=",".join(TRAINED_MODELS), help="comma-separated labels of TRAINED_MODELS")
+
+
+def trained_model_choice(p: argparse.ArgumentParser, a: argparse.Namespace, env: dict[str, Any]) -> tuple[str, list[str]]:
+    """(dtype, model labels) from :func:`add_trained_model_args`' options; unknown labels end the run."""
+    models = [m for m in a.models.split(",") if m]
+    unknown = [m for m in models if m not in TRAINED_MODELS]
+    if unknown:
+        p.error(f"unknown model label(s) {unknown}; choose from {list(TRAINED_MODELS)}")
+    return a.dtype or ("bf16" if env["native_bf16"] else "fp32"), models
+
+
 def setup_torch(threads: int, seed: int = 0) -> None:
     """Threads, seed, and the host allocator set as ``mlplab.train`` sets it (keep freed memory)."""
     from mlplab.train.backend import keep_freed_memory

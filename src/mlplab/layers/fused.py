@@ -236,7 +236,7 @@ def _backward(gh, gu, u, mean, rstd, gamma, t, act, t_map_inv, h_map_inv, batch_
     gx = torch.empty_like(u)
     gt = torch.empty_like(t) if t is not None else u.new_empty(0, dtype=gh.dtype)
     dgamma, dbeta = torch.empty(nt, C, dtype=_acc(u)), torch.empty(nt, C, dtype=_acc(u))
-    dbias = torch.empty(nt, (R // bias_div if bias_div else C) if t_bias is not None else 0, dtype=_acc(u))
+    dbias = torch.empty(nt, R // bias_div if bias_div else C, dtype=_acc(u)) if t_bias is not None else None
     v = _variant(u, gh.dtype)
     if t_map_inv is None and h_map_inv is None:
         getattr(lib, f"residual_norm_backward_{v}")(
@@ -247,7 +247,7 @@ def _backward(gh, gu, u, mean, rstd, gamma, t, act, t_map_inv, h_map_inv, batch_
         getattr(lib, f"residual_norm_gathered_backward_{v}")(
             S, B, C, int(batch_major), _ptr(gh), _ptr(h_map_inv), _ptr(gu), _ptr(u), _ptr(mean), _ptr(rstd), _ptr(gamma), _ptr(t), act,
             _ptr(t_map_inv), _ptr(gx), _ptr(gt) if t is not None else None, _ptr(dgamma), _ptr(dbeta), nt)
-    dbias = dbias.sum(0).to(t_bias.dtype) if t_bias is not None else dbias.new_empty(0, dtype=gamma.dtype)
+    dbias = dbias.sum(0).to(t_bias.dtype) if t_bias is not None else gamma.new_empty(0)
     return gx, gt, dgamma.sum(0).to(gamma.dtype), dbeta.sum(0).to(gamma.dtype), dbias
 
 
