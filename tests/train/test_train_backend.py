@@ -84,30 +84,41 @@ def test_native_bf16_read_from_cpu_flags(monkeypatch, tmp_path, flags, expect):
     assert metrics.cpu_has_native_bf16() is expect
 
 
-_FAULTS_AFTER_KEEP = r"""
-import resource, sys, torch
+_FAULTS_PER_CYCLE = r"""
+import resource, statistics, sys, torch
 from mlplab.train.backend import keep_freed_memory
-if not keep_freed_memory():
+if sys.argv[1] == "keep" and not keep_freed_memory():
     print("SKIP"); sys.exit(0)
 def faults_of_one_cycle():
     f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-    t = torch.empty(1 << 20).fill_(1.0)  # 4 MiB: above glibc's default mmap threshold
-    del t
+    blocks = [torch.empty(4 << 20).fill_(1.0) for _ in range(3)]  # 3 x 16 MiB, like a step's activations
+    del blocks
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0
 faults_of_one_cycle()
-print(sum(faults_of_one_cycle() for _ in range(20)))
+print(statistics.median(faults_of_one_cycle() for _ in range(20)))
 """
 
 
-def test_keep_freed_memory_reuses_blocks_without_page_faults():
-    """A freed 4 MiB block comes back from the heap: 20 allocate-fill-free cycles take a few
-    page faults (the heap grows now and then), against ~20,000 (one per 4 KiB page per cycle) when
-    glibc unmaps and remaps the block. In a fresh process, as the allocator's state is per process."""
+def _median_faults_per_cycle(mode: str) -> str:
     import subprocess
     import sys
 
-    out = subprocess.run([sys.executable, "-c", _FAULTS_AFTER_KEEP], capture_output=True, text=True, check=True)
-    if out.stdout.strip() == "SKIP":
+    return subprocess.run([sys.executable, "-c", _FAULTS_PER_CYCLE, mode], capture_output=True, text=True,
+                          check=True).stdout.strip()
+
+
+def test_keep_freed_memory_reuses_blocks_without_page_faults():
+    """Three 16 MiB blocks allocated, filled and freed 20 times: glibc's own settings give 48 MiB of
+    free heap top back to the kernel each time (more than its adaptive 32 MiB trim threshold), so
+    every cycle maps fresh pages again (~8,000 faults, one per 4 KiB page); with
+    keep_freed_memory the median cycle takes none. Medians, since the kernel may fault a few cycles
+    on its own (the heap grows now and then; CI saw 3 of 20). In fresh processes, as the
+    allocator's state is per process."""
+    kept = _median_faults_per_cycle("keep")
+    if kept == "SKIP":
         pytest.skip("not glibc: keep_freed_memory changes nothing")
-    assert int(out.stdout.strip()) < 3 * 1024
+    default = float(_median_faults_per_cycle("default"))
+    if default < 1024:
+        pytest.skip(f"this C library does not unmap the freed blocks by itself ({default:.0f} faults per cycle)")
+    assert float(kept) < default / 8, (kept, default)
     assert backend.keep_freed_memory() is backend.keep_freed_memory()  # idempotent
