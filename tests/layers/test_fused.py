@@ -79,9 +79,12 @@ def test_a_bias_that_does_not_fit_is_refused():
         fused.residual_norm(x, t, ln, t_bias=torch.zeros(2, dtype=torch.float64), t_bias_per="token")
     with pytest.raises(ValueError, match="token-major"):
         fused.residual_norm(x, t, ln, batch_major=True, t_bias=torch.zeros(3, dtype=torch.float64), t_bias_per="token")
-    with pytest.raises(ValueError, match="without maps"):
-        maps = (torch.arange(12), torch.arange(12))
-        fused.residual_norm(x, t, ln, t_maps=maps, t_bias=torch.zeros(4, dtype=torch.float64))
+    maps = (torch.arange(24), torch.arange(24))  # (S, B, C) = (3, 2, 4): m = S*C = 12 per sample
+    with pytest.raises(ValueError, match="t must be gathered"):
+        fused.residual_norm(x, t, ln, h_maps=maps, t_bias=torch.zeros(4, dtype=torch.float64))
+    with pytest.raises(ValueError, match="does not divide"):
+        fused.residual_norm(x, torch.randn(2, 12, dtype=torch.float64), ln, t_maps=maps,
+                            t_bias=torch.zeros(5, dtype=torch.float64))
 
 
 def test_layer_norm_rows_is_exact_in_float64(route):
@@ -167,10 +170,13 @@ def test_no_compiler_is_reported(monkeypatch):
 
 
 @pytest.mark.parametrize("batch_major", [False, True])
-@pytest.mark.parametrize("maps", ["t", "h", "both"])
-def test_gathered_seams_are_exact_in_float64(batch_major, maps, route):
+@pytest.mark.parametrize("maps, bias", [("t", False), ("h", False), ("both", False), ("t", True), ("both", True)])
+@pytest.mark.parametrize("act", ["identity", "gelu"])
+def test_gathered_seams_are_exact_in_float64(batch_major, maps, bias, act, route):
     """RP seams: t read through J2 (t_b[map[k]]) and h written through J1 (h_b[j] = LN(u)_b[map[j]])
-    per sample, with a token-major or batch-major residual; values and gradients."""
+    per sample, with a token-major or batch-major residual, and the PK layer's bias (one per
+    column of its grouped (B·n1, n2') output, n2' = 10 here) added to the gathered t; values and
+    gradients."""
     S, B, C = 5, 3, 4
     m = S * C
     ln = _norm(C)
@@ -180,19 +186,23 @@ def test_gathered_seams_are_exact_in_float64(batch_major, maps, route):
     h_maps = (p_h, torch.argsort(p_h)) if maps in ("h", "both") else None
     x = torch.randn((B, S, C) if batch_major else (S, B, C), dtype=torch.float64, requires_grad=True)
     t = torch.randn((B, m) if t_maps else x.shape, dtype=torch.float64, requires_grad=True)
+    b = torch.randn(10, dtype=torch.float64, requires_grad=True) if bias else None
+    f = F.gelu if act == "gelu" else (lambda v: v)
 
     def per_sample(v):  # (B, S, C) view of a residual-shaped tensor
         return v if batch_major else v.transpose(0, 1)
 
     def reference():
-        tt = t[:, p_t].view(B, S, C) if t_maps else per_sample(t)
-        u = per_sample(x) + F.gelu(tt)
+        tb = (t.view(B, -1, 10) + b).view(B, m) if bias else t
+        tt = tb[:, p_t].view(B, S, C) if t_maps else per_sample(tb)
+        u = per_sample(x) + f(tt)
         h = ln(u)
         return (u if batch_major else u.transpose(0, 1)), (h.reshape(B, m)[:, p_h] if h_maps else per_sample(h))
 
-    u1, h1 = fused.residual_norm(x, t, ln, "gelu", t_maps, h_maps, batch_major)
+    u1, h1 = fused.residual_norm(x, t, ln, act, t_maps, h_maps, batch_major, t_bias=b)
     u2, h2 = reference()
     gu, gh = torch.randn_like(u2), torch.randn_like(h2)
-    for a, b in zip((u1, h1) + torch.autograd.grad((u1 * gu).sum() + (h1 * gh).sum(), [x, t, ln.weight, ln.bias]),
-                    (u2, h2) + torch.autograd.grad((u2 * gu).sum() + (h2 * gh).sum(), [x, t, ln.weight, ln.bias])):
-        torch.testing.assert_close(a, b, rtol=0, atol=1e-12)
+    wrt = [x, t, ln.weight, ln.bias] + ([b] if bias else [])
+    for v, w in zip((u1, h1) + torch.autograd.grad((u1 * gu).sum() + (h1 * gh).sum(), wrt),
+                    (u2, h2) + torch.autograd.grad((u2 * gu).sum() + (h2 * gh).sum(), wrt)):
+        torch.testing.assert_close(v, w, rtol=0, atol=1e-12)

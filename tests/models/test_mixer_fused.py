@@ -21,6 +21,11 @@ CASES = [
     ("mlp_mixer", dict(hidden_dim=5, num_tokens=20, depth=2, image_size=16)),
     ("mlp_mixer", dict(hidden_dim=6, token_hidden=7, channel_hidden=9, depth=2, image_size=16)),
     ("mlp_mixer", dict(hidden_dim=6, expansion=2.0, depth=2, image_size=16, in_chans=1, patch_size=2)),
+    # RP: every seam gathered (batch-major residual), the PK layers' biases added to the grouped t
+    ("rp_s_mixer", dict(hidden_dim=4, num_tokens=16, depth=2, image_size=16)),
+    # one RP block among normal ones: token-major, seams gathering t, h, or both
+    ("rp_s_mixer", dict(hidden_dim=4, num_tokens=16, depth=3, image_size=16, rp_blocks=(1,))),
+    ("rp_mlp_mixer", dict(hidden_dim=6, num_tokens=16, expansion=2.0, depth=2, image_size=16)),
 ]
 
 

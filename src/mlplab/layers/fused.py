@@ -118,11 +118,11 @@ def _library() -> tuple[ctypes.CDLL | None, str]:
         bwd = getattr(lib, f"residual_norm_backward_{v}")
         bwd.argtypes = [_I, _I, _P, _P, _P, _P, _P, _P, _P, _P, _I, ctypes.c_int, _P, _P, _P, _P, _P, ctypes.c_int]
         gfwd = getattr(lib, f"residual_norm_gathered_forward_{v}")
-        gfwd.argtypes = [_I, _I, _I, ctypes.c_int, _P, _P, ctypes.c_int, _P, _P, _P, _P, ctypes.c_double, _P, _P,
-                         _P, _P, ctypes.c_int]
+        gfwd.argtypes = [_I, _I, _I, ctypes.c_int, _P, _P, _P, _I, ctypes.c_int, _P, _P, _P, _P, ctypes.c_double,
+                         _P, _P, _P, _P, ctypes.c_int]
         gbwd = getattr(lib, f"residual_norm_gathered_backward_{v}")
-        gbwd.argtypes = [_I, _I, _I, ctypes.c_int, _P, _P, _P, _P, _P, _P, _P, _P, ctypes.c_int, _P, _P, _P, _P, _P,
-                         ctypes.c_int]
+        gbwd.argtypes = [_I, _I, _I, ctypes.c_int, _P, _P, _P, _P, _P, _P, _P, _P, _P, _I, ctypes.c_int, _P, _P, _P,
+                         _P, _P, _P, ctypes.c_int]
     return lib, ""
 
 
@@ -160,6 +160,11 @@ def _sb(x: torch.Tensor, batch_major: bool) -> tuple[int, int]:
     return (x.shape[1], x.shape[0]) if batch_major else (x.shape[0], x.shape[1])
 
 
+def _bias_len(t_bias: torch.Tensor | None, div: int, R: int) -> int:
+    """Entries of a folded bias: one per column of t (its length), or per row group (R / div)."""
+    return 0 if t_bias is None else (R // div if div else t_bias.numel())
+
+
 def _forward(x, t, gamma, beta, eps, act, h_dtype, t_map, h_map, batch_major, t_bias=None, bias_div=0):
     lib = _library()[0]
     C = x.shape[-1]
@@ -172,11 +177,11 @@ def _forward(x, t, gamma, beta, eps, act, h_dtype, t_map, h_map, batch_major, t_
         getattr(lib, f"residual_norm_forward_{v}")(
             R, C, _ptr(x), _ptr(t), _ptr(t_bias), bias_div, act, _ptr(gamma), _ptr(beta), eps, _ptr(u), _ptr(h),
             _ptr(mean), _ptr(rstd), nt)
-    else:  # the gathered seams take no bias (residual_norm checks)
+    else:  # a bias here is one per column of the grouped t (t_map given; residual_norm checks)
         S, B = _sb(x, batch_major)
         getattr(lib, f"residual_norm_gathered_forward_{v}")(
-            S, B, C, int(batch_major), _ptr(x), _ptr(t), act, _ptr(t_map), _ptr(h_map), _ptr(gamma), _ptr(beta), eps, _ptr(u), _ptr(h),
-            _ptr(mean), _ptr(rstd), nt)
+            S, B, C, int(batch_major), _ptr(x), _ptr(t), _ptr(t_bias), _bias_len(t_bias, bias_div, R), act,
+            _ptr(t_map), _ptr(h_map), _ptr(gamma), _ptr(beta), eps, _ptr(u), _ptr(h), _ptr(mean), _ptr(rstd), nt)
     return u, h, mean, rstd
 
 
@@ -236,7 +241,7 @@ def _backward(gh, gu, u, mean, rstd, gamma, t, act, t_map_inv, h_map_inv, batch_
     gx = torch.empty_like(u)
     gt = torch.empty_like(t) if t is not None else u.new_empty(0, dtype=gh.dtype)
     dgamma, dbeta = torch.empty(nt, C, dtype=_acc(u)), torch.empty(nt, C, dtype=_acc(u))
-    dbias = torch.empty(nt, R // bias_div if bias_div else C, dtype=_acc(u)) if t_bias is not None else None
+    dbias = torch.empty(nt, _bias_len(t_bias, bias_div, R), dtype=_acc(u)) if t_bias is not None else None
     v = _variant(u, gh.dtype)
     if t_map_inv is None and h_map_inv is None:
         getattr(lib, f"residual_norm_backward_{v}")(
@@ -245,8 +250,9 @@ def _backward(gh, gu, u, mean, rstd, gamma, t, act, t_map_inv, h_map_inv, batch_
     else:
         S, B = _sb(u, batch_major)
         getattr(lib, f"residual_norm_gathered_backward_{v}")(
-            S, B, C, int(batch_major), _ptr(gh), _ptr(h_map_inv), _ptr(gu), _ptr(u), _ptr(mean), _ptr(rstd), _ptr(gamma), _ptr(t), act,
-            _ptr(t_map_inv), _ptr(gx), _ptr(gt) if t is not None else None, _ptr(dgamma), _ptr(dbeta), nt)
+            S, B, C, int(batch_major), _ptr(gh), _ptr(h_map_inv), _ptr(gu), _ptr(u), _ptr(mean), _ptr(rstd),
+            _ptr(gamma), _ptr(t), _ptr(t_bias), _bias_len(t_bias, bias_div, R), act, _ptr(t_map_inv), _ptr(gx),
+            _ptr(gt) if t is not None else None, _ptr(dgamma), _ptr(dbeta), _ptr(dbias), nt)
     dbias = dbias.sum(0).to(t_bias.dtype) if t_bias is not None else gamma.new_empty(0)
     return gx, gt, dgamma.sum(0).to(gamma.dtype), dbeta.sum(0).to(gamma.dtype), dbias
 
@@ -355,12 +361,19 @@ def _maps(maps: Maps | None, x: torch.Tensor) -> Maps | tuple[None, None]:
     return maps[0].to(torch.int32).contiguous(), maps[1].to(torch.int32).contiguous()
 
 
-def _bias_div(x: torch.Tensor, bias: torch.Tensor | None, per: str, maps: bool, batch_major: bool) -> int:
+def _bias_div(x: torch.Tensor, bias: torch.Tensor | None, per: str, t_map: bool, h_map: bool,
+              batch_major: bool) -> int:
     """The kernels' ``div`` for a bias added to t (0: one per column), or a ValueError."""
     if bias is None:
         return 0
-    if maps or bias.dtype != x.dtype or bias.ndim != 1:
-        raise ValueError("a bias folded into the seam must be a vector of the residual's dtype, without maps")
+    if bias.dtype != x.dtype or bias.ndim != 1 or (h_map and not t_map):
+        raise ValueError("a bias folded into the seam must be a vector of the residual's dtype, and t must be "
+                         "gathered (t_maps) when h is")
+    if t_map:
+        if per == "column" and x.ndim == 3 and (x.numel() // _sb(x, batch_major)[1]) % bias.numel() == 0:
+            return 0  # one per column of the (B·n1, n2') grouped t: t_b[i] gets b[i % n2']
+        raise ValueError(f"bias of {bias.numel()} entries does not divide the {tuple(x.shape[1:])} sample of "
+                         f"a gathered t (one per column of its grouped GEMM output)")
     if per == "column" and bias.numel() == x.shape[-1]:
         return 0
     if per == "token" and x.ndim == 3 and not batch_major and bias.numel() == x.shape[0]:
@@ -383,15 +396,17 @@ def residual_norm(x: torch.Tensor, t: torch.Tensor, norm: torch.nn.LayerNorm, ac
     (J1 gather, inverse)`` to write h as the next such layer's (B, m) input (h_b[j] =
     LN(u)_b[map[j]]). Without maps t and h have x's layout.
 
-    ``t_bias`` (optional, without maps): the sublayer's bias b, added here rather than by its
-    GEMM, whose broadcast bias costs a pass over t (``addmm``) and its gradient another (a sum):
-    one per column (``t_bias_per="column"``, C entries: the bias of a map of the rows) or one
-    per token of a token-major (S, B, C) residual (``"token"``, S entries: of a map of the
-    columns). Its gradient is summed from act'(t + b) in the backward kernel."""
+    ``t_bias`` (optional): the sublayer's bias b, added here rather than by its GEMM, whose
+    broadcast bias costs a pass over t (``addmm``) and its gradient another (a sum): one per
+    column (``t_bias_per="column"``, C entries: the bias of a map of the rows) or one per token
+    of a token-major (S, B, C) residual (``"token"``, S entries: of a map of the columns). With
+    ``t_maps``, one per column of t's grouped (B·n1, n2') GEMM output (n2' entries: t_b[i] gets
+    b[i mod n2']); not with ``h_maps`` alone. Its gradient is summed from act'(t + b) in the
+    backward kernel."""
     _check(x, norm)
     t_map, t_inv = _maps(t_maps, x)
     h_map, h_inv = _maps(h_maps, x)
-    div = _bias_div(x, t_bias, t_bias_per, t_map is not None or h_map is not None, batch_major)
+    div = _bias_div(x, t_bias, t_bias_per, t_map is not None, h_map is not None, batch_major)
     op = _residual_norm if torch.compiler.is_compiling() else _ResidualNorm.apply
     u, h, _, _ = op(x.contiguous(), t.contiguous(), norm.weight, norm.bias, norm.eps, ACTS[act],
                     t_map, t_inv, h_map, h_inv, batch_major, t_bias, div)

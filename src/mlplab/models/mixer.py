@@ -259,7 +259,7 @@ class Mixer(VisionMLP):
             for j, (pk, norm) in enumerate(((blk.token_mixing, blk.norm2), (blk.channel_mixing, after))):
                 nxt = layers[2 * i + j + 1] if 2 * i + j + 1 < len(layers) else None
                 t_maps, h_maps = _j2_maps(pk), _j1_maps(nxt)
-                t, act, bias = _sublayer(pk, h, B, shape, fold_bias=t_maps is None and h_maps is None)
+                t, act, bias = _sublayer(pk, h, B, shape, fold_bias=t_maps is not None or h_maps is None)
                 z, h = fused.residual_norm(z, t, norm, act, t_maps, h_maps, batch_major, bias,
                                            "token" if pk.arrangement == "columns" else "column")
         return h if batch_major else h.transpose(0, 1)  # (B, S, C): the final LN's output
@@ -274,14 +274,15 @@ def _sublayer(pk: PKMixing, h: torch.Tensor, B: int, out_shape: tuple[int, int, 
     grouped order. With ``fold_bias``, a single Linear's bias is left out of the GEMM and returned
     for the seam to add (its broadcast in ``addmm`` costs a pass over t); otherwise bias is None."""
     pre, act = _without_gelu(pk.inner)
-    bias = pre.bias if fold_bias and isinstance(pre, nn.Linear) and pk.arrangement != "gather" else None
+    bias = pre.bias if fold_bias and isinstance(pre, nn.Linear) else None
     if pk.arrangement == "columns":
         hc = h.view(-1, h.shape[1] * h.shape[2])
         t = torch.mm(pre.weight, hc) if bias is not None else _on_columns(pre, hc)
         return t.view(out_shape), act, bias
     if pk.arrangement == "rows":
         return (F.linear(h, pre.weight) if bias is not None else pre(h)), act, bias
-    return pre(h.view(B, pk.n1, pk.n2)).reshape(B, -1), act, None
+    hg = h.view(B, pk.n1, pk.n2)
+    return (F.linear(hg, pre.weight) if bias is not None else pre(hg)).reshape(B, -1), act, bias
 
 
 def _j1_maps(pk: PKMixing | None):
