@@ -25,7 +25,7 @@ import time
 import torch
 
 from mlplab.train import make_config, parse_overrides, train
-from mlplab.train.metrics import cpu_has_native_bf16
+from mlplab.utils.cpu import cpu_has_native_bf16
 
 
 def run(precision: str, overrides: dict, name: str, out_dir: str) -> dict:

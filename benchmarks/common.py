@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 import torch
 
-from mlplab.train.metrics import cpu_has_native_bf16
+from mlplab.utils.cpu import cpu_has_native_bf16
 
 __all__ = [
     "add_common_args",

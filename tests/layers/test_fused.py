@@ -163,6 +163,12 @@ def test_the_build_is_cached_per_source_and_cpu(tmp_path, monkeypatch):
     assert [p.name for p in tmp_path.iterdir()] == [path.name]  # no temporary file left behind
 
 
+@pytest.mark.parametrize("wide", [False, True])
+def test_512_bit_vectors_where_the_cpu_prefers_them(monkeypatch, wide):
+    monkeypatch.setattr(fused, "cpu_prefers_512_bit_vectors", lambda: wide)
+    assert ("-mprefer-vector-width=512" in fused._flags()) is wide
+
+
 def test_no_compiler_is_reported(monkeypatch):
     monkeypatch.setattr(fused, "_c_compiler", lambda: None)
     path, why = fused._build()

@@ -70,20 +70,6 @@ def test_precision_auto_follows_the_hardware(monkeypatch, native, device, cuda_b
     assert loop.resolve_precision("fp32", torch.device(device)) == "fp32"
 
 
-@pytest.mark.parametrize("flags, expect", [("fpu avx2 fma", False), ("avx2 avx512f avx512_bf16 x", True),
-                                           ("avx2 amx_bf16 amx_tile", True)])
-def test_native_bf16_read_from_cpu_flags(monkeypatch, tmp_path, flags, expect):
-    import builtins
-
-    from mlplab.train import metrics
-
-    info = tmp_path / "cpuinfo"
-    info.write_text(f"processor\t: 0\nflags\t\t: {flags}\n")
-    real_open = builtins.open
-    monkeypatch.setattr(builtins, "open", lambda f, *a, **k: real_open(info if f == "/proc/cpuinfo" else f, *a, **k))
-    assert metrics.cpu_has_native_bf16() is expect
-
-
 _FAULTS_PER_CYCLE = r"""
 import resource, statistics, sys, torch
 from mlplab.train.backend import keep_freed_memory

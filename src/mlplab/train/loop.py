@@ -47,6 +47,7 @@ from ..errors import BadInput, RunFailure
 from ..data.table import get_info
 from ..models.counting import count_flops, count_params
 from ..models.registry import create_model, get_model_entry
+from ..utils.cpu import cpu_has_native_bf16
 from ..utils.io import atomic_write_json
 from ..utils.units import format_count
 from . import checkpoint as ckpt
@@ -56,7 +57,7 @@ from .data import RunData, eval_loader, load_run_data, train_loader
 from .init import check_pretrained, pretrained_model, with_model_resolution
 from .distributed import DistInfo, all_reduce_sum, barrier, cleanup, init_distributed
 from .loggers import open_loggers
-from .metrics import Progress, cpu_has_native_bf16, matmul_flops_per_s
+from .metrics import Progress, matmul_flops_per_s
 from .optim import build_optimizer, lr_at, set_lr
 from .rundir import RunExistsError, RunFolder, RunLockedError, open_run_folder, truncate_metrics
 

@@ -17,18 +17,7 @@ from typing import TextIO
 import torch
 import torch.nn.functional as F
 
-__all__ = ["matmul_flops_per_s", "cpu_has_native_bf16", "Progress"]
-
-
-def cpu_has_native_bf16() -> bool:
-    """True when the CPU multiplies bf16 natively (AVX512-BF16 or AMX). Without it PyTorch
-    emulates bf16 matmuls, which is many times *slower* than fp32 (measured 30x on AVX2)."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            flags = f.read()
-    except OSError:
-        return False
-    return " avx512_bf16" in flags or " amx_bf16" in flags
+__all__ = ["matmul_flops_per_s", "Progress"]
 
 
 def _sync(device: torch.device) -> None:

@@ -1,0 +1,43 @@
+"""The CPU's capabilities as read from /proc/cpuinfo (a written file stands in for it)."""
+import builtins
+
+import pytest
+
+from mlplab.utils import cpu
+
+
+@pytest.fixture
+def cpuinfo(monkeypatch, tmp_path):
+    """Write the text /proc/cpuinfo reads as: two processors, only the first counts."""
+    path = tmp_path / "cpuinfo"
+    real_open = builtins.open
+    monkeypatch.setattr(builtins, "open", lambda f, *a, **k: real_open(path if f == "/proc/cpuinfo" else f, *a, **k))
+
+    def write(vendor, flags):
+        block = f"processor\t: {{}}\nvendor_id\t: {vendor}\nmodel name\t: Some CPU\nflags\t\t: {flags}\n\n"
+        path.write_text(block.format(0) + block.format(1).replace(flags, "other_flag"))
+    return write
+
+
+@pytest.mark.parametrize("flags, expect", [("fpu avx2 fma", False), ("avx2 avx512f avx512_bf16 x", True),
+                                           ("avx2 amx_bf16 amx_tile", True), ("avx512_bf16_x", False)])
+def test_native_bf16_read_from_cpu_flags(cpuinfo, flags, expect):
+    cpuinfo("GenuineIntel", flags)
+    assert cpu.cpu_has_native_bf16() is expect
+
+
+@pytest.mark.parametrize("vendor, flags, expect", [("GenuineIntel", "avx2 avx512f", True),
+                                                   ("GenuineIntel", "avx2 fma", False),
+                                                   ("AuthenticAMD", "avx2 avx512f", False)])
+def test_512_bit_vectors_on_intel_with_avx512_only(cpuinfo, vendor, flags, expect):
+    cpuinfo(vendor, flags)
+    assert cpu.cpu_prefers_512_bit_vectors() is expect
+
+
+def test_first_processor_and_unreadable_file(cpuinfo, monkeypatch):
+    cpuinfo("GenuineIntel", "avx512f avx512_bf16")
+    info = cpu.cpu_info()
+    assert info["vendor_id"] == "GenuineIntel" and info["model name"] == "Some CPU"
+    assert info["flags"] == "avx512f avx512_bf16"  # not the second processor's
+    monkeypatch.setattr(builtins, "open", lambda *a, **k: (_ for _ in ()).throw(OSError("no /proc")))
+    assert set(cpu.cpu_info()) == {"machine"} and not cpu.cpu_has_native_bf16()
