@@ -163,10 +163,34 @@ def test_the_build_is_cached_per_source_and_cpu(tmp_path, monkeypatch):
     assert [p.name for p in tmp_path.iterdir()] == [path.name]  # no temporary file left behind
 
 
-@pytest.mark.parametrize("wide", [False, True])
-def test_512_bit_vectors_where_the_cpu_prefers_them(monkeypatch, wide):
-    monkeypatch.setattr(fused, "cpu_prefers_512_bit_vectors", lambda: wide)
-    assert ("-mprefer-vector-width=512" in fused._flags()) is wide
+@pytest.mark.parametrize("prefers", [False, True])
+def test_512_bit_vectors_for_whole_vector_rows_where_the_cpu_prefers_them(monkeypatch, prefers):
+    monkeypatch.setattr(fused, "cpu_prefers_512_bit_vectors", lambda: prefers)
+    assert "-mprefer-vector-width=512" in fused._flags(True) and "-mprefer-vector-width=512" not in fused._flags()
+    assert [fused._wide(C) for C in (8, 16, 64, 124)] == [False, prefers, prefers, False]
+    assert fused._kernels(64) is (fused._library(True) if prefers else fused._library())[0]
+    assert fused._kernels(8) is fused._library()[0]
+
+
+@pytest.mark.parametrize("C", [16, 64])
+def test_both_builds_compute_the_same_seam(monkeypatch, C):
+    """The wide build (512-bit vectors) against the default one on rows they both take, float32
+    and bf16, forward and backward: the same function up to the order of float32 sums."""
+    ln = _norm(C, torch.float32)
+    x, t = torch.randn(64, C, requires_grad=True), (2 * torch.randn(64, C)).requires_grad_()
+    results = []
+    for wide in (False, True):
+        monkeypatch.setattr(fused, "_wide", lambda C, wide=wide: wide)
+        for tt in (t, t.bfloat16()):
+            u, h = fused.residual_norm(x, tt, ln, "gelu")
+            results.append([u, h.float()] + list(torch.autograd.grad((u.sum() + (h.float() ** 2).sum()), [x, t])))
+    for a, b in zip(results[:2], results[2:]):
+        for v, w in zip(a, b):
+            torch.testing.assert_close(v, w, rtol=1e-5, atol=1e-5)
+    ln64, x64, t64 = _norm(C), x.detach().double().requires_grad_(), t.detach().double().requires_grad_()
+    exact = [fn(x64, t64, ln64, "gelu") for fn in (fused.residual_norm, _reference)]  # the wide build
+    for v, w in zip(*exact):
+        torch.testing.assert_close(v, w, rtol=0, atol=1e-12)
 
 
 def test_no_compiler_is_reported(monkeypatch):

@@ -13,8 +13,8 @@ LN). Both are ``torch.library`` custom ops with their backward registered, so au
 ``torch.compile`` (which calls them as opaque kernels) work with them.
 
 The C source is compiled on first use with the system's C compiler (``$CC``, else cc/gcc/clang;
-``-O3 -march=native -fopenmp``, and 512-bit vectors on Intel CPUs with AVX-512, where gcc picks 256:
-:func:`~mlplab.utils.cpu.cpu_prefers_512_bit_vectors`) into ``~/.cache/mlplab/kernels`` (``$MLPLAB_KERNEL_CACHE``), one
+``-O3 -march=native -fopenmp``; on Intel CPUs with AVX-512, where gcc picks 256-bit vectors, a
+second build with 512-bit ones serves rows of whole 512-bit vectors, see :func:`_wide`) into ``~/.cache/mlplab/kernels`` (``$MLPLAB_KERNEL_CACHE``), one
 file per source, flags and CPU, written to a temporary name and renamed. Where no compiler is
 present or the build fails, :func:`available` is False (:func:`unavailable_reason` says why) and
 callers take their unfused path. Threads: ``torch.get_num_threads()``, through the OpenMP runtime
@@ -67,16 +67,29 @@ def _cpu_signature() -> str:
     return repr(sorted(cpu_info().items()))
 
 
-def _flags() -> list[str]:
-    """The compiler's flags: ``_FLAGS``, and 512-bit vectors where they pay (Intel with AVX-512)."""
-    return _FLAGS + (["-mprefer-vector-width=512"] if cpu_prefers_512_bit_vectors() else [])
+def _flags(wide: bool = False) -> list[str]:
+    """The compiler's flags: ``_FLAGS``, with 512-bit vectors for the ``wide`` build."""
+    return _FLAGS + (["-mprefer-vector-width=512"] if wide else [])
+
+
+#: floats per 512-bit vector: rows of a multiple of this many entries take the wide build
+WIDE_ROW = 16
+
+
+def _wide(C: int) -> bool:
+    """Whether rows of C entries take the kernels built with 512-bit vectors: on CPUs that prefer
+    them (:func:`~mlplab.utils.cpu.cpu_prefers_512_bit_vectors`) when a row is whole vectors.
+    Measured on a Xeon with AMX (1 thread, bf16): the S-Mixer step at C = 64 1.10x faster wide,
+    fig6's at C = 8 and C = 124 1.17x and 1.06x slower (a row's loops end in masked remainders),
+    C = 16, 40, 41 within noise."""
+    return C % WIDE_ROW == 0 and cpu_prefers_512_bit_vectors()
 
 
 def _cache_dir() -> Path:
     return Path(os.environ.get("MLPLAB_KERNEL_CACHE") or Path.home() / ".cache" / "mlplab" / "kernels")
 
 
-def _build() -> tuple[Path | None, str]:
+def _build(wide: bool = False) -> tuple[Path | None, str]:
     """Compile the kernels (once per source, flags, compiler and CPU); (path, "") or (None, why)."""
     cc = _c_compiler()
     if cc is None:
@@ -84,7 +97,7 @@ def _build() -> tuple[Path | None, str]:
     key = hashlib.sha256()
     for name in _SOURCES:
         key.update((_KERNELS / name).read_bytes())
-    flags = _flags()
+    flags = _flags(wide)
     key.update(" ".join([cc] + flags).encode())
     key.update(_cpu_signature().encode())
     cache = _cache_dir()
@@ -106,9 +119,9 @@ def _build() -> tuple[Path | None, str]:
     return lib, ""
 
 
-@functools.lru_cache(maxsize=1)
-def _library() -> tuple[ctypes.CDLL | None, str]:
-    path, why = _build()
+@functools.lru_cache(maxsize=2)
+def _library(wide: bool = False) -> tuple[ctypes.CDLL | None, str]:
+    path, why = _build(wide)
     if path is None:
         return None, why
     try:
@@ -127,6 +140,11 @@ def _library() -> tuple[ctypes.CDLL | None, str]:
         gbwd.argtypes = [_I, _I, _I, ctypes.c_int, _P, _P, _P, _P, _P, _P, _P, _P, _P, _I, ctypes.c_int, _P, _P, _P,
                          _P, _P, _P, ctypes.c_int]
     return lib, ""
+
+
+def _kernels(C: int) -> ctypes.CDLL:
+    """The build for rows of C entries (:func:`_wide`; the default build where the wide one fails)."""
+    return (_wide(C) and _library(True)[0]) or _library()[0]
 
 
 @torch.compiler.assume_constant_result
@@ -169,8 +187,8 @@ def _bias_len(t_bias: torch.Tensor | None, div: int, R: int) -> int:
 
 
 def _forward(x, t, gamma, beta, eps, act, h_dtype, t_map, h_map, batch_major, t_bias=None, bias_div=0):
-    lib = _library()[0]
     C = x.shape[-1]
+    lib = _kernels(C)
     R = x.numel() // C
     u = torch.empty_like(x) if t is not None else None
     h = _h_empty(x, h_dtype, h_map, batch_major)
@@ -235,8 +253,8 @@ def _(x, gamma, beta, eps, h_dtype, h_map, h_map_inv, batch_major):
 def _backward(gh, gu, u, mean, rstd, gamma, t, act, t_map_inv, h_map_inv, batch_major, t_bias=None, bias_div=0):
     """Both seams' backward through the kernels: (gx, gt, dgamma, dbeta, dbias); gt is empty
     without t, dbias without a bias."""
-    lib = _library()[0]
     C = u.shape[-1]
+    lib = _kernels(C)
     R = u.numel() // C
     nt = torch.get_num_threads()
     gh = gh.contiguous()
