@@ -72,17 +72,18 @@ def _flags(wide: bool = False) -> list[str]:
     return _FLAGS + (["-mprefer-vector-width=512"] if wide else [])
 
 
-#: floats per 512-bit vector: rows of a multiple of this many entries take the wide build
+#: floats per 512-bit vector
 WIDE_ROW = 16
 
 
 def _wide(C: int) -> bool:
     """Whether rows of C entries take the kernels built with 512-bit vectors: on CPUs that prefer
-    them (:func:`~mlplab.utils.cpu.cpu_prefers_512_bit_vectors`) when a row is whole vectors.
-    Measured on a Xeon with AMX (1 thread, bf16): the S-Mixer step at C = 64 1.10x faster wide,
-    fig6's at C = 8 and C = 124 1.17x and 1.06x slower (a row's loops end in masked remainders),
-    C = 16, 40, 41 within noise."""
-    return C % WIDE_ROW == 0 and cpu_prefers_512_bit_vectors()
+    them (:func:`~mlplab.utils.cpu.cpu_prefers_512_bit_vectors`) when a row is at least four
+    whole vectors. Measured on a Xeon with AMX (S-Mixer steps, batch 256, bf16, 1 thread, the
+    wide build against the default): C = 64 1.10x and C = 128 1.07-1.14x faster; C = 32 0.96-0.99x,
+    fig6's C = 16 0.82-0.98x, C = 8 and C = 124 (masked remainders) 0.85x and 0.94x; C = 40, 41
+    within noise."""
+    return C % WIDE_ROW == 0 and C >= 4 * WIDE_ROW and cpu_prefers_512_bit_vectors()
 
 
 def _cache_dir() -> Path:
