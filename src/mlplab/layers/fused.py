@@ -14,8 +14,9 @@ LN). Both are ``torch.library`` custom ops with their backward registered, so au
 
 The C source is compiled on first use with the system's C compiler (``$CC``, else cc/gcc/clang;
 ``-O3 -march=native -fopenmp``; on Intel CPUs with AVX-512, where gcc picks 256-bit vectors, a
-second build with 512-bit ones serves rows of whole 512-bit vectors, see :func:`_wide`) into ``~/.cache/mlplab/kernels`` (``$MLPLAB_KERNEL_CACHE``), one
-file per source, flags and CPU, written to a temporary name and renamed. Where no compiler is
+second build with 512-bit ones serves long rows, see :func:`_wide`) into
+``~/.cache/mlplab/kernels`` (``$MLPLAB_KERNEL_CACHE``), one file per source, flags and CPU,
+written to a temporary name and renamed. Where no compiler is
 present or the build fails, :func:`available` is False (:func:`unavailable_reason` says why) and
 callers take their unfused path. Threads: ``torch.get_num_threads()``, through the OpenMP runtime
 torch itself loaded.
