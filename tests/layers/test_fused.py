@@ -175,18 +175,20 @@ def test_512_bit_vectors_for_rows_of_four_whole_vectors_where_the_cpu_prefers_th
 @pytest.mark.parametrize("C", [16, 64])
 def test_both_builds_compute_the_same_seam(monkeypatch, C):
     """The wide build (512-bit vectors) against the default one on rows they both take, float32
-    and bf16, forward and backward: the same function up to the order of float32 sums."""
+    and bf16, forward and backward: the same function up to the order of float32 sums (and so,
+    in bf16, up to one rounding step of the bf16 outputs h and gt)."""
     ln = _norm(C, torch.float32)
     x, t = torch.randn(64, C, requires_grad=True), (2 * torch.randn(64, C)).requires_grad_()
+    gh = torch.randn(64, C)  # dL/dh does not depend on h: a rounding step of h stays out of the gradients
     results = []
     for wide in (False, True):
         monkeypatch.setattr(fused, "_wide", lambda C, wide=wide: wide)
         for tt in (t, t.bfloat16()):
             u, h = fused.residual_norm(x, tt, ln, "gelu")
-            results.append([u, h.float()] + list(torch.autograd.grad((u.sum() + (h.float() ** 2).sum()), [x, t])))
-    for a, b in zip(results[:2], results[2:]):
+            results.append([u, h.float()] + list(torch.autograd.grad((u.sum() + (h.float() * gh).sum()), [x, t])))
+    for a, b, tol in zip(results[:2], results[2:], (1e-5, 2 ** -7)):
         for v, w in zip(a, b):
-            torch.testing.assert_close(v, w, rtol=1e-5, atol=1e-5)
+            torch.testing.assert_close(v, w, rtol=tol, atol=1e-5)
     ln64, x64, t64 = _norm(C), x.detach().double().requires_grad_(), t.detach().double().requires_grad_()
     exact = [fn(x64, t64, ln64, "gelu") for fn in (fused.residual_norm, _reference)]  # the wide build
     for v, w in zip(*exact):
