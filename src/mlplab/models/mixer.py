@@ -246,7 +246,7 @@ class Mixer(VisionMLP):
         # all RP: the sublayers' operands are per-sample vectors, so keep each sample's tokens together
         batch_major = all(pk.arrangement == "gather" for pk in layers)
         z = self.stem(x)  # (B, S0, C)
-        z = (z if batch_major else z.transpose(0, 1)).to(dtype).contiguous()  # the residual
+        z = _residual(z if batch_major else z.transpose(0, 1), dtype)  # (B, S0, C) or (S0, B, C)
         B, C, S = x.shape[0], z.shape[2], self.num_tokens
         shape = (B, S, C) if batch_major else (S, B, C)
         h_dtype = torch.bfloat16 if torch.is_autocast_enabled("cpu") and dtype == torch.float32 else dtype
@@ -254,7 +254,7 @@ class Mixer(VisionMLP):
         for i, blk in enumerate(self.blocks):
             if blk.skip_proj is not None:  # first block, S0 -> S tokens: the skip is W̃ X
                 z = blk._skip(z) if batch_major else _on_columns(blk.skip_proj, z.view(-1, B * C)).view(shape)
-                z = z.to(dtype).contiguous()
+                z = _residual(z, dtype)
             after = self.blocks[i + 1].norm1 if i + 1 < len(self.blocks) else self.norm
             for j, (pk, norm) in enumerate(((blk.token_mixing, blk.norm2), (blk.channel_mixing, after))):
                 nxt = layers[2 * i + j + 1] if 2 * i + j + 1 < len(layers) else None
@@ -283,6 +283,12 @@ def _sublayer(pk: PKMixing, h: torch.Tensor, B: int, out_shape: tuple[int, int, 
         return (F.linear(h, pre.weight) if bias is not None else pre(h)), act, bias
     hg = h.view(B, pk.n1, pk.n2)
     return (F.linear(hg, pre.weight) if bias is not None else pre(hg)).reshape(B, -1), act, bias
+
+
+def _residual(z: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """z as the residual stream: ``dtype``, contiguous, in one copy (``.to(dtype).contiguous()``
+    of a transposed bf16 view makes two)."""
+    return z.to(dtype, memory_format=torch.contiguous_format).contiguous()
 
 
 def _j1_maps(pk: PKMixing | None):
