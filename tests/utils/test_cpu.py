@@ -6,6 +6,12 @@ import pytest
 from mlplab.utils import cpu
 
 
+def _forget():
+    """Drop what cpu.py read (it reads /proc/cpuinfo once per process)."""
+    cpu.cpu_info.cache_clear()
+    cpu._flags.cache_clear()
+
+
 @pytest.fixture
 def cpuinfo(monkeypatch, tmp_path):
     """Write the text /proc/cpuinfo reads as: two processors, only the first counts."""
@@ -14,9 +20,11 @@ def cpuinfo(monkeypatch, tmp_path):
     monkeypatch.setattr(builtins, "open", lambda f, *a, **k: real_open(path if f == "/proc/cpuinfo" else f, *a, **k))
 
     def write(vendor, flags):
+        _forget()
         block = f"processor\t: {{}}\nvendor_id\t: {vendor}\nmodel name\t: Some CPU\nflags\t\t: {flags}\n\n"
         path.write_text(block.format(0) + block.format(1).replace(flags, "other_flag"))
-    return write
+    yield write
+    _forget()  # the rest of the suite sees the real CPU
 
 
 @pytest.mark.parametrize("flags, expect", [("fpu avx2 fma", False), ("avx2 avx512f avx512_bf16 x", True),
@@ -40,4 +48,5 @@ def test_first_processor_and_unreadable_file(cpuinfo, monkeypatch):
     assert info["vendor_id"] == "GenuineIntel" and info["model name"] == "Some CPU"
     assert info["flags"] == "avx512f avx512_bf16"  # not the second processor's
     monkeypatch.setattr(builtins, "open", lambda *a, **k: (_ for _ in ()).throw(OSError("no /proc")))
+    _forget()
     assert set(cpu.cpu_info()) == {"machine"} and not cpu.cpu_has_native_bf16()

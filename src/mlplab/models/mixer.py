@@ -279,10 +279,10 @@ def _sublayer(pk: PKMixing, h: torch.Tensor, B: int, out_shape: tuple[int, int, 
         hc = h.view(-1, h.shape[1] * h.shape[2])
         t = torch.mm(pre.weight, hc) if bias is not None else _on_columns(pre, hc)
         return t.view(out_shape), act, bias
+    on_rows = pre if bias is None else (lambda v: F.linear(v, pre.weight))  # a map of the rows of its input
     if pk.arrangement == "rows":
-        return (F.linear(h, pre.weight) if bias is not None else pre(h)), act, bias
-    hg = h.view(B, pk.n1, pk.n2)
-    return (F.linear(hg, pre.weight) if bias is not None else pre(hg)).reshape(B, -1), act, bias
+        return on_rows(h), act, bias
+    return on_rows(h.view(B, pk.n1, pk.n2)).reshape(B, -1), act, bias
 
 
 def _residual(z: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
