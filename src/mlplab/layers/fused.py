@@ -79,12 +79,12 @@ WIDE_ROW = 16
 
 def _wide(C: int) -> bool:
     """Whether rows of C entries take the kernels built with 512-bit vectors: on CPUs that prefer
-    them (:func:`~mlplab.utils.cpu.cpu_prefers_512_bit_vectors`) when a row is at least four
+    them (:func:`~mlplab.utils.cpu.cpu_prefers_512_bit_vectors`) when a row is at least two
     whole vectors. Measured on a Xeon with AMX (S-Mixer steps, batch 256, bf16, 1 thread, the
-    wide build against the default): C = 64 1.10x and C = 128 1.07-1.14x faster; C = 32 0.96-0.99x,
-    fig6's C = 16 0.82-0.98x, C = 8 and C = 124 (masked remainders) 0.85x and 0.94x; C = 40, 41
-    within noise."""
-    return C % WIDE_ROW == 0 and C >= 4 * WIDE_ROW and cpu_prefers_512_bit_vectors()
+    wide build against the default, alternating processes): C = 32 1.08-1.11x, C = 64 1.10x and
+    C = 128 1.07-1.14x faster; fig6's C = 16 0.97-1.00x, C = 8 and C = 124 (masked remainders)
+    0.85x and 0.94x; C = 40, 41 within noise."""
+    return C % WIDE_ROW == 0 and C >= 2 * WIDE_ROW and cpu_prefers_512_bit_vectors()
 
 
 def _cache_dir() -> Path:
