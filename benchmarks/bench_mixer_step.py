@@ -1,7 +1,8 @@
 """Training-step throughput of mlplab's Mixers against timm's MlpMixer and a plain reference.
 
 One step = forward + cross-entropy + backward + optimizer step (SGD-Nesterov or AdamW) on a
-fixed batch of random 32×32×3 images. All candidates of one suite are timed *interleaved*
+fixed batch of random 32×32×3 images (224×224×3 for ``b16``), on the CPU or, with ``--device
+cuda``, a GPU. All candidates of one suite are timed *interleaved*
 (A, B, C, A, B, C, ...) after a warm-up, together with a large GEMM, so that their ratios and
 their share of the machine's matmul rate (MFU) are measured under the same load.
 
@@ -9,6 +10,9 @@ Suites (sizes from the command line):
   mixer : mlplab ``mlp_mixer``, mlplab ``rp_mlp_mixer``, timm ``MlpMixer`` (same C, S, D_S, D_C, L),
           and ``reference`` (nn.Linear + transposes, per-patch Linear stem, written below).
   smixer: mlplab ``s_mixer``, ``rp_s_mixer`` and the reference S-Mixer (timm has none).
+  b16   : the published Mixer-B/16 at 224×224, 1000 classes (``mixer_b16``: P=16, C=768,
+          L=12, D_S=384, D_C=3072), its RP version (``rp_blocks=all``), timm and the reference:
+          a GPU size (``--quick`` shrinks it to 32×32 and 2 blocks for a CPU smoke run).
   ``--compile`` adds both mlplab models under ``torch.compile`` (normal and RP), so eager and
   compiled, normal and RP are timed in the same interleaved rounds.
   ``--with-generic`` adds mlplab computing every PK layer by gathers (``compute_by_definition``):
@@ -23,7 +27,8 @@ With more runnable threads than cores (a shared machine), every parallel region 
 scheduler; ``--threads 1`` then measures the code rather than the contention.
 
 MFU: model FLOPs per step = 3 × forward matmul FLOPs (torch.utils.flop_counter) × batch,
-divided by the step time and by the GEMM rate measured in the same interleaved loop.
+divided by the step time and by the GEMM rate measured in the same interleaved loop; with
+``--peak-tflops`` also by that peak (989 for an H100 SXM's dense bf16, the speed issue's figure).
 
 ``--breakdown`` then profiles the eager mlplab models (``torch.profiler``, self CPU time) and
 splits their step into GEMMs (aten::mm/addmm/bmm), the fused seams and everything else, as
@@ -33,6 +38,9 @@ everything but its GEMMs took no time: a target above it needs faster GEMMs at t
     . .venv/bin/activate
     PYTHONPATH=src:/tmp/timmlib:../shared/tools/timm-shim python benchmarks/bench_mixer_step.py
     python benchmarks/bench_mixer_step.py --quick          # smoke run, a minute
+    # on one GPU: the MLP-Mixer size, Mixer-B/16 and the S-Mixer, bf16, eager and compiled
+    python benchmarks/bench_mixer_step.py --device cuda --suites mixer,b16,smixer --dtypes bf16 \
+        --batch 256 --optimizer adamw --compile --peak-tflops 989
 """
 from __future__ import annotations
 
@@ -85,7 +93,8 @@ class RefMixerBlock(nn.Module):
 
 
 class RefMixer(nn.Module):
-    """The straightforward Mixer: per-patch Linear stem, L blocks, LN, token mean, head."""
+    """The straightforward Mixer: per-patch Linear stem, L blocks, LN, token mean, head (S0 tokens
+    of P×P patches of a 3-channel image)."""
 
     def __init__(self, S0: int, C: int, ds: int, dc: int, depth: int, patch: int, single: bool, classes: int = 10):
         super().__init__()
@@ -103,11 +112,11 @@ class RefMixer(nn.Module):
         return self.head(self.norm(x).mean(1))
 
 
-def timm_mixer(C: int, ds: int, dc: int, depth: int, patch: int):
+def timm_mixer(C: int, ds: int, dc: int, depth: int, patch: int, image: int = 32, classes: int = 10):
     """timm's MlpMixer with token hidden D_S and channel hidden D_C (timm: int(ratio·C) each)."""
     from timm.models.mlp_mixer import MlpMixer
 
-    m = MlpMixer(img_size=32, patch_size=patch, num_classes=10, embed_dim=C, num_blocks=depth,
+    m = MlpMixer(img_size=image, patch_size=patch, num_classes=classes, embed_dim=C, num_blocks=depth,
                  mlp_ratio=(ds / C, dc / C))
     blk = m.blocks[0]
     assert blk.mlp_tokens.fc1.out_features == ds and blk.mlp_channels.fc1.out_features == dc, "timm sizes"
@@ -124,10 +133,38 @@ def _nparams(m: nn.Module) -> int:
 
 
 # --------------------------------------------------------------------------- suites
+#: Mixer-B/16 (Tolstikhin et al. 2021, Table 1): patch, C, L, D_S, D_C; at 224×224, 1000 classes
+B16 = dict(patch=16, C=768, depth=12, ds=384, dc=3072, image=224, classes=1000)
+
+
+def suite_input(suite: str, a: argparse.Namespace) -> tuple[int, int]:
+    """(image side, classes) of a suite's inputs."""
+    return (a.b16_image, 1000) if suite == "b16" else (32, 10)
+
+
+def build_b16(a: argparse.Namespace) -> dict[str, nn.Module]:
+    """Mixer-B/16 (``mixer_b16``), its RP version, and the reference/timm at its sizes."""
+    b = B16
+    kw = dict(image_size=a.b16_image, depth=a.b16_depth)
+    models: dict[str, nn.Module] = {"mlplab": mlplab.create_model("mixer_b16", **kw)}
+    models["mlplab_rp"] = mlplab.create_model("mixer_b16", rp_blocks="all", **kw)
+    if a.compile:
+        models["mlplab_compiled"] = torch.compile(mlplab.create_model("mixer_b16", **kw))
+        models["mlplab_rp_compiled"] = torch.compile(mlplab.create_model("mixer_b16", rp_blocks="all", **kw))
+    if not a.no_timm:
+        models["timm"] = timm_mixer(b["C"], b["ds"], b["dc"], a.b16_depth, b["patch"], a.b16_image, b["classes"])
+    S0 = (a.b16_image // b["patch"]) ** 2
+    models["reference"] = RefMixer(S0, b["C"], b["ds"], b["dc"], a.b16_depth, b["patch"], single=False,
+                                   classes=b["classes"])
+    return models
+
+
 def build_suite(suite: str, dtype: str, a: argparse.Namespace) -> dict[str, nn.Module]:
     P = 4
     S0 = (32 // P) ** 2
-    if suite == "mixer":
+    if suite == "b16":
+        models = build_b16(a)
+    elif suite == "mixer":
         kw = dict(hidden_dim=a.C, num_tokens=a.S, token_hidden=a.ds, channel_hidden=a.dc, depth=a.depth)
         if a.S != S0:
             raise SystemExit(f"timm and the reference need S = S0 = {S0} (patch 4 on 32x32); got S={a.S}")
@@ -160,7 +197,7 @@ def build_suite(suite: str, dtype: str, a: argparse.Namespace) -> dict[str, nn.M
             models["mlplab_rp_compiled"] = torch.compile(mlplab.create_model("rp_s_mixer", **kw))
         models["reference"] = RefMixer(S0, a.s_dim, 0, 0, a.s_depth, P, single=True)
     else:
-        raise SystemExit(f"unknown suite {suite!r}; choose mixer or smixer")
+        raise SystemExit(f"unknown suite {suite!r}; choose mixer, smixer or b16")
     counts = {k: _nparams(m) for k, m in models.items()}
     if len(set(counts.values())) != 1:
         raise SystemExit(f"candidates differ in size: {counts}")
@@ -169,21 +206,26 @@ def build_suite(suite: str, dtype: str, a: argparse.Namespace) -> dict[str, nn.M
 
 def run_suite(suite: str, dtype: str, batch: int, a: argparse.Namespace) -> dict[str, Any]:
     torch.manual_seed(a.seed)
-    models = build_suite(suite, dtype, a)
-    x = torch.randn(batch, 3, 32, 32)
-    y = torch.randint(0, 10, (batch,))
+    dev = torch.device(a.device)
+    models = {k: m.to(dev) for k, m in build_suite(suite, dtype, a).items()}
+    image, classes = suite_input(suite, a)
+    x = torch.randn(batch, 3, image, image, device=dev)
+    y = torch.randint(0, classes, (batch,), device=dev)
     ref_name = "reference"
     flops = {k: forward_flops(m, x[:1]) for k, m in models.items() if not k.endswith("_compiled")}
     flops.update({k: flops[k[:-len("_compiled")]] for k in models if k.endswith("_compiled")})
     fwd = flops[ref_name]
     steps = {k: train_step_fn(m, x, y, a.optimizer, dtype) for k, m in models.items()}
     n = a.gemm_n if dtype == "fp32" else a.gemm_n_bf16
-    ga = torch.randn(n, n)
-    gb = torch.randn(n, n)
+    ga = torch.randn(n, n, device=dev)
+    gb = torch.randn(n, n, device=dev)
 
     def gemm():  # the model's own route: F.linear on fp32 tensors, autocast to bf16 when bf16
-        with autocast_ctx(dtype):
-            return F.linear(ga, gb)
+        with autocast_ctx(dtype, dev.type):
+            out = F.linear(ga, gb)
+        if dev.type == "cuda":
+            torch.cuda.synchronize()  # the steps wait for their loss; the GEMM for itself
+        return out
 
     cands = dict(steps)
     cands["gemm"] = gemm
@@ -206,6 +248,7 @@ def run_suite(suite: str, dtype: str, batch: int, a: argparse.Namespace) -> dict
             "fwd_flops_per_example_counted": flops[k],
             "gflops_per_s": step_flops / med / 1e9,
             "mfu": step_flops / med / 1e9 / gemm_gflops,
+            "mfu_vs_peak": step_flops / med / 1e12 / a.peak_tflops if a.peak_tflops else None,
             "speed_vs_reference": statistics.median(times[ref_name]) / med,
         }
         if "timm" in times:
@@ -220,13 +263,17 @@ def run_suite(suite: str, dtype: str, batch: int, a: argparse.Namespace) -> dict
                   if "mlplab_compiled" in times else None)
     for k, r in out.items():
         rows.append([k, r["ms_per_step"], r["images_per_s"], r["speed_vs_reference"],
-                     r.get("speed_vs_timm", float("nan")), r["gflops_per_s"], 100 * r["mfu"]])
-    print(fmt_table(["model", "ms/step", "img/s", "speed/ref", "speed/timm", "GFLOP/s", "MFU %"], rows))
+                     r.get("speed_vs_timm", float("nan")), r["gflops_per_s"], 100 * r["mfu"]]
+                    + ([100 * r["mfu_vs_peak"]] if a.peak_tflops else []))
+    peak = [f"MFU % of {a.peak_tflops:g} TFLOP/s"] if a.peak_tflops else []
+    print(fmt_table(["model", "ms/step", "img/s", "speed/ref", "speed/timm", "GFLOP/s", "MFU %"] + peak, rows))
     print(f"GEMM {dtype} {n}³: {gemm_gflops:.1f} GFLOP/s; RP/normal step-time ratio (paired median) "
           f"{rp_ratio:.3f} eager" + (f", {rp_ratio_c:.3f} compiled" if rp_ratio_c else "") +
           f"; load {load0[0]:.1f} -> {os.getloadavg()[0]:.1f}", flush=True)
     shares = {}
-    if a.breakdown:
+    if a.breakdown and dev.type != "cpu":
+        print("--breakdown profiles CPU time: skipped on", dev.type)
+    elif a.breakdown:
         for k in (k for k in ("mlplab", "mlplab_rp") if k in steps):
             sh = step_breakdown(steps[k])
             ms = {c: sh[c] * out[k]["ms_per_step"] for c in sh}
@@ -237,7 +284,8 @@ def run_suite(suite: str, dtype: str, batch: int, a: argparse.Namespace) -> dict
                   f"MFU if only GEMMs {100 * ceiling:.1f}%", flush=True)
     return {
         "breakdown": shares,
-        "suite": suite, "dtype": dtype, "batch": batch, "optimizer": a.optimizer, "clock": a.clock,
+        "suite": suite, "dtype": dtype, "batch": batch, "device": a.device, "image": image,
+        "peak_tflops": a.peak_tflops, "optimizer": a.optimizer, "clock": a.clock,
         "num_threads": torch.get_num_threads(),
         "fwd_flops_per_example": fwd, "step_flops": step_flops, "gemm_n": n, "gemm_gflops": gemm_gflops,
         "rp_over_normal_time_ratio": rp_ratio, "rp_over_normal_time_ratio_compiled": rp_ratio_c,
@@ -269,8 +317,13 @@ def step_breakdown(step, n: int = 5) -> dict[str, float]:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_common_args(p, "bench_mixer_step")
-    p.add_argument("--suites", default="mixer,smixer", help="comma list of mixer, smixer")
-    p.add_argument("--dtypes", default="fp32,bf16", help="comma list of fp32, bf16 (CPU autocast)")
+    p.add_argument("--suites", default="mixer,smixer", help="comma list of mixer, smixer, b16")
+    p.add_argument("--dtypes", default="fp32,bf16", help="comma list of fp32, bf16 (autocast)")
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="where the steps run")
+    p.add_argument("--peak-tflops", type=float, default=None,
+                   help="also report MFU against this peak (e.g. 989: H100 SXM dense bf16)")
+    p.add_argument("--b16-image", type=int, default=B16["image"], help="Mixer-B/16 image side (default 224)")
+    p.add_argument("--b16-depth", type=int, default=B16["depth"], help="Mixer-B/16 blocks (default 12)")
     p.add_argument("--C", type=int, default=256, help="Mixer hidden dim C")
     p.add_argument("--S", type=int, default=64, help="tokens S (= patches; patch 4 on 32x32)")
     p.add_argument("--ds", type=int, default=256, help="token-MLP hidden D_S")
@@ -295,8 +348,11 @@ def main(argv: list[str] | None = None) -> int:
     if a.quick:
         a.C, a.ds, a.dc, a.depth, a.batch, a.s_depth = 64, 64, 256, 2, 32, 2
         a.warmup, a.reps, a.gemm_n, a.gemm_n_bf16 = 1, 3, 512, 256
+        a.b16_image, a.b16_depth = 32, 2
+    if a.device == "cuda" and not torch.cuda.is_available():
+        p.error("--device cuda needs a CUDA GPU and a CUDA build of torch; this one has none (use --device cpu)")
     setup_torch(a.threads, a.seed)
-    env = environment()
+    env = environment(a.device)
     print(describe(env))
     runs = []
     for suite in a.suites.split(","):

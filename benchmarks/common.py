@@ -92,14 +92,17 @@ def setup_torch(threads: int, seed: int = 0) -> None:
 
 
 def describe(env: dict[str, Any]) -> str:
-    """One line every benchmark prints first: versions, threads, CPU and its bf16 capability, load."""
+    """One line every benchmark prints first: versions, threads, CPU and its bf16 capability, the
+    GPU where one is used, load."""
     bf16 = "native bf16 (AVX512-BF16/AMX)" if env["native_bf16"] else "NO native bf16 (emulated: slower than fp32)"
+    gpu = f", GPU {env['gpu']}" if env.get("gpu") else ""
     return (f"torch {env['torch']}, {env['num_threads']} threads, {env['processor']} ({env['cpu_capability']}, "
-            f"{bf16}), load {env['loadavg']}")
+            f"{bf16}){gpu}, load {env['loadavg']}")
 
 
-def environment() -> dict[str, Any]:
-    """What a reader needs to judge the numbers: versions, threads, CPU, load while measuring."""
+def environment(device: str = "cpu") -> dict[str, Any]:
+    """What a reader needs to judge the numbers: versions, threads, CPU (and the GPU when
+    ``device`` is cuda), load while measuring."""
     try:
         cap = torch.backends.cpu.get_cpu_capability()
     except Exception:  # older torch
@@ -115,6 +118,8 @@ def environment() -> dict[str, Any]:
         "cpu_count": os.cpu_count(),
         "loadavg": list(os.getloadavg()),
         "time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "device": device,
+        "gpu": torch.cuda.get_device_name() if device == "cuda" and torch.cuda.is_available() else None,
     }
 
 
@@ -175,10 +180,11 @@ def summarise(ts: list[float]) -> dict[str, float]:
 
 
 @contextlib.contextmanager
-def autocast_ctx(dtype: str):
-    """``fp32``: nothing; ``bf16``: CPU autocast to bfloat16 (matmuls in bf16, reductions fp32)."""
+def autocast_ctx(dtype: str, device: str = "cpu"):
+    """``fp32``: nothing; ``bf16``: autocast to bfloat16 on ``device``'s type (matmuls in bf16,
+    reductions fp32)."""
     if dtype == "bf16":
-        with torch.autocast("cpu", dtype=torch.bfloat16):
+        with torch.autocast(device, dtype=torch.bfloat16):
             yield
     elif dtype == "fp32":
         yield
@@ -227,7 +233,8 @@ def train_step_fn(
     update: str = "auto",
 ) -> Callable[[], float]:
     """A closure doing one training step: forward (autocast when bf16), cross-entropy, backward,
-    optimizer step. Parameters stay fp32 (mixed precision), as in a real run. ``update``: how the
+    optimizer step, on ``x``'s device. Parameters stay fp32 (mixed precision), as in a real run;
+    the returned loss (a float) waits for the device, so a timed call is a whole step. ``update``: how the
     optimizer applies its update: "auto" as ``mlplab.train`` does (fused kernels where torch has
     them), or "fused", "foreach", "loop" (torch's per-parameter Python loop)."""
     from mlplab.train.optim import fused_update
@@ -246,7 +253,7 @@ def train_step_fn(
 
     def step() -> float:
         opt.zero_grad(set_to_none=True)
-        with autocast_ctx(dtype):
+        with autocast_ctx(dtype, x.device.type):
             loss = loss_fn(model(x), y)
         loss.backward()
         opt.step()
