@@ -204,12 +204,12 @@ def test_no_compiler_is_reported(monkeypatch):
 @pytest.mark.parametrize("batch_major", [False, True])
 @pytest.mark.parametrize("maps, bias", [("t", False), ("h", False), ("both", False), ("t", True), ("both", True)])
 @pytest.mark.parametrize("act", ["identity", "gelu"])
-def test_gathered_seams_are_exact_in_float64(batch_major, maps, bias, act, route):
+@pytest.mark.parametrize("S, B, C, n2", [(5, 3, 4, 10), (11, 2, 32, 16)])
+def test_gathered_seams_are_exact_in_float64(batch_major, maps, bias, act, S, B, C, n2, route):
     """RP seams: t read through J2 (t_b[map[k]]) and h written through J1 (h_b[j] = LN(u)_b[map[j]])
     per sample, with a token-major or batch-major residual, and the PK layer's bias (one per
-    column of its grouped (B·n1, n2') output, n2' = 10 here) added to the gathered t; values and
-    gradients."""
-    S, B, C = 5, 3, 4
+    column of its grouped (B·n1, n2') output) added to the gathered t; values and gradients.
+    With C = 32 the kernels take a sample's 11 rows in chunks of 8 (and 3)."""
     m = S * C
     ln = _norm(C)
     g = torch.Generator().manual_seed(0)
@@ -218,14 +218,14 @@ def test_gathered_seams_are_exact_in_float64(batch_major, maps, bias, act, route
     h_maps = (p_h, torch.argsort(p_h)) if maps in ("h", "both") else None
     x = torch.randn((B, S, C) if batch_major else (S, B, C), dtype=torch.float64, requires_grad=True)
     t = torch.randn((B, m) if t_maps else x.shape, dtype=torch.float64, requires_grad=True)
-    b = torch.randn(10, dtype=torch.float64, requires_grad=True) if bias else None
+    b = torch.randn(n2, dtype=torch.float64, requires_grad=True) if bias else None
     f = F.gelu if act == "gelu" else (lambda v: v)
 
     def per_sample(v):  # (B, S, C) view of a residual-shaped tensor
         return v if batch_major else v.transpose(0, 1)
 
     def reference():
-        tb = (t.view(B, -1, 10) + b).view(B, m) if bias else t
+        tb = (t.view(B, -1, n2) + b).view(B, m) if bias else t
         tt = tb[:, p_t].view(B, S, C) if t_maps else per_sample(tb)
         u = per_sample(x) + f(tt)
         h = ln(u)
