@@ -238,3 +238,43 @@ def test_gathered_seams_are_exact_in_float64(batch_major, maps, bias, act, S, B,
     for v, w in zip((u1, h1) + torch.autograd.grad((u1 * gu).sum() + (h1 * gh).sum(), wrt),
                     (u2, h2) + torch.autograd.grad((u2 * gu).sum() + (h2 * gh).sum(), wrt)):
         torch.testing.assert_close(v, w, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("batch_major", [False, True])
+@pytest.mark.parametrize("maps", ["t", "h", "both"])
+def test_paired_bf16_gathers_equal_one_sample_at_a_time(batch_major, maps):
+    """Under bf16 the RP seams gather two samples' entries with one 32-bit word per entry; a batch
+    of 5 (two pairs and a single sample) gives bit for bit what each sample gives alone (the
+    one-sample route): u, h and the gradients of x and t. The LayerNorm's and the bias's gradients
+    are sums over the samples, equal up to the order of summation."""
+    S, B, C, n2 = 11, 5, 32, 16
+    m = S * C
+    ln = _norm(C, torch.float32)
+    g = torch.Generator().manual_seed(0)
+    p_t, p_h = torch.randperm(m, generator=g), torch.randperm(m, generator=g)
+    t_maps = (p_t, torch.argsort(p_t)) if maps in ("t", "both") else None
+    h_maps = (p_h, torch.argsort(p_h)) if maps in ("h", "both") else None
+    x = torch.randn((B, S, C) if batch_major else (S, B, C), generator=g)
+    t = (2 * torch.randn((B, m) if t_maps else x.shape, generator=g)).bfloat16()
+    bias = torch.randn(n2, generator=g) if t_maps else None
+    gu = torch.randn(x.shape, generator=g)
+    gh = torch.randn((B, m) if h_maps else x.shape, generator=g).bfloat16()
+    sample_dim = 0 if batch_major else 1  # of x, u and of t, h in the residual's layout
+
+    def seam(xs, ts, ghs, gus):
+        xs, ts = xs.clone().requires_grad_(), ts.clone().requires_grad_()
+        bs = bias.clone().requires_grad_() if bias is not None else None
+        u, h = fused.residual_norm(xs, ts, ln, "gelu", t_maps, h_maps, batch_major, t_bias=bs)
+        wrt = [xs, ts, ln.weight, ln.bias] + ([bs] if bs is not None else [])
+        return [u, h] + list(torch.autograd.grad((u * gus).sum() + (h.float() * ghs.float()).sum(), wrt))
+
+    whole = seam(x, t, gh, gu)
+    alone = []
+    for b in range(B):
+        pick = lambda v, mapped: v[b:b + 1] if mapped else v.narrow(sample_dim, b, 1).contiguous()  # noqa: E731
+        alone.append(seam(pick(x, False), pick(t, t_maps is not None), pick(gh, h_maps is not None), pick(gu, False)))
+    for i, mapped in ((0, False), (1, h_maps is not None), (2, False), (3, t_maps is not None)):  # u, h, dx, dt
+        dim = 0 if mapped else sample_dim
+        assert torch.equal(whole[i], torch.cat([a[i] for a in alone], dim)), i
+    for i in range(4, len(whole)):  # dgamma, dbeta, dbias
+        torch.testing.assert_close(whole[i], sum(a[i] for a in alone), rtol=1e-5, atol=1e-5)

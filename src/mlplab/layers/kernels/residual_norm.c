@@ -38,6 +38,17 @@ static inline uint16_t f32_to_bf16(float f) {
     return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 }
 
+/* Two samples' bfloat16 values in one 32-bit word, the first in the low half (the RP seams'
+ * paired gathers); a half moved to the high 16 bits of a float is its value. */
+static inline uint32_t pair_word(uint16_t a, uint16_t b) { return (uint32_t)a | (uint32_t)b << 16; }
+static inline float pair_lo(uint32_t w) { return bf16_to_f32((uint16_t)w); }
+static inline float pair_hi(uint32_t w) {
+    uint32_t u = w & 0xffff0000u;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
 /* erf(x) as x P(x^2) / Q(x^2) on [-4, 4] (erf(4) = 1 - 1.5e-8), the rational minimax form used
  * by Eigen's fast float erf; NaN propagates (comparisons with NaN are false). */
 static inline float erf_rational(float x) {
@@ -82,6 +93,7 @@ static inline float exp_poly(float x) {
 
 /* ---- float64 ---- */
 #define SUFFIX f64
+#define PAIR 1
 #define XT double
 #define TT double
 #define ACC double
@@ -94,6 +106,7 @@ static inline float exp_poly(float x) {
 
 /* ---- float32 ---- */
 #define SUFFIX f32
+#define PAIR 1
 #define XT float
 #define TT float
 #define ACC float
@@ -107,6 +120,8 @@ static inline float exp_poly(float x) {
 
 /* ---- bfloat16 t and h, float32 residual ---- */
 #define SUFFIX bf16
+#define PAIR 2  /* samples per gather: two bfloat16 entries per 32-bit word */
+#define PAIRED
 #define XT float
 #define TT uint16_t
 #define ACC float
