@@ -1,0 +1,118 @@
+"""Two versions of the fused seam kernels (``src/mlplab/layers/kernels``) side by side, in one process.
+
+Kernel changes move a training step by a few per cent, less than this machine's drift between
+two processes (up to 1.3x over an afternoon). Here both builds are loaded into one process and
+the same models' training steps alternate between them, round by round (A, B, A, B, ...), so
+the ratio of the two is measured under the same load. The old version is a git revision's
+kernel sources (default ``HEAD``: the working tree's uncommitted edits against the last commit)
+or a directory; the new one is the working tree's. The Python side is the working tree's for
+both, so the two versions must share the kernels' C interface.
+
+It prints each model's median step time with each build, the old/new paired median ratio (> 1:
+the new build is faster) and RP/normal with each build.
+
+    . .venv/bin/activate
+    python benchmarks/bench_kernel_ab.py --dtype bf16 --threads 1 --reps 21
+    python benchmarks/bench_kernel_ab.py --old HEAD~3 --dtype fp32
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import REPO, describe, environment, interleaved, setup_torch, train_step_fn, write_results  # noqa: E402
+
+import mlplab  # noqa: E402
+from mlplab.layers import fused  # noqa: E402
+
+KERNELS = Path("src/mlplab/layers/kernels")
+
+
+def sources_of(revision: str, into: Path) -> Path:
+    """The kernel sources of a git revision (or a directory holding them), as a directory."""
+    if Path(revision).is_dir():
+        return Path(revision)
+    for name in fused._SOURCES:
+        text = subprocess.run(["git", "show", f"{revision}:{KERNELS / name}"], cwd=REPO, capture_output=True,
+                              text=True)
+        if text.returncode:
+            raise SystemExit(f"cannot read {KERNELS / name} at {revision!r}: {text.stderr.strip()}")
+        (into / name).write_text(text.stdout)
+    return into
+
+
+def load_builds(dirs: dict[str, Path]) -> dict[str, dict[bool, object]]:
+    """Both builds (default and 512-bit) of each source directory, compiled into the kernel cache."""
+    builds, home = {}, fused._KERNELS
+    try:
+        for tag, d in dirs.items():
+            fused._KERNELS = d
+            fused._library.cache_clear()
+            builds[tag] = {wide: fused._library(wide)[0] for wide in (False, True)}
+            if builds[tag][False] is None:
+                raise SystemExit(f"the {tag} kernels do not build: {fused._library()[1]}")
+    finally:
+        fused._KERNELS = home
+        fused._library.cache_clear()
+    return builds
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--old", default="HEAD", help="git revision or directory of the old kernel sources")
+    p.add_argument("--dtype", default="bf16", choices=["fp32", "bf16"])
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--reps", type=int, default=15)
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--models", default="s_mixer,rp_s_mixer", help="comma list of registered Mixers")
+    p.add_argument("--size", default="64,64,8", help="S,C,L (32x32x3 images, patch 4: S = 64)")
+    p.add_argument("--batch", type=int, default=256)
+    p.add_argument("--out", type=Path, default=REPO / "results" / "bench" / "bench_kernel_ab.json")
+    a = p.parse_args(argv)
+    setup_torch(a.threads)
+    env = environment()
+    print(describe(env), flush=True)
+    S, C, L = (int(v) for v in a.size.split(","))
+    with tempfile.TemporaryDirectory() as tmp:
+        builds = load_builds({"old": sources_of(a.old, Path(tmp)), "new": REPO / KERNELS})
+    current = {"tag": "new"}
+    fused._kernels = lambda c: (fused._wide(c) and builds[current["tag"]][True]) or builds[current["tag"]][False]
+    x, y = torch.randn(a.batch, 3, 32, 32), torch.randint(0, 10, (a.batch,))
+    models = [m for m in a.models.split(",") if m]
+    candidates = {}
+    for name in models:
+        model = mlplab.create_model(name, num_tokens=S, hidden_dim=C, depth=L)
+        step = train_step_fn(model, x, y, "adamw", a.dtype)
+        for tag in ("old", "new"):
+            def run(step=step, tag=tag):
+                current["tag"] = tag
+                step()
+            candidates[f"{name}/{tag}"] = run
+    times = interleaved(candidates, a.reps, a.warmup)
+    out = {k: {"median_ms": 1e3 * statistics.median(v)} for k, v in times.items()}
+    for k, v in out.items():
+        print(f"{k:24s} {v['median_ms']:8.2f} ms")
+    ratios = {}
+    for name in models:
+        r = statistics.median(o / n for o, n in zip(times[f"{name}/old"], times[f"{name}/new"]))
+        ratios[f"{name} old/new"] = r
+        print(f"{name}: old/new paired median {r:.3f} (> 1: the new kernels are faster)")
+    if {"s_mixer", "rp_s_mixer"} <= set(models):
+        for tag in ("old", "new"):
+            r = statistics.median(rp / n for rp, n in zip(times[f"rp_s_mixer/{tag}"], times[f"s_mixer/{tag}"]))
+            ratios[f"RP/normal {tag}"] = r
+            print(f"RP/normal with the {tag} kernels: {r:.3f}")
+    write_results(a.out, {"benchmark": "bench_kernel_ab", "args": {k: str(v) for k, v in vars(a).items()},
+                          "environment": env, "results": out, "ratios": ratios, "times_s": times})
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
