@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 import torch
 
-from mlplab.utils.cpu import cpu_has_native_bf16
+from mlplab.utils.cpu import cpu_has_native_bf16, cpu_info
 
 __all__ = [
     "add_common_args",
@@ -111,7 +111,7 @@ def environment(device: str = "cpu") -> dict[str, Any]:
         "torch": torch.__version__,
         "python": sys.version.split()[0],
         "platform": platform.platform(),
-        "processor": _cpu_name(),
+        "processor": cpu_info().get("model name") or platform.processor(),
         "cpu_capability": cap,
         "native_bf16": cpu_has_native_bf16(),  # AVX512-BF16/AMX: decides run.precision=auto on CPU
         "num_threads": torch.get_num_threads(),
@@ -121,17 +121,6 @@ def environment(device: str = "cpu") -> dict[str, Any]:
         "device": device,
         "gpu": torch.cuda.get_device_name() if device == "cuda" and torch.cuda.is_available() else None,
     }
-
-
-def _cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()
 
 
 def interleaved(
