@@ -313,3 +313,13 @@ def test_estimate_is_at_least_the_measured_experiment(key):
     minutes = estimate_cost(plan, scale)["est_s"] / 60
     assert measured <= minutes
     assert minutes == pytest.approx(stated, abs=0.05)
+
+
+def test_scale_settings_picks_the_named_entry_and_quick_falls_back_to_cpu():
+    from mlplab.experiments.recipes import Scale
+
+    table = {"smoke": 1, "cpu": 2, "paper": 3}
+    assert [Scale(n, "fashion_mnist").settings(table) for n in ("smoke", "quick", "cpu", "paper")] == [1, 2, 2, 3]
+    assert Scale("quick", "fashion_mnist").settings({**table, "quick": 9}) == 9
+    with pytest.raises(KeyError, match="no settings for scale 'paper'"):
+        Scale("paper", "fashion_mnist").settings({"smoke": 1, "cpu": 2})

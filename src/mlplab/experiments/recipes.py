@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Mapping
 
 __all__ = ["SCALES", "Scale", "make_scale", "AUGMENT", "dataset_available", "CPU_SEEDS",
            "CPU_LR", "CPU_BATCH", "LR_SEARCH"]
@@ -144,6 +144,15 @@ class Scale:
     def pick(self, smoke: Any, cpu: Any, paper: Any) -> Any:
         """The value for this scale (``quick`` takes the cpu value)."""
         return {"smoke": smoke, "quick": cpu, "cpu": cpu, "paper": paper}[self.name]
+
+    def settings(self, table: Mapping[str, Any]) -> Any:
+        """This scale's entry of a per-scale settings table keyed by scale name (``smoke``,
+        ``quick``, ``cpu``, ``paper``); ``quick`` takes the ``cpu`` entry unless the table names it."""
+        if self.name in table:
+            return table[self.name]
+        if self.name == "quick" and "cpu" in table:
+            return table["cpu"]
+        raise KeyError(f"no settings for scale {self.name!r} (the table has {sorted(table)})")
 
     def seed_list(self, paper: int, cpu: int = CPU_SEEDS, smoke: int = 1) -> list[int]:
         return list(range(self.pick(smoke, cpu, paper)))
