@@ -108,13 +108,13 @@ def check_specs(specs: Sequence[RunSpec], out_dir: Path) -> None:
     dataset) once, before anything is launched or written: a typo in ``--set`` stops the whole
     experiment with one message instead of failing every run. Memory is not checked here (a
     cluster node may have more than this machine)."""
-    from ..train.loop import check_run
+    from ..train.runplan import plan_run
 
     for s in specs:
         if s.task != "train":
             continue
         try:
-            check_run(_train_config(s, out_dir / (s.sweep or "") / s.name), memory=False)
+            plan_run(_train_config(s, out_dir / (s.sweep or "") / s.name), here=False)
         except ValueError as e:
             raise BadInput(f"run {_key(s)}: {e}") from None
 
@@ -348,16 +348,19 @@ def run_specs(
     executor: str = "inline",
     slurm: dict[str, Any] | None = None,
     verbose: bool = True,
+    checked: bool = False,
 ) -> SweepResult:
     """Execute ``specs`` into ``<out_dir>/<spec.sweep>/<spec.name>/`` (see :func:`run_sweep`).
 
-    The result is keyed by ``"<sweep>/<run>"``."""
+    The result is keyed by ``"<sweep>/<run>"``. ``checked``: the caller ran :func:`check_specs`
+    on these specs already (``reproduce`` checks every stage before the first starts)."""
     if executor not in EXECUTORS:
         raise ValueError(f"unknown executor {executor!r}; choose one of {', '.join(EXECUTORS)}")
     if jobs < 1:
         raise ValueError(f"jobs must be >= 1, got {jobs}")
     out_dir = Path(out_dir)
-    check_specs([s for s in specs if not (_dir_of(s, out_dir) / "results.json").exists()], out_dir)
+    if not checked:
+        check_specs([s for s in specs if not (_dir_of(s, out_dir) / "results.json").exists()], out_dir)
     log = (lambda msg: print(msg, flush=True)) if verbose else (lambda msg: None)
     result = SweepResult(out_dir)
     todo: list[Path] = []

@@ -92,6 +92,13 @@ def _layer_seed(seed: int, block: int, sub: int) -> int:
 
 
 def _sparse_layer(storage: str, n_in: int, n_out: int, cfg: SWMLPConfig, seed: int) -> nn.Module:
+    if torch.get_default_device().type == "meta":
+        # sized, not drawn (the masks are drawn on the CPU, one block of rows at a time): a meta
+        # build counts parameters (train.runplan), with the expected nonzeros p·in·out when sparse
+        if storage == "masked":
+            return MaskedLinear(n_in, n_out, torch.ones(n_out, n_in, dtype=torch.bool), bias=cfg.bias)
+        nnz = round(cfg.density * n_in * n_out)
+        return SparseLinear(n_in, n_out, torch.zeros(2, nnz, dtype=torch.long), bias=cfg.bias)
     cls = MaskedLinear if storage == "masked" else SparseLinear
     return cls.random(n_in, n_out, cfg.density, seed, bias=cfg.bias, mask_scale=cfg.mask_scale)
 
