@@ -24,6 +24,7 @@ import sys
 import threading
 import time
 import traceback
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -56,10 +57,7 @@ class SweepResult:
         return not self.failed
 
     def counts(self) -> dict[str, int]:
-        out: dict[str, int] = {}
-        for v in self.status.values():
-            out[v] = out.get(v, 0) + 1
-        return out
+        return dict(Counter(self.status.values()))
 
 
 def available_cores() -> int:
@@ -410,9 +408,7 @@ def _write_summaries(specs: Sequence[RunSpec], result: SweepResult, out_dir: Pat
                 status = "unfinished"
             error = (result.errors.get(_key(s)) or _error_head(d)) if status == "failed" else ""
             runs.append({"name": s.name, "status": status, "error": error, "overrides": s.overrides})
-        counts: dict[str, int] = {}
-        for r in runs:
-            counts[r["status"]] = counts.get(r["status"], 0) + 1
+        counts = dict(Counter(r["status"] for r in runs))
         atomic_write_json((out_dir / sweep if sweep else out_dir) / "summary.json",
                           {"sweep": sweep, "counts": counts, "runs": runs})
 
