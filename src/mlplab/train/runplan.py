@@ -13,6 +13,7 @@ machine (no device, no memory check) before anything is launched. A refused plan
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -178,13 +179,21 @@ class _DataChecksPass(TorchFunctionMode):
         return func(*args, **(kwargs or {}))
 
 
+#: meta_param_count's answers by (name, kwargs): the runs of a sweep share a few architectures,
+#: and a Mixer's meta build takes ~0.1-1 s (its PK layers' index arithmetic)
+_META_COUNTS: dict[str, int] = {}
+
+
 def meta_param_count(name: str, kwargs: dict[str, Any]) -> int:
     """The parameter count of ``create_model(name, **kwargs)``, built on the meta device (no
     memory is allocated, so an absurd size is refused instead of allocated). The constructor's
     own checks run too."""
-    with torch.device("meta"), _DataChecksPass():
-        model = create_model(name, **kwargs)
-    return sum(p.numel() for p in model.parameters())
+    key = json.dumps([name, kwargs], sort_keys=True, default=repr)
+    if key not in _META_COUNTS:
+        with torch.device("meta"), _DataChecksPass():
+            model = create_model(name, **kwargs)
+        _META_COUNTS[key] = sum(p.numel() for p in model.parameters())
+    return _META_COUNTS[key]
 
 
 def check_memory(n_params: int, device: torch.device) -> None:
