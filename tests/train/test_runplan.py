@@ -102,3 +102,28 @@ def test_train_takes_a_named_config_and_refuses_other_things(tmp_path, monkeypat
     assert res["run_dir"].endswith("synthetic_tiny") and res["epochs"] == 3
     with pytest.raises(ValueError, match="train takes a RunConfig .* not a dict"):
         mlplab.train({"optim": {"lr": 0.1}})
+
+
+def test_the_rank_gpu_comes_from_torchrun_before_the_process_group(monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    assert runplan._torchrun_local_rank() == 1
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    assert runplan._torchrun_local_rank() is None
+    if torch.cuda.device_count() > 1:
+        assert runplan.resolve_device("cuda", local_rank=1) == torch.device("cuda", 1)
+    elif not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="run.device=cuda but CUDA is not available"):
+            runplan.resolve_device("cuda", local_rank=1)
+
+
+def test_a_plan_builds_its_pretrained_model_twice_by_reading_again(tmp_path):
+    model = create_model("mlp", image_size=8, in_chans=3, num_classes=10, width=16, depth=1)
+    ckpt = mlplab.save_pretrained(model, tmp_path / "pre.safetensors")
+    cfg = make_config(None, {**tiny_overrides(tmp_path, "ft"), "model.name": "mlp", "model.kwargs": {},
+                             "model.init_from": str(ckpt), "data.image_size": None})
+    plan = plan_run(cfg)
+    assert plan.n_params == sum(p.numel() for p in model.parameters()) and plan.data_cfg.data.image_size == 8
+    first, second = plan.build_model(plan.info), plan.build_model(plan.info)
+    assert all(torch.equal(a, b) for a, b in zip(first.state_dict().values(), second.state_dict().values()))
+    assert torch.equal(first.stem.weight, model.stem.weight)

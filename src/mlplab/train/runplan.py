@@ -73,7 +73,8 @@ def plan_run(cfg: RunConfig, *, here: bool = True, checkpoint: Any = None) -> Ru
     info = dataset_info(cfg)  # an unknown dataset -> BadInput naming the known ones
     data_cfg, kwargs, n_params = cfg, None, None
     if cfg.model.init_from is not None:  # the checkpoint decides the model (train.init)
-        checkpoint = checkpoint if checkpoint is not None else read_init_checkpoint(cfg)
+        if checkpoint is None or not checkpoint.state:  # not read yet, or its weights went to a model
+            checkpoint = read_init_checkpoint(cfg)
         data_cfg = check_pretrained(cfg, info.in_chans, checkpoint)
         info = dataset_info(data_cfg)
         n_params = sum(t.numel() for t in checkpoint.state.values())
