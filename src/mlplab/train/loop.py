@@ -133,12 +133,13 @@ def _gather_rng(device: torch.device, dist: DistInfo) -> list[dict[str, Any]]:
     return out
 
 
-def train(cfg: RunConfig | RunPlan, *, resume: bool = False, overwrite: bool = False,
+def train(cfg: RunConfig | RunPlan | str, *, resume: bool = False, overwrite: bool = False,
           on_epoch_end: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
     """Train and test one run; returns the results (also written to ``<run_dir>/results.json``).
 
-    ``cfg``: a config (planned here: ``train.runplan``) or the plan ``mlplab train`` made. ``resume``: continue the run in ``<out_dir>/<name>`` from its last checkpoint (its config
-    must be the same). ``overwrite``: replace an existing run folder. ``on_epoch_end(record)`` is
+    ``cfg``: a config, a named config or JSON file (planned here: ``train.runplan``), or the plan
+    ``mlplab train`` made. ``resume``: continue the run in ``<out_dir>/<name>`` from its last
+    checkpoint (its config must be the same). ``overwrite``: replace an existing run folder. ``on_epoch_end(record)`` is
     called after each epoch's metrics and checkpoint are written (tests use it)."""
     plan = as_plan(cfg)
     cfg = plan.cfg
