@@ -38,7 +38,7 @@ __all__ = ["RunPlan", "plan_run", "as_plan", "resolve_device", "resolve_precisio
 STATE_BYTES_PER_PARAM = 16
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RunPlan:
     """A run as it will happen on this machine (see the module docstring)."""
 
@@ -81,13 +81,14 @@ def plan_run(cfg: RunConfig, *, here: bool = True, checkpoint: Any = None) -> Ru
     elif info.image_size != (0, 0):  # image folders: the size is known only once the images are read
         kwargs = resolve_model_kwargs(cfg, info)
         n_params = meta_param_count(cfg.model.name, kwargs)
+    resolved = dict(cfg=cfg, data_cfg=data_cfg, info=info, model_kwargs=kwargs, checkpoint=checkpoint,
+                    n_params=n_params)
     if not here:
-        return RunPlan(cfg, data_cfg, info, kwargs, checkpoint, n_params)
+        return RunPlan(**resolved)
     device = resolve_device(cfg.run.device, local_rank=_torchrun_local_rank())
     if n_params is not None:
         check_memory(n_params, device)
-    return RunPlan(cfg, data_cfg, info, kwargs, checkpoint, n_params, device,
-                   resolve_precision(cfg.run.precision, device))
+    return RunPlan(**resolved, device=device, precision=resolve_precision(cfg.run.precision, device))
 
 
 def as_plan(run: RunConfig | RunPlan | str | os.PathLike) -> RunPlan:
