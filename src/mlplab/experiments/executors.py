@@ -15,7 +15,6 @@ records the status of every run.
 from __future__ import annotations
 
 import ctypes
-import importlib
 import json
 import os
 import signal
@@ -74,10 +73,9 @@ def available_cores() -> int:
 
 
 def _load_task(task: str):
-    mod, _, fn = task.partition(":")
-    if not fn:
-        raise ValueError(f"task {task!r}: expected 'train' or 'module:function'")
-    return getattr(importlib.import_module(mod), fn)
+    from .tasks import get_task  # a registered name, or 'module:function' from a sweep file
+
+    return get_task(task).run
 
 
 def run_dir_overrides(run_dir: str | os.PathLike) -> dict[str, Any]:

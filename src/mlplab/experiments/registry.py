@@ -13,11 +13,12 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
+from ..errors import BadInput
 from ..utils.io import atomic_write_json
 from .cost import estimate_cost, sweep_epochs
 from .executors import SweepResult, check_specs, run_specs
 from .plan import ALIASES, EXPERIMENTS, Experiment, Plan, experiment
-from .recipes import Scale, make_scale
+from .recipes import SCALES, Scale, make_scale
 from .report import load_manifest, write_report
 from .specs import ORDER
 from .sweep import RunSpec, Sweep, expand
@@ -52,6 +53,10 @@ def plan_experiment(id: str, scale: str = "cpu", dataset: str | None = None,
     """The experiment, its resolved scale and its plan. ``overrides`` (dotted run-config keys,
     e.g. ``{"schedule.epochs": 10}``) are applied to every training run of the plan."""
     exp = get_experiment(id)
+    if scale in SCALES and scale not in exp.scales:
+        raise BadInput(f"{exp.id} has no {scale} scale (it has {', '.join(exp.scales)})"
+                       + (f"; run `mlplab reproduce {exp.id.removesuffix('-imagenet')} --scale {scale}`"
+                          if exp.id.endswith("-imagenet") else ""))
     sc = make_scale(scale, dataset, exp.default_dataset, check_available=check_available)
     plan = exp.plan(sc)
     if overrides:
@@ -83,6 +88,8 @@ def format_list(scales: Sequence[str] = ("smoke", "quick", "cpu", "paper")) -> s
         exp = EXPERIMENTS[id]
         lines.append(f"{id:14s} {exp.title}")
         for sc in scales:
+            if sc not in exp.scales:
+                continue
             try:
                 _, scale, plan = plan_experiment(id, sc, check_available=sc in ("quick", "cpu"))
                 c = estimate_cost(plan, sc)
@@ -91,13 +98,14 @@ def format_list(scales: Sequence[str] = ("smoke", "quick", "cpu", "paper")) -> s
                 where = scale.dataset
                 if sc in ("quick", "cpu") and scale.requested_dataset not in (None, scale.dataset):
                     where += f" ({scale.requested_dataset} is not here)"
-                machine = "1 V100-class GPU, guess" if sc == "paper" else f"2 CPU cores, --jobs {c['jobs']}"
+                machine = "1 V100" if sc == "paper" else f"2 CPU cores, --jobs {c['jobs']}"
                 lines.append(f"{'':14s} {sc:5s}: {c['runs']:4d} runs, {c['run_epochs']:8.0f} run-epochs,"
                              f" ~{_fmt_time(c['est_s']):>7s} ({machine}); {where}")
             except Exception as e:  # a plan that cannot be built is shown, not hidden
                 lines.append(f"{'':14s} {sc:5s}: cannot plan: {e}")
-    lines.append("cpu-scale times: epochs × examples × (3 × forward FLOPs / R + κ × activations + τ0) per run plus start-up, runs dealt "
-                 "to 2 workers; R, κ, τ0 measured on a 2-core AVX2 EPYC (mlplab.experiments.cost)")
+    lines.append("times: epochs × examples × (3 × forward FLOPs / R + κ × activations + τ0) per run plus start-up; cpu "
+                 "scales: R, κ, τ0 measured on a 2-core AVX2 EPYC, runs dealt to 2 workers; paper: one V100 with R and τ0 "
+                 "from the paper's Table S.3 timings (mlplab.experiments.cost)")
     return "\n".join(lines)
 
 
