@@ -22,7 +22,8 @@ time), and the ``paper`` scale's one V100, whose R, τ0 and RP slowdown follow f
 Table S.3 timings (``paper_machine``: the SW-MLP and the MLP-Mixer write the same activations, so
 their difference gives R and the Mixer then τ0; κ is not identified and taken as 0).
 
-Analysis tasks (spectra, CKA, pictures, timings) count their work (:data:`TASK_UNIT_S`). A plan's
+Analysis tasks (spectra, CKA, pictures, timings) count their work (:data:`TASK_UNIT_S`; the
+timings of ``cost`` are training steps at t(F, A)), plus the start-up of a run. A plan's
 wall time: runs are dealt in order to ``jobs`` workers as the local executor does; stages run one
 after another.
 """
@@ -38,7 +39,7 @@ from .plan import Plan
 from .sweep import RunSpec, Sweep, expand, nest_overrides
 
 __all__ = ["RATE", "KAPPA_S", "TAU_S", "RUN_OVERHEAD_S", "RP_SLOWDOWN", "CPU_JOBS", "Machine", "cpu_machine",
-           "paper_machine", "calibration", "TRAIN_SIZES", "TEST_SIZES", "TASK_UNIT_S", "example_s", "run_s",
+           "paper_machine", "calibration", "TRAIN_SIZES", "TEST_SIZES", "TASK_UNIT_S", "TASK_S", "example_s", "run_s",
            "run_counts", "spec_s", "makespan", "estimate_cost", "planned_epochs"]
 
 # ---------------------------------------------------------------------------------- constants
@@ -64,7 +65,10 @@ TASK_UNIT_S = {
     "cka": 2e-3,  # per test example: two models' forward passes and the mini-batch Gram matrices
     "pictures": 1.0,  # per run: three 64×64 effective weights
     "implicit_bias": 5.0,  # per problem: gradient descent on (V, W) and FISTA on B, float64
-    "cost_build": 5.0,  # per model of the cost task: build it and count its FLOPs
+    # per matmul weight of the cost task's model (F/2, an upper bound: a Mixer reuses its weights on
+    # every token): drawing weights and masks, counting, the CSR copy; the least value at which
+    # tableS3's cpu estimate meets its measured wall time (calibration()["rows"])
+    "cost_build": 2.1e-7,
 }
 
 
@@ -190,13 +194,13 @@ def run_counts(o: dict[str, Any]) -> tuple[int, int, float]:
 def spec_s(spec: RunSpec, scale: str, est_epoch_s: float = 0.0, epochs: float = 1.0) -> float:
     """Estimated seconds of one run: the formula for training runs (the CPU machine, or the V100
     at paper scale), the registered task's estimate for analysis runs; a task of a user's sweep
-    file that has none takes its sweep's ``est_epoch_s`` × ``epochs``."""
+    file (``"module:function"``) takes its sweep's ``est_epoch_s`` × ``epochs``."""
     o = spec.overrides
-    if spec.task != "train":
-        from .tasks import get_task
-
-        return get_task(spec.task).est_s(o) or est_epoch_s * epochs
     machine = paper_machine() if scale == "paper" else cpu_machine()
+    overhead = RUN_OVERHEAD_S.get(scale, RUN_OVERHEAD_S["cpu"])
+    if spec.task != "train":
+        task_s = TASK_S.get(spec.task)
+        return overhead + (task_s(o, machine) if task_s else est_epoch_s * epochs)
     flops, acts, rp_share = run_counts(o)
     slow = 1.0 + (machine.rp_slowdown - 1.0) * rp_share
     ds = str(o.get("data.dataset"))
@@ -204,43 +208,54 @@ def spec_s(spec: RunSpec, scale: str, est_epoch_s: float = 0.0, epochs: float = 
     every = int(o.get("run.eval_every") or 0)
     evals = 1 + (int(epochs // every) if every > 0 else 0)
     return run_s(flops, acts, _train_examples(o), epochs, evals * (o.get("data.test_subset") or TEST_SIZES.get(ds, 10000)),
-                 slow, RUN_OVERHEAD_S.get(scale, RUN_OVERHEAD_S["cpu"]), machine)
+                 slow, overhead, machine)
 
 
 # ---------------------------------------------------------------------------------- analysis tasks
 
 
-def spectrum_task_s(o: dict[str, Any]) -> float:
+def spectrum_task_s(o: dict[str, Any], machine: Machine) -> float:
     """``spectrum``: one λ_max per (seed, width)."""
     return TASK_UNIT_S["spectrum"] * int(o.get("seeds", 1)) * len(o["tokens"])
 
 
-def normalised_spectrum_task_s(o: dict[str, Any]) -> float:
+def normalised_spectrum_task_s(o: dict[str, Any], machine: Machine) -> float:
     """``normalised_spectrum``: one sparse SVD per trial."""
     return TASK_UNIT_S["normalised_spectrum"] * int(o["trials"])
 
 
-def cka_task_s(o: dict[str, Any]) -> float:
+def cka_task_s(o: dict[str, Any], machine: Machine) -> float:
     """``cka``: ``batches`` × ``batch_size`` test examples through both models."""
     return TASK_UNIT_S["cka"] * int(o.get("batches", 10)) * int(o.get("batch_size", 256))
 
 
-def pictures_task_s(o: dict[str, Any]) -> float:
+def pictures_task_s(o: dict[str, Any], machine: Machine) -> float:
     return TASK_UNIT_S["pictures"]
 
 
-def implicit_bias_task_s(o: dict[str, Any]) -> float:
+def implicit_bias_task_s(o: dict[str, Any], machine: Machine) -> float:
     return TASK_UNIT_S["implicit_bias"]
 
 
-def cost_task_s(o: dict[str, Any]) -> float:
+def echo_task_s(o: dict[str, Any], machine: Machine) -> float:
+    return float(o.get("sleep") or 0.0)
+
+
+def cost_task_s(o: dict[str, Any], machine: Machine) -> float:
     """``cost``: build the model, then ``steps`` + 1 training steps of ``batch`` examples at t(F, A)
     (an SW-MLP stored as CSR nonzeros counted as its masked twin: counting it would draw its masks)."""
     name, kw = str(o["model"]), {k: v for k, v in o.get("kwargs", {}).items() if k != "storage"}
     flops, acts = _model_counts(name, tuple(sorted((k, _hashable(v)) for k, v in kw.items())))
-    rp = 1.0 + (RP_SLOWDOWN - 1.0) * _rp_share(name, kw)
+    rp = 1.0 + (machine.rp_slowdown - 1.0) * _rp_share(name, kw)
     steps = int(o.get("steps", 5)) + 1
-    return TASK_UNIT_S["cost_build"] + steps * int(o.get("batch", 128)) * example_s(flops, acts, rp)
+    build = TASK_UNIT_S["cost_build"] * flops / 2
+    return build + steps * int(o.get("batch", 128)) * machine.example_s(flops, acts, rp)
+
+
+# the estimate of each registered task (``mlplab.experiments.tasks.TASKS``), by its name
+TASK_S = {"spectrum": spectrum_task_s, "normalised_spectrum": normalised_spectrum_task_s, "cka": cka_task_s,
+          "pictures": pictures_task_s, "implicit_bias": implicit_bias_task_s, "cost": cost_task_s,
+          "echo": echo_task_s}
 
 
 def _hashable(v: Any) -> Any:

@@ -75,7 +75,7 @@ def available_cores() -> int:
 def _load_task(task: str):
     from .tasks import get_task  # a registered name, or 'module:function' from a sweep file
 
-    return get_task(task).run
+    return get_task(task)
 
 
 def run_dir_overrides(run_dir: str | os.PathLike) -> dict[str, Any]:

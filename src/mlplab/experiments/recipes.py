@@ -24,10 +24,10 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any, Mapping
 
-from .derived import derive, derived_key
+from .derived import derived_key
 
 __all__ = ["SCALES", "Scale", "make_scale", "AUGMENT", "dataset_available", "CPU_SEEDS", "CPU_BATCH",
-           "DEFAULT_LR", "cpu_lr", "lr_search_table", "family_lr", "lr_search"]
+           "DEFAULT_LR", "cpu_lr", "lr_search_table", "family_lr"]
 
 CPU_SEEDS = 3  # seeds per point at cpu scale: the fewest the verdict rules test (verdicts.MIN_SEEDS);
 # experiments with small effects ask for 5 (fig2d, figS5, figS6-S8)
@@ -37,8 +37,9 @@ DEFAULT_LR = 3e-3  # AdamW peak lr at cpu and smoke scale for a family the lr se
 
 @functools.lru_cache(maxsize=None)
 def lr_search_table() -> dict[str, Any]:
-    """The held-out lr search behind :func:`cpu_lr` (``data/lr_search.json``): grid, epochs, the
-    model searched per key, and its validation error (%) at each lr."""
+    """The held-out lr search behind :func:`cpu_lr` (``data/lr_search.json``, written from
+    ``python -m mlplab.experiments.lr_search``): grid, epochs, the model searched per key, and its
+    validation error (%) at each lr."""
     return json.loads(resources.files(__package__).joinpath("data/lr_search.json").read_text())
 
 
@@ -250,44 +251,3 @@ def make_scale(name: str, dataset: str | None, default_dataset: str, *, check_av
                         "learned W̃ ∈ R^{S×S0} (SkipLayer, SPEC §2), so every planned S is reached; where a "
                         "spec lists patch sizes they are divisors of 28 (1, 2, 4, 7, 14, 28)")
     return sc
-
-
-def lr_search(families: list[str] | None = None, out_dir: str = "runs/lr_search", jobs: int = 1) -> list[dict[str, Any]]:
-    """Rerun the lr search of :func:`lr_search_table` (held-out 10% of the Fashion-MNIST training
-    set) for ``families`` (its ``models`` keys; all by default): one row per (key, lr) with the validation error (%) and the
-    final training loss."""
-    from .executors import run_sweep
-    from .sweep import Sweep, product
-
-    table = lr_search_table()
-    fams = families or list(table["models"])
-    unknown = sorted(set(fams) - set(table["models"]))
-    if unknown:
-        raise ValueError(f"no lr-search model for {unknown}; choose from {sorted(table['models'])}")
-    base = {"data.dataset": "fashion_mnist", "data.val_fraction": table["val_fraction"], "optim.name": "adamw",
-            "optim.weight_decay": 0.05, "run.batch_size": CPU_BATCH, "schedule.schedule": "cosine",
-            "schedule.epochs": table["epochs"], "schedule.warmup_epochs": 0.5, "augment.crop_padding": 1,
-            "run.eval_every": 0, "run.checkpoint_every": 0, "run.log": "lines", "run.tensorboard": False}
-    sweep = Sweep("lr", base, [product(("meta.family", fams), ("optim.lr", table["grid"]))],
-                  derived=[derive("lookup", key="meta.family", table=table["models"])],
-                  name_keys=["meta.family", "optim.lr"])
-    run_sweep(sweep, out_dir, jobs=jobs, executor="inline" if jobs == 1 else "local")
-    from .aggregate import load_runs
-
-    rows = []
-    for r in load_runs(out_dir):
-        res = r.results or {}
-        rows.append({"family": r.get("meta.family"), "lr": r.get("optim.lr"),
-                     "val_error": 100 * (1 - res.get("val_acc", float("nan"))), "train_loss": res.get("train_loss")})
-    return sorted(rows, key=lambda r: (r["family"], r["lr"]))
-
-
-if __name__ == "__main__":
-    import sys
-
-    for row in lr_search(sys.argv[1:] or None, jobs=2):
-        if row["train_loss"] is None:  # the run failed (diverged): its folder's error.txt says why
-            print(f"{row['family']:10s} lr {row['lr']:g}: failed (see its run folder's error.txt)")
-        else:
-            print(f"{row['family']:10s} lr {row['lr']:g}: val error {row['val_error']:.2f}%  "
-                  f"train loss {row['train_loss']:.4f}")

@@ -2,10 +2,9 @@
 (written to ``<run_dir>/results.json`` by the executor). They call the analysis library, so
 spectra, pictures, costs and CKA are sweeps like any other: resumable, parallel, one folder each.
 
-A sweep names its task by the name it is registered under (``Sweep(..., task="cka")``);
-:data:`TASKS` holds each task's function and the estimate of its seconds (from
-:mod:`mlplab.experiments.cost`). A sweep file may still name a task of its own as
-``"module:function"``.
+A sweep names its task by the name it is registered under (``Sweep(..., task="cka")``,
+:data:`TASKS`); the estimate of its seconds is ``mlplab.experiments.cost.TASK_S[name]``. A sweep
+file may still name a task of its own as ``"module:function"``.
 """
 from __future__ import annotations
 
@@ -16,56 +15,45 @@ from pathlib import Path
 from typing import Any
 
 import importlib
-from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
 
-from . import cost
-
-__all__ = ["TASKS", "Task", "task", "get_task", "spectrum_task", "normalised_spectrum_task", "pictures_task",
+__all__ = ["TASKS", "task", "get_task", "spectrum_task", "normalised_spectrum_task", "pictures_task",
            "cost_task", "cka_task", "echo_task", "load_trained_model", "implicit_bias_task"]
 
 TaskFn = Callable[[dict[str, Any], Path], dict[str, Any]]
 
-
-@dataclass(frozen=True)
-class Task:
-    """A registered task: ``run(overrides, run_dir) -> results`` and ``est_s(overrides) -> seconds``."""
-
-    name: str
-    run: TaskFn
-    est_s: Callable[[dict[str, Any]], float]
+# name -> fn(overrides, run_dir); filled by ``@task`` below. Each task's cost estimate is the
+# function of the same name in ``cost.TASK_S``.
+TASKS: dict[str, TaskFn] = {}
 
 
-TASKS: dict[str, Task] = {}
-
-
-def task(name: str, est_s: Callable[[dict[str, Any]], float]) -> Callable[[TaskFn], TaskFn]:
-    """Register ``fn(overrides, run_dir)`` as task ``name`` with its cost estimate (decorator)."""
+def task(name: str) -> Callable[[TaskFn], TaskFn]:
+    """Register ``fn(overrides, run_dir) -> results`` as task ``name`` (decorator)."""
 
     def deco(fn: TaskFn) -> TaskFn:
         if name in TASKS or name == "train":
             raise ValueError(f"task {name!r} is registered twice")
-        TASKS[name] = Task(name, fn, est_s)
+        TASKS[name] = fn
         return fn
 
     return deco
 
 
-def get_task(name: str) -> Task:
-    """The task ``name`` (registered), or ``"module:function"`` (a task of a user's sweep file,
-    estimated at 0 s); anything else is an error that lists the registered names."""
+def get_task(name: str) -> TaskFn:
+    """The task ``name`` (registered), or ``"module:function"`` (a task of a user's sweep file);
+    anything else is an error that lists the registered names."""
     if name in TASKS:
         return TASKS[name]
     mod, _, fn = name.partition(":")
     if not fn:
         raise ValueError(f"unknown task {name!r}; registered tasks: train, {', '.join(sorted(TASKS))} "
                          "(or 'module:function')")
-    return Task(name, getattr(importlib.import_module(mod), fn), lambda o: 0.0)
+    return getattr(importlib.import_module(mod), fn)
 
 
-@task("echo", est_s=lambda o: float(o.get("sleep") or 0.0))
+@task("echo")
 def echo_task(o: dict[str, Any], run_dir: Path) -> dict[str, Any]:
     """Returns its overrides as results; for testing sweeps and executors without training.
 
@@ -84,7 +72,7 @@ def echo_task(o: dict[str, Any], run_dir: Path) -> dict[str, Any]:
     return {"echo": dict(o), "resumed": resumed, "test_acc": float(o.get("acc", 0.5))}
 
 
-@task("spectrum", est_s=cost.spectrum_task_s)
+@task("spectrum")
 def spectrum_task(o: dict[str, Any], run_dir: Path) -> dict[str, Any]:
     """λ_max of Mixer and SW-MLP weights vs width at fixed Ω (paper Fig. 4 right)."""
     from ..analysis.spectra import spectrum_vs_width
@@ -94,7 +82,7 @@ def spectrum_task(o: dict[str, Any], run_dir: Path) -> dict[str, Any]:
     return {"rows": rows}
 
 
-@task("normalised_spectrum", est_s=cost.normalised_spectrum_task_s)
+@task("normalised_spectrum")
 def normalised_spectrum_task(o: dict[str, Any], run_dir: Path) -> dict[str, Any]:
     """Normalised singular values of Z = M ⊙ W (paper Fig. S.1): largest vs a."""
     from ..analysis.spectra import normalised_spectrum
@@ -109,7 +97,7 @@ def normalised_spectrum_task(o: dict[str, Any], run_dir: Path) -> dict[str, Any]
             "hist": hist.tolist(), "edges": edges.tolist()}
 
 
-@task("pictures", est_s=cost.pictures_task_s)
+@task("pictures")
 def pictures_task(o: dict[str, Any], run_dir: Path) -> dict[str, Any]:
     """The three effective weights of paper Fig. S.9, saved as ``weights.npz`` and a figure."""
     from ..analysis.pictures import effective_weight_arrays
@@ -162,7 +150,7 @@ def _time_per_epoch(model, in_shape, num_classes: int, batch: int, steps: int,
     return dt, dt * math.ceil(epoch_examples / batch), times
 
 
-@task("cost", est_s=cost.cost_task_s)
+@task("cost")
 def cost_task(o: dict[str, Any], run_dir: Path) -> dict[str, Any]:
     """Params, FLOPs, weight memory, peak memory (CUDA) and time per epoch of one model (Table S.3).
 
@@ -218,7 +206,7 @@ def load_trained_model(run_dir: str | Path):
     return model.eval(), cfg
 
 
-@task("cka", est_s=cost.cka_task_s)
+@task("cka")
 def cka_task(o: dict[str, Any], run_dir: Path) -> dict[str, Any]:
     """Mini-batch linear CKA between two trained runs (paper Fig. 2a-c) on test images.
 
@@ -246,7 +234,7 @@ def cka_task(o: dict[str, Any], run_dir: Path) -> dict[str, Any]:
     return {**res.to_dict(), "a": o["a"], "b": o["b"]}
 
 
-@task("implicit_bias", est_s=cost.implicit_bias_task_s)
+@task("implicit_bias")
 def implicit_bias_task(o: dict[str, Any], run_dir: Path) -> dict[str, Any]:
     """Both sides of Prop. 3.3 on a small bilinear regression (SPEC §5), float64."""
     from ..analysis.implicit_bias import check_implicit_regularisation

@@ -130,7 +130,7 @@ def train_error(r: RunRecord) -> float:
 
 # Columns every training table carries: test error, and what makes comparisons fair and shows
 # convergence — parameters (masked SW-MLP weights by their nonzeros, ``effective_params``; runs
-# written before 2026-11-25 have only the dense count), connections per mixing layer, training
+# written by older versions have only the dense count), connections per mixing layer, training
 # error, last-epochs loss change.
 TRAIN_METRICS: dict[str, Callable[[RunRecord], float]] = {
     "test_error": test_error, "train_error": train_error, "loss_change": loss_change,
