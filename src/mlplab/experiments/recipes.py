@@ -106,7 +106,6 @@ class Scale:
     name: str
     dataset: str
     requested_dataset: str | None = None  # what the experiment (or --dataset) asked for
-    seeds: int = 3  # seeds per point (an experiment may ask for more at paper scale)
     train_subset: int | None = None
     test_subset: int | None = None
     image_size: int = 32  # the side the models see
@@ -120,10 +119,6 @@ class Scale:
     @property
     def smoke(self) -> bool:
         return self.name == "smoke"
-
-    @property
-    def quick(self) -> bool:
-        return self.name == "quick"
 
     def settings(self, table: Mapping[str, Any]) -> Any:
         """This scale's entry of a per-scale settings table keyed by scale name (``smoke``,

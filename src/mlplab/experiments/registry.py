@@ -86,7 +86,7 @@ def format_list(scales: Sequence[str] = ("smoke", "quick", "cpu", "paper")) -> s
     lines = []
     for id in list_experiments():
         exp = EXPERIMENTS[id]
-        lines.append(f"{id:14s} {exp.title}")
+        lines.append(f"{id:16s} {exp.title}")
         for sc in scales:
             if sc not in exp.scales:
                 continue
@@ -99,10 +99,10 @@ def format_list(scales: Sequence[str] = ("smoke", "quick", "cpu", "paper")) -> s
                 if sc in ("quick", "cpu") and scale.requested_dataset not in (None, scale.dataset):
                     where += f" ({scale.requested_dataset} is not here)"
                 machine = "1 V100" if sc == "paper" else f"2 CPU cores, --jobs {c['jobs']}"
-                lines.append(f"{'':14s} {sc:5s}: {c['runs']:4d} runs, {c['run_epochs']:8.0f} run-epochs,"
+                lines.append(f"{'':16s} {sc:5s}: {c['runs']:4d} runs, {c['run_epochs']:8.0f} run-epochs,"
                              f" ~{_fmt_time(c['est_s']):>7s} ({machine}); {where}")
             except Exception as e:  # a plan that cannot be built is shown, not hidden
-                lines.append(f"{'':14s} {sc:5s}: cannot plan: {e}")
+                lines.append(f"{'':16s} {sc:5s}: cannot plan: {e}")
     lines.append("times: epochs × examples × (3 × forward FLOPs / R + κ × activations + τ0) per run plus start-up; cpu "
                  "scales: R, κ, τ0 measured on a 2-core AVX2 EPYC, runs dealt to 2 workers; paper: one V100 with R and τ0 "
                  "from the paper's Table S.3 timings (mlplab.experiments.cost)")
