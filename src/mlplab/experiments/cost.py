@@ -22,7 +22,7 @@ time), and the ``paper`` scale's one V100, whose R, τ0 and RP slowdown follow f
 Table S.3 timings (``paper_machine``: the SW-MLP and the MLP-Mixer write the same activations, so
 their difference gives R and the Mixer then τ0; κ is not identified and taken as 0).
 
-Analysis tasks (spectra, CKA, pictures, timings) count their work (:data:`TASK_UNIT_S`; the
+Analysis tasks (spectra, CKA, pictures, timings) count their work (:func:`task_unit_s`; the
 timings of ``cost`` are training steps at t(F, A)), plus the start-up of a run. A plan's
 wall time: runs are dealt in order to ``jobs`` workers as the local executor does; stages run one
 after another.
@@ -39,7 +39,7 @@ from .plan import Plan
 from .sweep import RunSpec, Sweep, expand, nest_overrides
 
 __all__ = ["RATE", "KAPPA_S", "TAU_S", "RUN_OVERHEAD_S", "RP_SLOWDOWN", "CPU_JOBS", "Machine", "cpu_machine",
-           "paper_machine", "calibration", "TRAIN_SIZES", "TEST_SIZES", "TASK_UNIT_S", "TASK_S", "example_s", "run_s",
+           "paper_machine", "calibration", "TRAIN_SIZES", "TEST_SIZES", "task_unit_s", "TASK_S", "example_s", "run_s",
            "run_counts", "spec_s", "makespan", "estimate_cost", "planned_epochs"]
 
 # ---------------------------------------------------------------------------------- constants
@@ -55,21 +55,6 @@ RP_SLOWDOWN = 1.46
 # per run: process start, imports, data load, model build (smoke runs in-process: seconds)
 RUN_OVERHEAD_S = {"smoke": 2.0, "quick": 8.0, "cpu": 8.0, "paper": 60.0}
 CPU_JOBS = 2  # runs side by side on the 2-core machine (``--jobs 2``), one thread each
-
-# Analysis tasks: seconds per unit of their work on the CPU machine (the pictures and the
-# implicit-bias problems are seconds each; the timings of ``cost`` are training steps, estimated
-# by t(F, A) itself).
-TASK_UNIT_S = {
-    "spectrum": 1.5,  # per (seed, width): λ_max of an m×m masked weight and two Mixer weights
-    "normalised_spectrum": 1.0,  # per trial: singular values of an Ω^((1+a)/2)-wide sparse matrix
-    "cka": 2e-3,  # per test example: two models' forward passes and the mini-batch Gram matrices
-    "pictures": 1.0,  # per run: three 64×64 effective weights
-    "implicit_bias": 5.0,  # per problem: gradient descent on (V, W) and FISTA on B, float64
-    # per matmul weight of the cost task's model (F/2, an upper bound: a Mixer reuses its weights on
-    # every token): drawing weights and masks, counting, the CSR copy; the least value at which
-    # tableS3's cpu estimate meets its measured wall time (calibration()["rows"])
-    "cost_build": 2.1e-7,
-}
 
 
 @dataclass(frozen=True)
@@ -91,6 +76,13 @@ def calibration() -> dict[str, Any]:
     """The measurements the constants come from (``data/cost_calibration.json``): timed models
     (``rows``), whole experiments' wall minutes, and the paper's Table S.3 (``paper_machine``)."""
     return json.loads(resources.files(__package__).joinpath("data/cost_calibration.json").read_text())
+
+
+def task_unit_s(task: str) -> float:
+    """Seconds per unit of an analysis task's work on the CPU machine (``calibration()["task_units"]``:
+    per (seed, width) of ``spectrum``, per trial, per problem, per test example of ``cka``, per
+    matmul weight built by ``cost``)."""
+    return float(calibration()["task_units"][task]["s"])
 
 
 def cpu_machine() -> Machine:
@@ -216,25 +208,25 @@ def spec_s(spec: RunSpec, scale: str, est_epoch_s: float = 0.0, epochs: float = 
 
 def spectrum_task_s(o: dict[str, Any], machine: Machine) -> float:
     """``spectrum``: one λ_max per (seed, width)."""
-    return TASK_UNIT_S["spectrum"] * int(o.get("seeds", 1)) * len(o["tokens"])
+    return task_unit_s("spectrum") * int(o.get("seeds", 1)) * len(o["tokens"])
 
 
 def normalised_spectrum_task_s(o: dict[str, Any], machine: Machine) -> float:
     """``normalised_spectrum``: one sparse SVD per trial."""
-    return TASK_UNIT_S["normalised_spectrum"] * int(o["trials"])
+    return task_unit_s("normalised_spectrum") * int(o["trials"])
 
 
 def cka_task_s(o: dict[str, Any], machine: Machine) -> float:
     """``cka``: ``batches`` × ``batch_size`` test examples through both models."""
-    return TASK_UNIT_S["cka"] * int(o.get("batches", 10)) * int(o.get("batch_size", 256))
+    return task_unit_s("cka") * int(o.get("batches", 10)) * int(o.get("batch_size", 256))
 
 
 def pictures_task_s(o: dict[str, Any], machine: Machine) -> float:
-    return TASK_UNIT_S["pictures"]
+    return task_unit_s("pictures")
 
 
 def implicit_bias_task_s(o: dict[str, Any], machine: Machine) -> float:
-    return TASK_UNIT_S["implicit_bias"]
+    return task_unit_s("implicit_bias")
 
 
 def echo_task_s(o: dict[str, Any], machine: Machine) -> float:
@@ -248,7 +240,7 @@ def cost_task_s(o: dict[str, Any], machine: Machine) -> float:
     flops, acts = _model_counts(name, tuple(sorted((k, _hashable(v)) for k, v in kw.items())))
     rp = 1.0 + (machine.rp_slowdown - 1.0) * _rp_share(name, kw)
     steps = int(o.get("steps", 5)) + 1
-    build = TASK_UNIT_S["cost_build"] * flops / 2
+    build = task_unit_s("cost_build") * flops / 2
     return build + steps * int(o.get("batch", 128)) * machine.example_s(flops, acts, rp)
 
 
