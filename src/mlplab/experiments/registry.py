@@ -1,9 +1,11 @@
 """The published experiments by id (SPEC §7), and ``reproduce`` / ``report`` for any of them.
 
-Each experiment is one function ``plan(scale) -> Plan`` registered with :func:`experiment`; its
+Each experiment is one function ``plan(scale) -> Plan`` registered with :func:`experiment`,
+reading its settings for the scale from a table with one entry per scale (``sc.settings``); its
 docstring gives the command, what it tests, the published result and the time it takes (as a
 big_vision config does). Its ``analyse(runs) -> Analysis`` turns finished runs into tables,
-figures and verdicts (see :mod:`mlplab.experiments.report`).
+figures and verdicts (see :mod:`mlplab.experiments.report`). How to add one:
+``docs/adding-an-experiment.md``.
 """
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ from .plan import ALIASES, EXPERIMENTS, Experiment, Plan, experiment
 from .recipes import SCALES, Scale, make_scale
 from .report import load_manifest, write_report
 from .specs import ORDER
-from .sweep import RunSpec, Sweep, expand
+from .sweep import RunSpec, expand
 
 __all__ = ["Plan", "Experiment", "experiment", "EXPERIMENTS", "get_experiment", "list_experiments",
            "plan_experiment", "reproduce", "report_experiment", "estimate_cost", "default_out_dir", "format_list",
