@@ -54,8 +54,8 @@ RATE = 67.5e9  # R: FLOP/s of the training step's matmuls at one thread
 KAPPA_S = 3.6e-9  # κ: seconds per activation element written by the forward pass (and its backward)
 TAU_S = 15e-6  # τ0: seconds per example outside the matmuls and the activations
 # Random-permuted blocks gather their activations twice forward and twice backward. Not in the
-# calibration runs: README "Mixer training step" measured RP/normal = 1.33–1.46 per step for an
-# S-Mixer S = C = 64 (fp32 eager, 1 thread); the upper end is used, scaled by the share of RP blocks.
+# calibration runs: an upper bound of the RP/normal step-time ratios of an S-Mixer S = C = 64
+# (docs/performance.md, "Mixer training step"), scaled by the share of RP blocks.
 RP_SLOWDOWN = 1.46
 # per run: process start, imports, data load, model build (smoke runs in-process: seconds)
 RUN_OVERHEAD_S = {"smoke": 2.0, "quick": 8.0, "cpu": 8.0}

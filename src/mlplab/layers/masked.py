@@ -1,4 +1,4 @@
-"""Static sparse linear layers for the SW-MLP (SPEC §2): weight M ⊙ A with a frozen mask M.
+"""Static sparse linear layers for the SW-MLP (docs/science.md §2): weight M ⊙ A with a frozen mask M.
 
 Two storages compute the same function y = (M ⊙ A) x + b:
 

@@ -1,8 +1,8 @@
-"""The published experiments (SPEC §7), one ``@experiment``-registered function each.
+"""The published experiments (docs/science.md §7), one ``@experiment``-registered function each.
 
 ``MODULES`` lists the spec modules; importing this package imports each of them, which
 registers their experiments in :data:`mlplab.experiments.plan.EXPERIMENTS`. ``ORDER`` is the order
-in which ``mlplab reproduce --list`` shows them (SPEC order, then ``implicit-bias``, SPEC §5);
+in which ``mlplab reproduce --list`` shows them (SPEC order, then ``implicit-bias``, docs/science.md §5);
 ids not in it follow in registration order. Specs import ``plan``, ``claims`` and ``verdicts``,
 never the registry.
 """

@@ -189,7 +189,7 @@ def _analyse_fig6(runs: list[RunRecord], manifest: dict[str, Any]) -> Analysis:
 @experiment("fig6", "Error vs (S, C) at fixed Ω: the minimum lies near S = C", analyse=_analyse_fig6,
             default_dataset="cifar10")
 def fig6(sc: Scale) -> Plan:
-    """Fig. 6: at a fixed budget the best Mixer has S ≈ C (the widest effective MLP, SPEC §3).
+    """Fig. 6: at a fixed budget the best Mixer has S ≈ C (the widest effective MLP, docs/science.md §3).
 
     Command: ``mlplab reproduce fig6 --scale cpu`` (paper: ``--dataset cifar10|cifar100|stl10|imagefolder``).
     Tests: S-Mixers (L = 12) over the planner's (C, S) pairs at one Ω, error against C.
@@ -333,7 +333,7 @@ def fig4(sc: Scale) -> Plan:
     the same width m = S·C and density p = Ω/(γm²) (test error, fig2a settings: AdamW lr 0.01,
     AutoAugment, 600 epochs, 4 seeds); λ_max of random weights vs m over 10 seeds (no training).
     Published: the Mixer's error keeps falling with m while the SW-MLP's rises at large m; the
-    Mixer's λ_max stays at c_γ = 1 + √γ while the SW-MLP's grows (≈ sqrt(L+), SPEC §4).
+    Mixer's λ_max stays at c_γ = 1 + √γ while the SW-MLP's grows (≈ sqrt(L+), docs/science.md §4).
     Verdicts: Mixer error falls with m (``trend``); at the largest width the Mixer beats the
     SW-MLP (``compare``); the SW-MLP's λ_max grows with m (``trend``); the Mixer's stays within
     5% of c_γ (``noninferior`` on the per-seed mean departure over the widths).

@@ -98,7 +98,7 @@ def fig2abc(sc: Scale) -> Plan:
     Tests: train MLP-Mixers (L = 3, γ = 2, S = C ∈ {64, 32}) and SW-MLPs of the same effective
     width m = S·C and expansion, with 2L = 6 blocks (one per Mixer mixing layer) and density
     p = 2^-n, n = 0..10 (CIFAR-10, AdamW lr 0.01, batch 128, 600 epochs, AutoAugment, cosine);
-    then mini-batch linear CKA (SPEC §6) between each Mixer layer (token and channel branches)
+    then mini-batch linear CKA (docs/science.md §6) between each Mixer layer (token and channel branches)
     and each SW-MLP block, on test images, from the runs' saved weights.
     Published: the average diagonal CKA peaks at an intermediate sparsity, and the CKA matrix with
     the matching sparse MLP (p = 1/C = 1/64) is higher than with the dense MLP.
@@ -227,7 +227,7 @@ def figS5(sc: Scale) -> Plan:
     Command: ``mlplab reproduce figS5 --scale cpu`` (paper STL-10 panel: ``--dataset stl10``, 90×90,
     P ∈ {1, 3, 6, 10, 18, 30}).
     Tests: S-Mixers with S = C = 64, 4 blocks, P ∈ {1, 2, 4, 8, 16, 32} on 32×32 images; S0 = (32/P)²
-    patches are mapped to S tokens by the first block and its learned skip W̃ (SPEC §2).
+    patches are mapped to S tokens by the first block and its learned skip W̃ (docs/science.md §2).
     Published: the error depends on P; tiny patches (pixels) and huge ones are both worse.
     Verdict: the P with the lowest mean error against every other P, paired one-sided t-tests,
     Holm (``verdicts.best_is_interior``): HELD when that P is an inner one.
@@ -431,7 +431,7 @@ def _analyse_implicit(runs: list[RunRecord], manifest: dict[str, Any]) -> Analys
 @experiment("implicit-bias", "Prop. 3.3 numerically: weight decay on V, W acts as an L1 penalty on V ⊗ W",
             analyse=_analyse_implicit, default_dataset="synthetic", aliases=("prop3.3", "lemmaB1"))
 def implicit_bias(sc: Scale) -> Plan:
-    """SPEC §5 (Prop. 3.3 / Lemma B.1): the implicit regularisation of a linear S-Mixer.
+    """docs/science.md §5 (Prop. 3.3 / Lemma B.1): the implicit regularisation of a linear S-Mixer.
 
     Command: ``mlplab reproduce implicit-bias --scale cpu``.
     Tests: on small bilinear regressions (x ~ N(0, I), y = (V* ⊗ W*) x + noise, MSE) train both
