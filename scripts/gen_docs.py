@@ -49,7 +49,8 @@ def load_result(folder: Path) -> dict[str, Any]:
     if minutes is None and manifest.get("wall_s") is not None:
         minutes = round(manifest["wall_s"] / 60, 1)
     link = folder / ("report.md" if (folder / "report.md").exists() else "verdicts.json")
-    return {"id": exp, "scale": scale, "machine": machine, "minutes": minutes,
+    where = json.loads((folder / "machine.json").read_text()) if (folder / "machine.json").exists() else {}
+    return {"id": exp, "scale": scale, "machine": machine, "minutes": minutes, "load": v.get("loadavg") or where.get("loadavg"),
             "measured": v.get("measured") or manifest.get("finished", "")[:10],
             "verdicts": [c["verdict"] for c in v["verdicts"]], "link": link.relative_to(REPO).as_posix(),
             "recovered": "source" in v}
@@ -93,19 +94,20 @@ def experiments_table(results: list[dict[str, Any]], titles: dict[str, str], lin
 
 def all_results_table(results: list[dict[str, Any]]) -> str:
     """docs/experiments.md: every committed reproduction, one row each."""
-    lines = ["| id | scale | machine | verdicts | minutes | files |", "|---|---|---|---|---|---|"]
+    lines = ["| id | scale | machine | verdicts | minutes (load) | files |", "|---|---|---|---|---|---|"]
     for r in sorted(results, key=lambda r: (r["id"], -SCALE_RANK.get(r["scale"], 0), r["machine"])):
-        minutes = "–" if r["minutes"] is None else f"{r['minutes']:g}"
+        minutes = "–" if r["minutes"] is None else f"{r['minutes']:g}" + (f" ({r['load']})" if r.get("load") else "")
         kind = "recorded from an earlier report" if r["recovered"] else "report, figure, results.csv"
         lines.append(f"| `{r['id']}` | {r['scale']} | {r['machine']} | {verdict_summary(r['verdicts'])} | {minutes} | "
                      f"[{kind}]({r['link'].removeprefix('docs/')}) |")
     return "\n".join(lines) + "\n"
 
 
-def add_run(run_dir: Path, machine: str | None = None) -> Path:
-    """Copy a finished ``mlplab reproduce`` folder's report files to ``docs/results/<id>-<scale>-<machine>/``."""
+def add_run(run_dir: Path, machine: str | None = None, load: str | None = None) -> Path:
+    """Copy a finished ``mlplab reproduce`` folder's report files to ``docs/results/<id>-<scale>-<machine>/``,
+    with ``machine.json`` (the machine tag, the CPU and the load average while it ran, when given)."""
     sys.path.insert(0, str(REPO / "src"))
-    from mlplab.utils.cpu import machine_tag
+    from mlplab.utils.cpu import cpu_has_native_bf16, cpu_info, machine_tag
 
     manifest = json.loads((run_dir / "experiment.json").read_text())
     exp, scale = manifest["experiment"], manifest["scale"]["scale"]
@@ -116,6 +118,9 @@ def add_run(run_dir: Path, machine: str | None = None) -> Path:
     for f in sorted(run_dir.iterdir()):
         if f.is_file() and (f.name in ("report.md", "verdicts.json", "experiment.json") or f.suffix in (".csv", ".png")):
             shutil.copy2(f, dest / f.name)
+    where = {"machine": machine or machine_tag(), "cpu": cpu_info().get("model name"),
+             "native_bf16": cpu_has_native_bf16(), "loadavg": load}
+    (dest / "machine.json").write_text(json.dumps(where, indent=2) + "\n")
     return dest
 
 
@@ -189,9 +194,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--check", action="store_true", help="change nothing; exit 1 if a generated block is stale")
     p.add_argument("--add", type=Path, metavar="RUN_DIR", help="first copy a finished reproduction into docs/results/")
     p.add_argument("--machine", default=None, help="with --add: the machine tag (default: this CPU's)")
+    p.add_argument("--load", default=None, help="with --add: the load average while it ran, e.g. '7-11'")
     a = p.parse_args(argv)
     if a.add:
-        print(f"added {add_run(a.add, a.machine).relative_to(REPO)}")
+        print(f"added {add_run(a.add, a.machine, a.load).relative_to(REPO)}")
     if a.check:
         bad = stale()
         for t in bad:
