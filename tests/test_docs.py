@@ -5,6 +5,7 @@ generated from docs/results/ and benchmarks/results/ by scripts/gen_docs.py; doc
 docs/science.md by section.
 """
 import importlib.util
+import json
 import re
 from pathlib import Path
 
@@ -95,3 +96,20 @@ def test_science_citations_name_existing_sections():
         assert "SPEC" + " §" not in text, f"{f} cites a file outside the repository"
         cited |= set(re.findall(r"docs/science\.md §(\d+)", text))
     assert cited and cited <= headings, f"cited sections without a heading: {sorted(cited - headings)}"
+
+
+def test_benchmark_results_are_named_by_what_torch_and_machine():
+    spec = importlib.util.spec_from_file_location("bench_common", REPO / "benchmarks" / "common.py")
+    common = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(common)
+    from mlplab.utils.cpu import machine_tag
+
+    torch_tag = "".join(common.torch.__version__.split("+")[0].split(".")[:2])
+    assert common.default_out("bench_mixer_step") == \
+        REPO / "benchmarks" / "results" / f"mixer-step-pt{torch_tag}-{machine_tag()}.json"
+    files = sorted((REPO / "benchmarks" / "results").glob("*.json"))
+    assert files
+    for f in files:
+        assert re.fullmatch(r"[a-z0-9-]+-pt\d+-[a-z0-9]+-[a-z0-9]+\.json", f.name), f.name
+        d = json.loads(f.read_text())
+        assert f.name.endswith(f"-{d['machine']}.json") and d["tables"], f.name
