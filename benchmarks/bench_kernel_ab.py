@@ -29,7 +29,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import REPO, describe, environment, interleaved, setup_torch, train_step_fn, write_results  # noqa: E402
+from common import REPO, default_out, describe, environment, interleaved, setup_torch, train_step_fn, write_results  # noqa: E402
 
 import mlplab  # noqa: E402
 from mlplab.layers import fused  # noqa: E402
@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--models", default="s_mixer,rp_s_mixer", help="comma list of registered Mixers")
     p.add_argument("--size", default="64,64,8", help="S,C,L (32x32x3 images, patch 4: S = 64)")
     p.add_argument("--batch", type=int, default=256)
-    p.add_argument("--out", type=Path, default=REPO / "results" / "bench" / "bench_kernel_ab.json")
+    p.add_argument("--out", type=Path, default=default_out("bench_kernel_ab"))
     a = p.parse_args(argv)
     setup_torch(a.threads)
     env = environment()

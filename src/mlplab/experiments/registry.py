@@ -1,4 +1,4 @@
-"""The published experiments by id (SPEC §7), and ``reproduce`` / ``report`` for any of them.
+"""The published experiments by id (docs/science.md §7), and ``reproduce`` / ``report`` for any of them.
 
 Each experiment is one function ``plan(scale) -> Plan`` registered with :func:`experiment`,
 reading its settings for the scale from a table with one entry per scale (``sc.settings``); its
@@ -36,7 +36,7 @@ def _ordered() -> list[str]:
 
 
 def list_experiments() -> list[str]:
-    """Every registered id, in ``specs.ORDER`` (SPEC §7 order)."""
+    """Every registered id, in ``specs.ORDER`` (docs/science.md §7 order)."""
     return _ordered()
 
 

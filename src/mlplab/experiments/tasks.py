@@ -236,7 +236,7 @@ def cka_task(o: dict[str, Any], run_dir: Path) -> dict[str, Any]:
 
 @task("implicit_bias")
 def implicit_bias_task(o: dict[str, Any], run_dir: Path) -> dict[str, Any]:
-    """Both sides of Prop. 3.3 on a small bilinear regression (SPEC §5), float64."""
+    """Both sides of Prop. 3.3 on a small bilinear regression (docs/science.md §5), float64."""
     from ..analysis.implicit_bias import check_implicit_regularisation
 
     res = check_implicit_regularisation(S=int(o["S"]), C=int(o["C"]), n=int(o.get("n", 64)),

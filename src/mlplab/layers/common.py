@@ -68,9 +68,8 @@ class LinearAct(nn.Sequential):
 
 
 # A left GEMM with W broadcast over the batch is B GEMMs of n' × n × cols: with few columns each
-# one is too thin for the kernel's tiles. Measured (fp32, 1 thread, batch 256, forward + backward
-# of φ(W X + b), AVX2 EPYC, ``benchmarks/bench_left_gemm.py``): left/transposed time 3.29 at
-# n = 124, cols = 8; 6.51 at 196, 8; 1.18 at 83, 16; 0.91–1.08 for cols 32–64; 0.64 at 8, 124.
+# one is too thin for the kernel's tiles (``benchmarks/bench_left_gemm.py``: 3–6× slower than the
+# transposed input at 8 columns, on par from 32).
 LEFT_GEMM_MIN_COLS = 32
 _TRANSPOSED_ONLY = False  # set by transposed_column_maps
 
@@ -81,8 +80,7 @@ def left_gemm_pays(x: torch.Tensor) -> bool:
     In fp32 one ``baddbmm`` with W broadcast over the batch multiplies from the left without
     copying x into (B, cols, n) order (1.04-1.18× faster S-Mixer steps, AVX2 and AVX512 CPUs),
     when x has at least ``LEFT_GEMM_MIN_COLS`` columns. Under autocast, reduced-precision batched
-    GEMMs with a broadcast operand were slower than one large GEMM on the transposed input, on
-    both CPUs measured."""
+    GEMMs with a broadcast operand are slower than one large GEMM on the transposed input."""
     return (x.shape[-1] >= LEFT_GEMM_MIN_COLS and not torch.is_autocast_enabled(x.device.type)
             and not _TRANSPOSED_ONLY)
 

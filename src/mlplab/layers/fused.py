@@ -1,7 +1,7 @@
 """The seam between two pre-LN residual sublayers, fused into one pass each way (CPU, in C).
 
 A Mixer block's sublayer ends with the skip connection and the next one starts with a
-LayerNorm (SPEC §2): between two GEMMs the activations go through
+LayerNorm (docs/science.md §2): between two GEMMs the activations go through
 
     u = x + act(t),    h = LN(u) = (u - mean u) * rstd * gamma + beta
 

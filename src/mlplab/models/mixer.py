@@ -2,7 +2,7 @@
 
 Tokens are stored as (B, S, C) row-major tensors. Every mixing sublayer is a
 :class:`~mlplab.layers.pk.PKMixing`: token mixing has J1 = J2 = I with groups = columns (n1 = C,
-n2 = S), channel mixing has J1 = J_c, J2 = J_cᵀ with groups = rows (n1 = S, n2 = C) (SPEC §2,
+n2 = S), channel mixing has J1 = J_c, J2 = J_cᵀ with groups = rows (n1 = S, n2 = C) (docs/science.md §2,
 Prop. 3.2). An RP block replaces those J's by independent uniformly random permutations, drawn
 at construction from ``seed`` and stored in the state dict.
 

@@ -1,31 +1,18 @@
 """How the training step runs on this machine: compiled (``torch.compile``) or eager.
 
 ``run.compile=auto`` compiles on CUDA, and on CPU when the run autocasts to bf16, is long enough
-to repay the compilation (at least ``MIN_STEPS_CPU`` steps) and a C++ compiler is present.
-Measured on a 2-core AVX512-BF16 EPYC, candidates interleaved, 1 thread, batch 256
-(``benchmarks/bench_mixer_step.py --compile``, ``benchmarks/bench_fmnist_fast.py``):
-
-    model (28x28 Fashion-MNIST shapes)   bf16 compiled/eager   fp32 compiled/eager   compile time
-    S-Mixer S=49, C=64, L=8              1.49                  0.97                  20 s
-    S-Mixer S=64 (skip layer), C=64      1.50                  0.95                  21 s
-    MLP-Mixer C=128, D_S=64, D_C=256     1.11                  1.03                  18 s
-    bottleneck MLP B-4/Wi-512            0.99                  1.01                  13 s
-
-so fp32 gains nothing (eager), and bf16 Mixers gain up to 1.5× once ~20 s of compilation are
-paid. (Those Mixer figures predate the fused seams of ``mlplab.layers.fused``: eager Mixers
-now run within 5-20% of compiled ones; see the README's Performance section.)
-``run.compile=true``/``false`` overrides. Without a C++ compiler (inductor needs one on CPU)
-the run says so in one line and trains eagerly instead of failing.
+to repay the ~20 s of compilation (at least ``MIN_STEPS_CPU`` steps) and a C++ compiler is present:
+in fp32 compiling gains little on these models, and bf16 Mixers gain up to ~1.1× over their fused
+eager seams (:mod:`mlplab.layers.fused`; docs/performance.md). ``run.compile=true``/``false``
+overrides. Without a C++ compiler (inductor needs one on CPU) the run says so in one line and
+trains eagerly instead of failing.
 
 Host memory (:func:`keep_freed_memory`). glibc's allocator hands blocks of a few MB (a batch of
 activations) back to the kernel when they are freed and maps fresh zero pages when they are
 asked for again: every training step then takes thousands of page faults. Training on CPU
 therefore asks glibc (``mallopt``) to serve blocks up to 32 MiB from its heap and not to trim it.
-Measured on a 2-core AVX512-BF16 EPYC, bf16, batch 256: in ``benchmarks/bench_malloc.py``'s
-step loop (a fresh process per measurement) 2,200-28,000 page faults per step fell to ~0 and
-steps got 1.03-1.44× faster; in whole ``mlplab train`` runs (3 alternating pairs) faults fell
-~10× and images/s rose 1.01× (S-Mixer) and 1.08× (MLP-Mixer): the loop's steady state faults
-less than a short benchmark. The process keeps its peak heap until it exits.
+Without it a step takes thousands of page faults (``benchmarks/bench_malloc.py``); with it whole
+runs are a few per cent faster (docs/performance.md). The process keeps its peak heap until it exits.
 """
 from __future__ import annotations
 

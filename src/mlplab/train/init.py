@@ -4,7 +4,7 @@ Fine-tuning (``model.init_from``; ``mlplab finetune CHECKPOINT CONFIG``): the ch
 ``mlplab.load_pretrained`` reads) decides the architecture; ``model.kwargs`` are overrides on top
 (e.g. ``drop_path_rate``). Then
 
-* ``model.expand = K`` applies :func:`mlplab.expand_resolution` (Mixers; SPEC §7), and
+* ``model.expand = K`` applies :func:`mlplab.expand_resolution` (Mixers; docs/science.md §7), and
 * the head is replaced when the dataset's class count differs (``model.new_head=auto``) or always
   (``new_head=true``),
 
@@ -47,7 +47,7 @@ def with_model_resolution(cfg: RunConfig) -> RunConfig:
     if "image_size" not in kwargs:
         return cfg
     if cfg.model.expand != 1 and get_model_entry(name).family != "mlp_mixer":
-        raise BadInput(f"model.expand={cfg.model.expand} works on Mixers (expand_resolution, SPEC §7) but "
+        raise BadInput(f"model.expand={cfg.model.expand} works on Mixers (expand_resolution, docs/science.md §7) but "
                        f"{cfg.model.init_from} holds a {name!r}; drop model.expand")
     size = kwargs["image_size"] * cfg.model.expand
     if cfg.data.image_size is not None and cfg.data.image_size != size:

@@ -25,7 +25,7 @@ def _register(name: str, description: str, cfg: dict[str, Any]) -> None:
 _register(
     "fmnist_s_mixer",
     """S-Mixer (S = C = 64, 8 blocks) on Fashion-MNIST, AdamW, 28x28 with patch 4 (S0 = 49 patches;
-    the first block's learned skip W~ maps 49 -> 64 tokens, SPEC §2). Tuned for a few epochs on a
+    the first block's learned skip W~ maps 49 -> 64 tokens, docs/science.md §2). Tuned for a few epochs on a
     CPU: 1-epoch probes on 12k images gave 62% test accuracy with crop+flip at lr 2e-3, batch 128;
     72% without augmentation; 82% without augmentation at lr 1e-2, batch 64, warmup 0.1 epoch.
     Over longer runs light augmentation pays off: without it the model overfits (10 epochs:
@@ -100,7 +100,7 @@ _register(
 
 _register(
     "cifar10_s_mixer",
-    """S-Mixer on CIFAR-10 with the paper's default recipe (SPEC §7): patch 4 on 32x32 (S0 = 64),
+    """S-Mixer on CIFAR-10 with the paper's default recipe (docs/science.md §7): patch 4 on 32x32 (S0 = 64),
     S = C = 64, 8 blocks, Nesterov SGD momentum 0.9, batch 128, lr 0.02, cosine, 200 epochs,
     random crop (padding 4) + horizontal flip.
     Run:      mlplab train cifar10_s_mixer run.seed=0   (3 seeds in the paper)
@@ -118,7 +118,7 @@ _register(
 
 _register(
     "cifar10_mixer_adamw",
-    """MLP-Mixer (L = 3, gamma = 2, S = C = 64) on CIFAR-10 with the fig2 recipe (SPEC §7): AdamW
+    """MLP-Mixer (L = 3, gamma = 2, S = C = 64) on CIFAR-10 with the fig2 recipe (docs/science.md §7): AdamW
     lr 0.01, batch 128, cosine, 600 epochs, AutoAugment + crop + flip. Weight decay is not
     published; 0.05 here (timm's Mixer default).
     Run:      mlplab train cifar10_mixer_adamw
@@ -137,7 +137,7 @@ _register(
 
 _register(
     "scaling_mlp",
-    """Inverted-bottleneck MLP B-6/Wi-512 from scratch (Bachmann et al. 2023, SPEC §7): LION lr 5e-5,
+    """Inverted-bottleneck MLP B-6/Wi-512 from scratch (Bachmann et al. 2023, docs/science.md §7): LION lr 5e-5,
     label smoothing 0.3, random crop + flip + mixup 0.8. Batch 1024 and 100 epochs are our choice
     for CIFAR-10 (the paper's scaling runs use batch 16384, lr 1e-5, wd 1e-3).
     Run:      mlplab train scaling_mlp
@@ -190,7 +190,7 @@ _register(
 
 _register(
     "fmnist_finetune",
-    """Fine-tuning recipe of Scaling MLPs (Bachmann et al. 2023, SPEC §7) on Fashion-MNIST: SGD with
+    """Fine-tuning recipe of Scaling MLPs (Bachmann et al. 2023, docs/science.md §7) on Fashion-MNIST: SGD with
     momentum 0.9, lr 0.01 for the head and 0.001 for the body, cosine, at twice the pre-training
     resolution through expand_resolution (model.expand=2: 28x28 -> 56x56, the data is resized).
     The model comes from the checkpoint; the paper fine-tunes 50 epochs on the whole set, this
@@ -211,7 +211,7 @@ _register(
 
 _register(
     "fmnist_linear_probe",
-    """Linear probe (Scaling MLPs, SPEC §7): the body frozen, a new head trained with LION lr 1e-5
+    """Linear probe (Scaling MLPs, docs/science.md §7): the body frozen, a new head trained with LION lr 1e-5
     on the pre-trained features (the paper trains 50 epochs; this demo 2).
     Run:      mlplab finetune runs/fmnist_mixer_pretrain fmnist_linear_probe
     Expect:   a little below the pre-trained accuracy (README: measured)
