@@ -62,12 +62,12 @@ def test_compiled_run_matches_eager(tmp_path):
     (True, "cuda", False, "fp32"),  # a GPU without bf16: the CPU's flags do not matter
 ])
 def test_precision_auto_follows_the_hardware(monkeypatch, native, device, cuda_bf16, expect):
-    from mlplab.train import loop
+    from mlplab.train import runplan
 
-    monkeypatch.setattr(loop, "cpu_has_native_bf16", lambda: native)
+    monkeypatch.setattr(runplan, "cpu_has_native_bf16", lambda: native)
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: cuda_bf16)
-    assert loop.resolve_precision("auto", torch.device(device)) == expect
-    assert loop.resolve_precision("fp32", torch.device(device)) == "fp32"
+    assert runplan.resolve_precision("auto", torch.device(device)) == expect
+    assert runplan.resolve_precision("fp32", torch.device(device)) == "fp32"
 
 
 _FAULTS_PER_CYCLE = r"""

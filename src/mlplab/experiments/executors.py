@@ -23,6 +23,7 @@ import sys
 import threading
 import time
 import traceback
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -55,10 +56,7 @@ class SweepResult:
         return not self.failed
 
     def counts(self) -> dict[str, int]:
-        out: dict[str, int] = {}
-        for v in self.status.values():
-            out[v] = out.get(v, 0) + 1
-        return out
+        return dict(Counter(self.status.values()))
 
 
 def available_cores() -> int:
@@ -106,13 +104,13 @@ def check_specs(specs: Sequence[RunSpec], out_dir: Path) -> None:
     dataset) once, before anything is launched or written: a typo in ``--set`` stops the whole
     experiment with one message instead of failing every run. Memory is not checked here (a
     cluster node may have more than this machine)."""
-    from ..train.loop import check_run
+    from ..train.runplan import plan_run
 
     for s in specs:
         if s.task != "train":
             continue
         try:
-            check_run(_train_config(s, out_dir / (s.sweep or "") / s.name), memory=False)
+            plan_run(_train_config(s, out_dir / (s.sweep or "") / s.name), here=False)
         except ValueError as e:
             raise BadInput(f"run {_key(s)}: {e}") from None
 
@@ -346,16 +344,19 @@ def run_specs(
     executor: str = "inline",
     slurm: dict[str, Any] | None = None,
     verbose: bool = True,
+    checked: bool = False,
 ) -> SweepResult:
     """Execute ``specs`` into ``<out_dir>/<spec.sweep>/<spec.name>/`` (see :func:`run_sweep`).
 
-    The result is keyed by ``"<sweep>/<run>"``."""
+    The result is keyed by ``"<sweep>/<run>"``. ``checked``: the caller ran :func:`check_specs`
+    on these specs already (``reproduce`` checks every stage before the first starts)."""
     if executor not in EXECUTORS:
         raise ValueError(f"unknown executor {executor!r}; choose one of {', '.join(EXECUTORS)}")
     if jobs < 1:
         raise ValueError(f"jobs must be >= 1, got {jobs}")
     out_dir = Path(out_dir)
-    check_specs([s for s in specs if not (_dir_of(s, out_dir) / "results.json").exists()], out_dir)
+    if not checked:
+        check_specs([s for s in specs if not (_dir_of(s, out_dir) / "results.json").exists()], out_dir)
     log = (lambda msg: print(msg, flush=True)) if verbose else (lambda msg: None)
     result = SweepResult(out_dir)
     todo: list[Path] = []
@@ -405,9 +406,7 @@ def _write_summaries(specs: Sequence[RunSpec], result: SweepResult, out_dir: Pat
                 status = "unfinished"
             error = (result.errors.get(_key(s)) or _error_head(d)) if status == "failed" else ""
             runs.append({"name": s.name, "status": status, "error": error, "overrides": s.overrides})
-        counts: dict[str, int] = {}
-        for r in runs:
-            counts[r["status"]] = counts.get(r["status"], 0) + 1
+        counts = dict(Counter(r["status"] for r in runs))
         atomic_write_json((out_dir / sweep if sweep else out_dir) / "summary.json",
                           {"sweep": sweep, "counts": counts, "runs": runs})
 

@@ -137,7 +137,8 @@ def reproduce(
     """
     exp, sc, plan = plan_experiment(id, scale, dataset, overrides=overrides)
     out = Path(out_dir) if out_dir is not None else default_out_dir(exp.id, scale)
-    check_specs([s for stage in plan.stages for sw in stage for s in expand(sw)], out)  # before any write
+    runs = [[expand(sw) for sw in stage] for stage in plan.stages]  # each sweep expanded once
+    check_specs([s for stage in runs for sw_runs in stage for s in sw_runs], out)  # before any write
     out.mkdir(parents=True, exist_ok=True)
     manifest = {
         "experiment": exp.id, "title": exp.title, "scale": sc.to_dict(),
@@ -145,17 +146,19 @@ def reproduce(
                                                               (["--dataset", dataset] if dataset else [])),
         "argv": sys.argv, "started": time.strftime("%Y-%m-%d %H:%M:%S"),
         "notes": sc.notes + plan.notes, "settings": plan.settings,
-        "sweeps": [{"name": s.name, "task": s.task, "runs": len(expand(s)), "epochs": s.epochs,
-                    "description": s.description} for s in plan.sweeps],
-        "cost": estimate_cost(plan, scale), "jobs": jobs, "executor": executor,
+        "sweeps": [{"name": sw.name, "task": sw.task, "runs": len(sw_runs), "epochs": sw.epochs,
+                    "description": sw.description}
+                   for stage, stage_runs in zip(plan.stages, runs) for sw, sw_runs in zip(stage, stage_runs)],
+        "cost": estimate_cost(plan, scale, expanded=runs), "jobs": jobs, "executor": executor,
     }
     atomic_write_json(out / "experiment.json", manifest)
     status: dict[str, str] = {}
     failed: list[str] = []
     t0 = time.time()
-    for stage in plan.stages:
-        specs: list[RunSpec] = [s for sw in stage for s in expand(sw)]
-        res: SweepResult = run_specs(specs, out, jobs=jobs, executor=executor, slurm=slurm, verbose=verbose)
+    for stage_runs in runs:
+        specs: list[RunSpec] = [s for sw_runs in stage_runs for s in sw_runs]
+        res: SweepResult = run_specs(specs, out, jobs=jobs, executor=executor, slurm=slurm, verbose=verbose,
+                                     checked=True)
         status.update(res.status)
         failed += res.failed
     manifest["finished"] = time.strftime("%Y-%m-%d %H:%M:%S")

@@ -10,6 +10,7 @@ import json
 import math
 import time
 import traceback
+from collections import Counter
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -141,9 +142,7 @@ def write_report(out_dir: str | Path, exp: Experiment, verbose: bool = False) ->
 def _markdown(exp, manifest: dict[str, Any], runs: list[RunRecord], a: Analysis, files: list[Path],
               error: str | None) -> str:
     sc = manifest.get("scale", {})
-    counts: dict[str, int] = {}
-    for r in runs:
-        counts[r.status] = counts.get(r.status, 0) + 1
+    counts = Counter(r.status for r in runs)
     L = [f"# {exp.id}: {exp.title}", ""]
     claim = published_claim(exp.doc)
     if claim:

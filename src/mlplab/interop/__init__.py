@@ -10,9 +10,9 @@ Formats: timm ``MlpMixer`` state dicts (:mod:`.timm`), the Mixer paper's Flax ``
 self-describing safetensors (:mod:`.native`). ``mlplab convert SRC DST --from FORMAT --to
 mlplab|timm`` is the command-line form.
 """
-from .api import FORMATS, convert, detect_format, load_pretrained, read_checkpoint, save_pretrained, to_timm
+from .api import FORMATS, build_pretrained, convert, detect_format, load_pretrained, read_checkpoint, save_pretrained, to_timm
 from .common import Imported
 from .files import read_tensors, write_tensors
 
-__all__ = ["FORMATS", "Imported", "convert", "detect_format", "load_pretrained", "read_checkpoint",
+__all__ = ["FORMATS", "Imported", "build_pretrained", "convert", "detect_format", "load_pretrained", "read_checkpoint",
            "save_pretrained", "to_timm", "read_tensors", "write_tensors"]

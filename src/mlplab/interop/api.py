@@ -13,7 +13,7 @@ from . import flax, native, scaling_mlps, timm
 from .common import Imported, describe_names
 from .files import read_tensors, write_tensors
 
-__all__ = ["FORMATS", "detect_format", "read_checkpoint", "load_pretrained", "save_pretrained", "convert", "to_timm"]
+__all__ = ["FORMATS", "detect_format", "read_checkpoint", "load_pretrained", "build_pretrained", "save_pretrained", "convert", "to_timm"]
 
 #: format name -> its module (``matches``, ``to_mlplab``, ``EXPECTED``), in detection order
 FORMATS = {"mlplab": native, "timm": timm, "flax": flax, "scaling_mlps": scaling_mlps}
@@ -60,7 +60,12 @@ def load_pretrained(path: str | os.PathLike, format: str = "auto", **overrides: 
     ``num_classes`` different from the checkpoint's gives a **new head** (zero-initialised for
     Mixers, as in the original); any other override that changes a tensor's shape is an error.
     """
-    imp = read_checkpoint(path, format, **overrides)
+    return build_pretrained(read_checkpoint(path, format, **overrides), **overrides)
+
+
+def build_pretrained(imp: Imported, **overrides: Any) -> nn.Module:
+    """The model of a checkpoint already read (:func:`read_checkpoint`), with its weights loaded:
+    :func:`load_pretrained` without reading the file again."""
     kwargs = {**imp.kwargs, **overrides}
     new_head = "head.weight" not in imp.state or kwargs.get("num_classes") != imp.kwargs.get("num_classes")
     model = create_model(imp.model_name, **kwargs)

@@ -37,6 +37,10 @@ __all__ = [
     "RunSection",
     "RunConfig",
     "make_config",
+    "validate",
+    "ensure_valid",
+    "not_semantic",
+    "NON_SEMANTIC",
     "load_config",
     "parse_overrides",
     "run_name",
@@ -45,6 +49,12 @@ __all__ = [
     "Durations",
     "durations",
 ]
+
+
+def not_semantic(default: Any) -> Any:
+    """A field that does not change what a run computes (where files go, how it logs): left out
+    of derived run names and of the check that a resumed run has the same config (NON_SEMANTIC)."""
+    return field(default=default, metadata={"semantic": False})
 
 
 @dataclass
@@ -63,15 +73,15 @@ class ModelSection:
 @dataclass
 class DataSection:
     dataset: str = "synthetic"  # a key of mlplab.data.DATASETS
-    root: str | None = None  # dataset folder; None -> the data module's default cache
-    download: bool = False
+    root: str | None = not_semantic(None)  # dataset folder; None -> the data module's default cache
+    download: bool = not_semantic(False)
     image_size: int | None = None  # resize to this (square) on load; None -> native size
     val_fraction: float = 0.0  # held out of train (seeded); 0 -> periodic evals use the test split
     train_subset: int | None = None  # use only N training examples (quick runs)
     test_subset: int | None = None  # use only N test examples
     subset: Literal["first", "random"] = "first"  # which N: the first N, or a seeded random N
     on_device: bool | Literal["auto"] = "auto"  # keep the uint8 dataset on the run device
-    num_workers: int = 0  # host threads for datasets decoded on the host (unused for tensor data)
+    num_workers: int = not_semantic(0)  # host threads for datasets decoded on the host (unused for tensor data)
 
 
 @dataclass
@@ -108,20 +118,20 @@ class RunSection:
     batch_size: int = 128  # global: split over processes under torchrun
     eval_batch_size: int | None = None  # None -> 4 x batch_size (capped at 1024)
     seed: int = 0  # model init, data order, augmentation
-    device: Literal["auto", "cpu", "cuda"] = "auto"
+    device: Literal["auto", "cpu", "cuda"] = not_semantic("auto")
     precision: Literal["auto", "fp32", "bf16"] = "auto"  # auto: bf16 autocast where native
     compile: bool | Literal["auto"] = "auto"  # torch.compile; auto: CUDA, or long bf16 CPU runs (train.backend)
     eval_every: int = 1  # epochs between evaluations; 0 -> only the final test
     checkpoint_every: int = 1  # epochs between checkpoints; 0 -> only at the end
-    nan_check_every: int = 50  # steps between reads of the non-finite flag (one host sync each)
-    out_dir: str = "runs"
-    name: str | None = None  # run folder name; None -> derived from the overrides
-    log: Literal["auto", "bar", "lines", "none"] = "auto"  # auto: a bar on a TTY, else lines
-    divergence_factor: float | None = 100.0  # stop when the training loss exceeds this x ln(classes); null: never
-    tensorboard: bool = False  # also log to TensorBoard (<run>/tb; the "tensorboard" extra)
-    wandb: bool = False  # also log to Weights & Biases, offline unless WANDB_MODE says otherwise (<run>/wandb)
-    wandb_project: str = "mlplab"
-    threads: int | None = None  # torch CPU threads; None -> torch's default
+    nan_check_every: int = not_semantic(50)  # steps between reads of the non-finite flag (one host sync each)
+    out_dir: str = not_semantic("runs")
+    name: str | None = not_semantic(None)  # run folder name; None -> derived from the overrides
+    log: Literal["auto", "bar", "lines", "none"] = not_semantic("auto")  # auto: a bar on a TTY, else lines
+    divergence_factor: float | None = not_semantic(100.0)  # stop when the training loss exceeds this x ln(classes); null: never
+    tensorboard: bool = not_semantic(False)  # also log to TensorBoard (<run>/tb; the "tensorboard" extra)
+    wandb: bool = not_semantic(False)  # also log to Weights & Biases, offline unless WANDB_MODE says otherwise (<run>/wandb)
+    wandb_project: str = not_semantic("mlplab")
+    threads: int | None = not_semantic(None)  # torch CPU threads; None -> torch's default
 
 
 @dataclass
@@ -146,10 +156,10 @@ class RunConfig:
 
 _SECTION_CLS: dict[str, type] = typing.get_type_hints(RunConfig)
 
-# keys that do not change what a run computes: left out of derived names and resume checks
-NON_SEMANTIC = frozenset({"run.log", "run.threads", "run.tensorboard", "run.out_dir", "run.name",
-                          "run.device", "data.root", "data.download", "data.num_workers",
-                          "run.nan_check_every", "run.divergence_factor", "run.wandb", "run.wandb_project"})
+#: keys that do not change what a run computes (fields made with :func:`not_semantic`): left out
+#: of derived names and resume checks
+NON_SEMANTIC = frozenset(f"{sec}.{f.name}" for sec, cls in _SECTION_CLS.items() for f in dataclasses.fields(cls)
+                         if not f.metadata.get("semantic", True))
 
 
 def _field_names(cls: type) -> list[str]:
@@ -267,6 +277,18 @@ def _count_set(*values: Any) -> int:
     return sum(v is not None for v in values)
 
 
+def _fingerprint(cfg: RunConfig) -> str:
+    return json.dumps(dataclasses.asdict(cfg), sort_keys=True, default=repr)
+
+
+def ensure_valid(cfg: RunConfig) -> RunConfig:
+    """``cfg`` validated: :func:`validate` runs again only when ``cfg`` changed since it last
+    passed (``make_config`` validates, and a run plans the same config without checking twice)."""
+    if cfg.__dict__.get("_validated") == _fingerprint(cfg):
+        return cfg
+    return validate(cfg)
+
+
 def validate(cfg: RunConfig) -> RunConfig:
     """Type checks every section and refuses inconsistent combinations."""
     for sec in _SECTION_CLS:
@@ -321,6 +343,7 @@ def validate(cfg: RunConfig) -> RunConfig:
     # model name and kwargs are checked by the registry (unknown name / key / type -> error)
     get_model_entry(cfg.model.name)
     model_config(cfg.model.name, **cfg.model.kwargs)
+    cfg.__dict__["_validated"] = _fingerprint(cfg)  # not a field: asdict, eq and repr ignore it
     return cfg
 
 

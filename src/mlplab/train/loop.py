@@ -29,7 +29,6 @@ threads spin-wait for each other when the other core is busy); measure before ch
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import hashlib
 import math
 import os
@@ -44,123 +43,27 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ..errors import BadInput, RunFailure
-from ..data.table import get_info
 from ..models.counting import count_flops, count_params
-from ..models.registry import create_model, get_model_entry
 from ..utils.cpu import cpu_has_native_bf16
 from ..utils.io import atomic_write_json
 from ..utils.units import format_count
 from . import checkpoint as ckpt
 from .backend import compile_model, keep_freed_memory, resolve_compile
-from .config import Durations, RunConfig, durations, validate
+from .config import Durations, RunConfig, durations
 from .data import RunData, eval_loader, load_run_data, train_loader
-from .init import check_pretrained, pretrained_model, with_model_resolution
 from .distributed import DistInfo, all_reduce_sum, barrier, cleanup, init_distributed
 from .loggers import open_loggers
 from .metrics import Progress, matmul_flops_per_s
 from .optim import build_optimizer, lr_at, set_lr
 from .rundir import RunExistsError, RunFolder, RunLockedError, open_run_folder, truncate_metrics
+from .runplan import RunPlan, as_plan, resolve_device, resolve_model_kwargs, resolve_precision
 
-__all__ = ["train", "check_run", "evaluate", "weights_digest", "resolve_device", "resolve_precision", "resolve_model_kwargs",
+__all__ = ["train", "evaluate", "weights_digest", "RunState", "resolve_device", "resolve_precision", "resolve_model_kwargs",
            "NonFiniteError", "RunExistsError", "RunLockedError"]
 
 
 class NonFiniteError(RunFailure):
     """The loss, the gradients, the weights or the evaluation became NaN/inf, or the loss diverged."""
-
-
-# ----------------------------------------------------------------------------- resolution
-
-def resolve_device(choice: str, dist: DistInfo | None = None) -> torch.device:
-    if choice == "cuda" or (choice == "auto" and torch.cuda.is_available()):
-        if not torch.cuda.is_available():
-            raise ValueError("run.device=cuda but CUDA is not available; use run.device=cpu or auto")
-        return torch.device("cuda", dist.local_rank if dist is not None else torch.cuda.current_device())
-    return torch.device("cpu")
-
-
-def resolve_precision(choice: str, device: torch.device) -> str:
-    """'fp32' or 'bf16'. auto -> bf16 autocast on CUDA with bf16 support and on CPUs with native
-    bf16 matmuls (AVX512-BF16/AMX); fp32 elsewhere, where emulated bf16 is slower than fp32."""
-    if choice != "auto":
-        return choice
-    if device.type == "cuda":
-        return "bf16" if torch.cuda.is_bf16_supported() else "fp32"
-    return "bf16" if cpu_has_native_bf16() else "fp32"
-
-
-def resolve_model_kwargs(cfg: RunConfig, info: Any) -> dict[str, Any]:
-    """The model overrides with image_size / in_chans / num_classes filled from the dataset,
-    or a clear error when given values contradict the data."""
-    fields = {f.name for f in dataclasses.fields(get_model_entry(cfg.model.name).config_cls)}
-    h, w = info.image_size
-    data_vals = {"image_size": h, "in_chans": info.in_chans, "num_classes": info.num_classes}
-    kwargs = dict(cfg.model.kwargs)
-    if h != w and "image_size" in fields:
-        raise ValueError(f"{cfg.data.dataset} images are {h}x{w}; square models need data.image_size=N to resize")
-    for k, v in data_vals.items():
-        if k not in fields:
-            continue
-        if k in kwargs and kwargs[k] != v:
-            hint = {"image_size": f"set data.image_size={kwargs[k]} to resize the data, or drop model.kwargs.image_size",
-                    "in_chans": "drop model.kwargs.in_chans",
-                    "num_classes": "drop model.kwargs.num_classes"}[k]
-            raise ValueError(f"model.kwargs.{k}={kwargs[k]} does not match dataset {cfg.data.dataset!r} "
-                             f"({k}={v}); {hint}")
-        kwargs[k] = v
-    return kwargs
-
-
-def _dataset_info(cfg: RunConfig) -> Any:
-    """The table's record for ``data.dataset``, with the size ``data.image_size`` resizes to."""
-    info = get_info(cfg.data.dataset)  # unknown -> BadInput naming the known ones
-    if cfg.data.image_size is not None:
-        info = dataclasses.replace(info, image_size=(cfg.data.image_size, cfg.data.image_size))
-    return info
-
-
-def _check_memory(n_params: int, device: torch.device) -> None:
-    """Refuse a model whose weights, gradients and optimiser state (16 bytes per fp32 parameter
-    with AdamW) cannot fit in the memory available now."""
-    need = 16 * n_params
-    if device.type == "cuda":
-        free = torch.cuda.mem_get_info(device)[0]
-    else:
-        try:
-            with open("/proc/meminfo") as f:
-                free = next(int(ln.split()[1]) * 1024 for ln in f if ln.startswith("MemAvailable:"))
-        except (OSError, StopIteration, ValueError):
-            return
-    if need > free:
-        raise BadInput(f"the model has {format_count(n_params)} parameters, needing about {need / 2**30:.1f} GiB "
-                       f"for weights, gradients and optimiser state; {device.type} has {free / 2**30:.1f} GiB "
-                       "available. Choose a smaller model (model.kwargs)")
-
-
-def check_run(cfg: RunConfig, memory: bool = True) -> RunConfig:
-    """Everything about ``cfg`` that can be checked without loading data or writing a file: the
-    config's own rules, the dataset's name, the model against the dataset's image size and
-    channels, the model's constructor (built on the ``meta`` device: no memory) and whether its
-    training state fits in memory (``memory=False`` skips that: another machine will run it); with
-    ``model.init_from``, the checkpoint (``train.init.check_pretrained``). Returns the validated
-    config; raises ``BadInput`` otherwise.
-    ``train`` calls it first; ``mlplab train --print-config`` and ``reproduce --set`` too."""
-    cfg = validate(cfg)
-    if cfg.model.init_from is not None:  # the checkpoint decides the model (train.init)
-        check_pretrained(cfg, get_info(cfg.data.dataset).in_chans)
-        return cfg
-    info = _dataset_info(cfg)
-    if info.image_size == (0, 0):
-        return cfg  # image folders: the size is known only once the images are read
-    kwargs = resolve_model_kwargs(cfg, info)
-    try:
-        with torch.device("meta"):
-            model = create_model(cfg.model.name, **kwargs)
-    except NotImplementedError:
-        return cfg  # an op without a meta kernel: the real build (before any write) checks the rest
-    if memory:
-        _check_memory(sum(p.numel() for p in model.parameters()), resolve_device(cfg.run.device))
-    return cfg
 
 
 def weights_digest(model: nn.Module) -> str:
@@ -230,20 +133,22 @@ def _gather_rng(device: torch.device, dist: DistInfo) -> list[dict[str, Any]]:
     return out
 
 
-def train(cfg: RunConfig, *, resume: bool = False, overwrite: bool = False,
+def train(cfg: RunConfig | RunPlan | str, *, resume: bool = False, overwrite: bool = False,
           on_epoch_end: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
     """Train and test one run; returns the results (also written to ``<run_dir>/results.json``).
 
-    ``resume``: continue the run in ``<out_dir>/<name>`` from its last checkpoint (its config
-    must be the same). ``overwrite``: replace an existing run folder. ``on_epoch_end(record)`` is
+    ``cfg``: a config, a named config or JSON file (planned here: ``train.runplan``), or the plan
+    ``mlplab train`` made. ``resume``: continue the run in ``<out_dir>/<name>`` from its last
+    checkpoint (its config must be the same). ``overwrite``: replace an existing run folder. ``on_epoch_end(record)`` is
     called after each epoch's metrics and checkpoint are written (tests use it)."""
-    cfg = check_run(cfg)
+    plan = as_plan(cfg)
+    cfg = plan.cfg
     if cfg.run.threads:
         torch.set_num_threads(cfg.run.threads)
     keep_freed_memory()  # no page faults for each step's activations (backend.py)
     dist = init_distributed("cuda" if cfg.run.device != "cpu" and torch.cuda.is_available() else "cpu")
     try:
-        return _train(cfg, dist, resume, overwrite, on_epoch_end)
+        return _train(plan, dist, resume, overwrite, on_epoch_end)
     finally:
         cleanup(dist)
 
@@ -274,20 +179,17 @@ class _Run:
         return contextlib.nullcontext()
 
 
-def _prepare(cfg: RunConfig, dist: DistInfo) -> _Run:
-    """Device, data, model, durations and optimiser: every check that needs no write happens
-    here, so a refused run leaves no folder behind."""
-    r = cfg.run
-    device = resolve_device(r.device, dist)
-    precision = resolve_precision(r.precision, device)
+def _prepare(plan: RunPlan, dist: DistInfo) -> _Run:
+    """Data, model, durations and optimiser for the plan: every check that needs no write
+    happens here, so a refused run leaves no folder behind."""
+    cfg, r, device, precision = plan.cfg, plan.cfg.run, plan.device, plan.precision
     if precision == "bf16" and device.type == "cpu" and not cpu_has_native_bf16() and dist.is_main:
         print("mlplab train: warning: this CPU has no native bf16 (AVX512-BF16/AMX); bf16 matmuls are "
               "emulated and several times slower than fp32", file=sys.stderr)
     torch.manual_seed(r.seed)
-    data = load_run_data(with_model_resolution(cfg), device)  # a pretrained model's resolution (train.init)
+    data = load_run_data(plan.data_cfg, device)  # a pretrained model's resolution (train.init)
     dur = durations(cfg, len(data.train), dist.world_size)
-    model = (create_model(cfg.model.name, **resolve_model_kwargs(cfg, data.info)) if cfg.model.init_from is None
-             else pretrained_model(cfg, data.info)).to(device)
+    model = plan.build_model(data.info).to(device)
     fpe = float(count_flops(model, tuple(data.train.images.shape[1:])))
     optimizer = build_optimizer(model, cfg.optim)  # may freeze the body (linear probe)
     # 3 × forward holds only when the backward runs through every layer: unknown with frozen ones
@@ -298,7 +200,7 @@ def _prepare(cfg: RunConfig, dist: DistInfo) -> _Run:
 
 
 @dataclass
-class _Progress:
+class RunState:
     """Where a run stands; restored from the checkpoint when resuming."""
     epoch: int = 0  # epochs completed
     step: int = 0  # optimiser steps completed
@@ -307,10 +209,10 @@ class _Progress:
     checkpoint_epoch: int | None = None  # epoch of the last (good) checkpoint written
 
 
-def _resume(run: _Run, folder: RunFolder) -> _Progress:
+def _resume(run: _Run, folder: RunFolder) -> RunState:
     """The run's position: from its checkpoint when continuing, else the start."""
     dist = run.dist
-    state = _Progress()
+    state = RunState()
     found = ckpt.find_checkpoint(folder.path) if folder.continuing else None
     if found is not None:
         saved = ckpt.load_checkpoint(found, run.model)
@@ -318,7 +220,7 @@ def _resume(run: _Run, folder: RunFolder) -> _Progress:
             raise BadInput(f"the checkpoint in {found} was written by {len(saved['rng'])} process(es); "
                            f"resume it with the same number, not {dist.world_size}")
         run.optimizer.load_state_dict(saved["optimizer"])
-        state = _Progress(int(saved["epoch"]), int(saved["step"]), list(saved["history"]),
+        state = RunState(int(saved["epoch"]), int(saved["step"]), list(saved["history"]),
                           float(saved["wall_s"]), int(saved["epoch"]))
         _set_rng_state(saved["rng"][dist.rank], run.device)
     if folder.continuing and dist.is_main:
@@ -391,7 +293,7 @@ class _Guard:
                              f"or use run.precision=fp32, then start a new run.name")
 
 
-def _train_epoch(run: _Run, epoch: int, state: _Progress, guard: _Guard, progress: Progress) -> dict[str, Any]:
+def _train_epoch(run: _Run, epoch: int, state: RunState, guard: _Guard, progress: Progress) -> dict[str, Any]:
     """One pass over this rank's shard; returns the epoch's training record (all ranks reduced)."""
     cfg, dur, dist, device = run.cfg, run.dur, run.dist, run.device
     t_epoch = time.perf_counter()
@@ -443,7 +345,7 @@ def _weights_finite(model: nn.Module) -> bool:
     return bool(torch.stack(flags).all()) if flags else True
 
 
-def _save_checkpoint(run: _Run, state: _Progress, run_dir: Path, guard: _Guard, t_start: float) -> None:
+def _save_checkpoint(run: _Run, state: RunState, run_dir: Path, guard: _Guard, t_start: float) -> None:
     """Write the checkpoint of ``state.epoch`` after checking the weights are finite (the guard
     was read at the end of the epoch, and the evaluation's loss checked by the caller)."""
     if not _weights_finite(run.model):
@@ -466,7 +368,7 @@ def _save_checkpoint(run: _Run, state: _Progress, run_dir: Path, guard: _Guard, 
     barrier(run.dist)
 
 
-def _results(run: _Run, state: _Progress, final: dict[str, float], run_dir: Path, peak: float,
+def _results(run: _Run, state: RunState, final: dict[str, float], run_dir: Path, peak: float,
              t_start: float) -> dict[str, Any]:
     """The results dict (``results.json``): final test metrics, speed, cost, provenance."""
     digest = weights_digest(run.model)
@@ -503,11 +405,12 @@ def _results(run: _Run, state: _Progress, final: dict[str, float], run_dir: Path
 
 # ----------------------------------------------------------------------------- the loop
 
-def _train(cfg: RunConfig, dist: DistInfo, resume: bool, overwrite: bool,
+def _train(plan: RunPlan, dist: DistInfo, resume: bool, overwrite: bool,
            on_epoch_end: Callable | None) -> dict[str, Any]:
     t_start = time.perf_counter()
+    cfg = plan.cfg
     r = cfg.run
-    run = _prepare(cfg, dist)
+    run = _prepare(plan, dist)
     dur, data = run.dur, run.data
     with open_run_folder(cfg, dist, resume, overwrite) as folder:
         if folder.finished is not None:
