@@ -322,7 +322,8 @@ def set_impl(model: nn.Module, impl: str) -> nn.Module:
     check_impl(impl)
     targets = [m for m in model.modules() if isinstance(getattr(type(m), "IMPLS", None), tuple)]
     if impl in ("fused", "definition") and not any(impl in m.IMPLS for m in targets):
-        raise ValueError(f"{type(model).__name__} has no {impl!r} implementation; use impl=auto or module")
+        name = getattr(model, "model_name", None) or type(model).__name__
+        raise ValueError(f"{name} has no {impl!r} implementation; use impl=auto or module")
     for m in targets:
         m.impl = impl if impl in m.IMPLS else "auto"
     return model

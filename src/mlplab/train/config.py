@@ -58,6 +58,7 @@ class ModelSection:
     init_format: Literal["auto", "mlplab", "timm", "flax", "scaling_mlps"] = "auto"
     expand: int = 1  # Mixers: expand_resolution(model, expand) after loading (K x the resolution)
     new_head: bool | Literal["auto"] = "auto"  # auto: a new head when the class count differs
+    impl: Literal["auto", "module", "fused", "definition"] = "auto"  # how the model computes (docs/kernels.md)
 
 
 @dataclass
@@ -149,7 +150,8 @@ _SECTION_CLS: dict[str, type] = typing.get_type_hints(RunConfig)
 # keys that do not change what a run computes: left out of derived names and resume checks
 NON_SEMANTIC = frozenset({"run.log", "run.threads", "run.tensorboard", "run.out_dir", "run.name",
                           "run.device", "data.root", "data.download", "data.num_workers",
-                          "run.nan_check_every", "run.divergence_factor", "run.wandb", "run.wandb_project"})
+                          "run.nan_check_every", "run.divergence_factor", "run.wandb", "run.wandb_project",
+                          "model.impl"})
 
 
 def _field_names(cls: type) -> list[str]:

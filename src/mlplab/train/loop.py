@@ -51,7 +51,7 @@ from ..utils.cpu import cpu_has_native_bf16
 from ..utils.io import atomic_write_json
 from ..utils.units import format_count
 from . import checkpoint as ckpt
-from .backend import compile_model, keep_freed_memory, resolve_compile
+from .backend import apply_impl, compile_model, describe_implementation, implementation_line, keep_freed_memory, resolve_compile
 from .config import Durations, RunConfig, durations, validate
 from .data import RunData, eval_loader, load_run_data, train_loader
 from .init import check_pretrained, pretrained_model, with_model_resolution
@@ -288,6 +288,7 @@ def _prepare(cfg: RunConfig, dist: DistInfo) -> _Run:
     dur = durations(cfg, len(data.train), dist.world_size)
     model = (create_model(cfg.model.name, **resolve_model_kwargs(cfg, data.info)) if cfg.model.init_from is None
              else pretrained_model(cfg, data.info)).to(device)
+    apply_impl(model, cfg.model.impl, device, precision)
     fpe = float(count_flops(model, tuple(data.train.images.shape[1:])))
     optimizer = build_optimizer(model, cfg.optim)  # may freeze the body (linear probe)
     # 3 × forward holds only when the backward runs through every layer: unknown with frozen ones
@@ -493,6 +494,7 @@ def _results(run: _Run, state: _Progress, final: dict[str, float], run_dir: Path
         "flops_per_s": run.train_fpe * ips if run.train_fpe else None,
         "matmul_flops_per_s": peak, "mfu": run.train_fpe * ips / peak if run.train_fpe else None,
         "precision": run.precision, "compiled": run.compiled, "device": str(run.device),
+        "implementation": describe_implementation(run.model, run.device, run.precision, run.compiled),
         "world_size": run.dist.world_size, "threads": torch.get_num_threads(), "loadavg": list(os.getloadavg()),
         "weights_sha256": digest, "run_dir": str(run_dir), "history": history,
     }
@@ -522,7 +524,7 @@ def _train(cfg: RunConfig, dist: DistInfo, resume: bool, overwrite: bool,
             progress.line(f"run {run_dir}: {cfg.model.name} {format_count(run.n_params)} params, "
                           f"{format_count(run.fpe) if run.fpe else '?'}FLOP/example, {len(data.train)} train "
                           f"examples, {dur.total_steps} steps ({dur.steps_per_epoch}/epoch), peak lr {dur.peak_lr:.3g}, {run.device.type} "
-                          f"{run.precision}{' compiled' if run.compiled else ' eager'}, {dist.world_size} "
+                          f"{implementation_line(describe_implementation(run.model, run.device, run.precision, run.compiled))}, {dist.world_size} "
                           f"process(es)" + (f", resumed at epoch {state.epoch}" if folder.continuing else ""))
         guard = _Guard(run, state.step, run_dir)
         with open_loggers(run_dir, cfg, enabled=dist.is_main) as loggers:
