@@ -127,6 +127,10 @@ def test_forward_hooks_on_blocks_fire():
         h.remove()
     assert model.fused_unavailable("cpu") is None
     torch.testing.assert_close(model(x), y, rtol=1e-5, atol=1e-5)
+    seen = []
+    with torch.nn.modules.module.register_module_forward_hook(lambda m, i, o: seen.append(type(m).__name__)):
+        model(x)
+    assert "MixerBlock" in seen and "LayerNorm" in seen
 
 
 def test_one_switch_sets_every_layer():

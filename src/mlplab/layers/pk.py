@@ -90,9 +90,12 @@ def check_impl(impl: str) -> str:
 
 
 def has_hooks(module: nn.Module) -> bool:
-    """Whether a forward hook or pre-hook is registered on ``module`` or inside it: "auto" then
-    calls those modules as modules, so the hooks fire."""
-    return any(m._forward_hooks or m._forward_pre_hooks for m in module.modules())
+    """Whether a forward hook or pre-hook is registered on ``module``, inside it, or for every
+    module (``nn.modules.module.register_module_forward_hook``): "auto" then calls those modules
+    as modules, so the hooks fire."""
+    glob = nn.modules.module
+    return bool(glob._global_forward_hooks or glob._global_forward_pre_hooks) or \
+        any(m._forward_hooks or m._forward_pre_hooks for m in module.modules())
 
 
 def _group_map_widths(inner: nn.Module) -> tuple[int, int] | None:
