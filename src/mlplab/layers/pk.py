@@ -94,8 +94,15 @@ def has_hooks(module: nn.Module) -> bool:
     module (``nn.modules.module.register_module_forward_hook``): "auto" then calls those modules
     as modules, so the hooks fire."""
     glob = nn.modules.module
-    return bool(glob._global_forward_hooks or glob._global_forward_pre_hooks) or \
-        any(m._forward_hooks or m._forward_pre_hooks for m in module.modules())
+    if glob._global_forward_hooks or glob._global_forward_pre_hooks:
+        return True
+    stack = [module]  # the tree walked directly: ``modules()`` costs ~4 µs per module, this ~0.2
+    while stack:
+        m = stack.pop()
+        if m._forward_hooks or m._forward_pre_hooks:
+            return True
+        stack.extend(c for c in m._modules.values() if c is not None)
+    return False
 
 
 def _group_map_widths(inner: nn.Module) -> tuple[int, int] | None:

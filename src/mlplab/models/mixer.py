@@ -253,7 +253,7 @@ class Mixer(VisionMLP):
             return f"the fused kernels run on CPU, not {torch.device(device).type}"
         if not (cfg.norm and cfg.skip):
             return "a Mixer without LayerNorms or skips has no seams"
-        if self.training and any(b.drop_path.p > 0 for b in self.blocks):
+        if self.training and self.cfg.drop_path_rate > 0 and self.cfg.depth > 1:
             return "stochastic depth while training"
         if torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") != torch.bfloat16:
             return f"autocast to {torch.get_autocast_dtype('cpu')}"
