@@ -17,7 +17,7 @@ Suites (sizes from the command line):
   compiled, normal and RP are timed in the same interleaved rounds.
   ``--with-generic`` adds mlplab computing every PK layer by gathers (``compute_by_definition``):
   the "before" of the speed work, in the same run (fp32 only).
-  ``--with-unfused`` adds mlplab with its fused seams off (``fuse_seams = False``: the module
+  ``--with-unfused`` adds mlplab with its fused seams off (``impl = "module"``: the module
   path, LN/act/skip as separate ops), eager and, with ``--compile``, compiled.
 
 The GEMM rate is that of ``F.linear`` on two n×n fp32 tensors, under CPU autocast for bf16
@@ -125,7 +125,7 @@ def timm_mixer(C: int, ds: int, dc: int, depth: int, patch: int, image: int = 32
 
 
 def _unfused(m: nn.Module) -> nn.Module:
-    m.fuse_seams = False
+    m.impl = "module"
     return m
 
 

@@ -68,6 +68,7 @@ class ModelSection:
     init_format: Literal["auto", "mlplab", "timm", "flax", "scaling_mlps"] = "auto"
     expand: int = 1  # Mixers: expand_resolution(model, expand) after loading (K x the resolution)
     new_head: bool | Literal["auto"] = "auto"  # auto: a new head when the class count differs
+    impl: Literal["auto", "module", "fused", "definition"] = not_semantic("auto")  # how the model computes (docs/kernels.md)
 
 
 @dataclass

@@ -48,7 +48,7 @@ from ..utils.cpu import cpu_has_native_bf16
 from ..utils.io import atomic_write_json
 from ..utils.units import format_count
 from . import checkpoint as ckpt
-from .backend import compile_model, keep_freed_memory, resolve_compile
+from .backend import apply_impl, compile_model, describe_implementation, implementation_line, keep_freed_memory, resolve_compile
 from .config import Durations, RunConfig, durations
 from .data import RunData, eval_loader, load_run_data, train_loader
 from .distributed import DistInfo, all_reduce_sum, barrier, cleanup, init_distributed
@@ -190,6 +190,7 @@ def _prepare(plan: RunPlan, dist: DistInfo) -> _Run:
     data = load_run_data(plan.data_cfg, device)  # a pretrained model's resolution (train.init)
     dur = durations(cfg, len(data.train), dist.world_size)
     model = plan.build_model(data.info).to(device)
+    apply_impl(model, cfg.model.impl, device, precision)
     fpe = float(count_flops(model, tuple(data.train.images.shape[1:])))
     optimizer = build_optimizer(model, cfg.optim)  # may freeze the body (linear probe)
     # 3 × forward holds only when the backward runs through every layer: unknown with frozen ones
@@ -395,6 +396,7 @@ def _results(run: _Run, state: RunState, final: dict[str, float], run_dir: Path,
         "flops_per_s": run.train_fpe * ips if run.train_fpe else None,
         "matmul_flops_per_s": peak, "mfu": run.train_fpe * ips / peak if run.train_fpe else None,
         "precision": run.precision, "compiled": run.compiled, "device": str(run.device),
+        "implementation": describe_implementation(run.model, run.device, run.precision, run.compiled),
         "world_size": run.dist.world_size, "threads": torch.get_num_threads(), "loadavg": list(os.getloadavg()),
         "weights_sha256": digest, "run_dir": str(run_dir), "history": history,
     }
@@ -425,7 +427,7 @@ def _train(plan: RunPlan, dist: DistInfo, resume: bool, overwrite: bool,
             progress.line(f"run {run_dir}: {cfg.model.name} {format_count(run.n_params)} params, "
                           f"{format_count(run.fpe) if run.fpe else '?'}FLOP/example, {len(data.train)} train "
                           f"examples, {dur.total_steps} steps ({dur.steps_per_epoch}/epoch), peak lr {dur.peak_lr:.3g}, {run.device.type} "
-                          f"{run.precision}{' compiled' if run.compiled else ' eager'}, {dist.world_size} "
+                          f"{implementation_line(describe_implementation(run.model, run.device, run.precision, run.compiled))}, {dist.world_size} "
                           f"process(es)" + (f", resumed at epoch {state.epoch}" if folder.continuing else ""))
         guard = _Guard(run, state.step, run_dir)
         with open_loggers(run_dir, cfg, enabled=dist.is_main) as loggers:
