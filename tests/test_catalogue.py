@@ -64,7 +64,7 @@ CONFIG_FILES = {
 
 
 @pytest.mark.parametrize("overrides, pattern", [
-    (["optim.lrr=1"], r"unknown config key 'optim\.lrr'; valid keys"),
+    (["optim.lrr=1"], r"unknown config key 'optim\.lrr'; did you mean 'optim\.lr'\? valid keys"),
     (["optim.lr=fast"], r"config key 'optim\.lr'.*expected"),
     (["data.dataset=cifar-10"], r"unknown dataset 'cifar-10'; did you mean 'cifar10'"),
     (["model.kwargs.patch_size=5"], r"patch_size=5 does not divide image_size=8"),

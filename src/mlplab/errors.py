@@ -46,7 +46,7 @@ class UnreadableFile(RunFailure):
     """A file the tool wrote (results, spec, run config, checkpoint) is cut short or corrupt."""
 
     def __init__(self, path: str | os.PathLike, reason: str, what: str = "file"):
-        self.path = path
+        self.path, self.reason = path, reason
         super().__init__(f"{what} {path} {reason}; it was cut short or damaged: remove it, or restore it from a copy")
 
 

@@ -147,7 +147,8 @@ def check_run(cfg: RunConfig, memory: bool = True) -> RunConfig:
     ``train`` calls it first; ``mlplab train --print-config`` and ``reproduce --set`` too."""
     cfg = validate(cfg)
     if cfg.model.init_from is not None:  # the checkpoint decides the model (train.init)
-        check_pretrained(cfg, get_info(cfg.data.dataset).in_chans)
+        info = get_info(cfg.data.dataset)
+        check_pretrained(cfg, info.in_chans, info.num_classes)
         return cfg
     info = _dataset_info(cfg)
     if info.image_size == (0, 0):

@@ -22,10 +22,10 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from ..errors import FolderInUse, UnreadableFile
+from ..errors import BadInput, FolderInUse, UnreadableFile
 
 __all__ = ["atomic_write_bytes", "atomic_write_text", "atomic_write_json", "atomic_save", "read_json",
-           "folder_lock", "file_mode", "LOCK_FILE"]
+           "folder_lock", "file_mode", "torch_load_error", "LOCK_FILE"]
 
 LOCK_FILE = ".lock"
 _HELD: set[str] = set()  # folders whose lock this process holds
@@ -121,10 +121,17 @@ def atomic_write_json(path: str | os.PathLike, obj: Any, indent: int = 2) -> Pat
     return atomic_write_text(path, json.dumps(obj, indent=indent, sort_keys=False, default=str) + "\n")
 
 
-def read_json(path: str | os.PathLike, what: str = "file", expect: type | None = dict) -> Any:
+def read_json(path: str | os.PathLike, what: str = "file", expect: type | None = dict,
+              users: bool = False) -> Any:
     """The JSON in ``path``; a missing file raises ``FileNotFoundError``, and an empty, cut,
-    non-UTF-8 or wrongly shaped one :class:`~mlplab.errors.UnreadableFile` naming the file."""
+    non-UTF-8 or wrongly shaped one :class:`~mlplab.errors.UnreadableFile` naming the file
+    (``users``: a file the user wrote, so :class:`~mlplab.errors.BadInput` saying to fix it)."""
     path = Path(path)
+    if users:
+        try:
+            return read_json(path, what, expect)
+        except UnreadableFile as e:
+            raise BadInput(f"{what} {path} {e.reason}; fix it") from None
     data = path.read_bytes()
     try:
         obj = json.loads(data.decode("utf-8"))
@@ -136,6 +143,24 @@ def read_json(path: str | os.PathLike, what: str = "file", expect: type | None =
     if expect is not None and not isinstance(obj, expect):
         raise UnreadableFile(path, f"holds a JSON {type(obj).__name__}, not an object", what)
     return obj
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+def torch_load_error(e: BaseException) -> str:
+    """What went wrong in ``torch.load(weights_only=True)``, in a few words: a cut or corrupt
+    archive, or the object the weights-only unpickler refused (without torch's advice to load
+    with ``weights_only=False``, which would run the file's code)."""
+    text = _ANSI.sub("", str(e))
+    if "WeightsUnpickler error:" in text:
+        return "it holds objects other than tensors and plain types (" + \
+            text.split("WeightsUnpickler error:", 1)[1].strip().splitlines()[0].strip() + ")"
+    if "Weights only load failed" in text:
+        return "it is not a PyTorch file of tensors and plain types"
+    if isinstance(e, (EOFError, OSError)) or "zip archive" in text or "central directory" in text:
+        return "it is cut short or not a PyTorch file"
+    return f"{type(e).__name__}: {text.strip().splitlines()[0] if text.strip() else ''}"
 
 
 @contextlib.contextmanager
