@@ -77,7 +77,6 @@ def atomic_save(path: str | os.PathLike, writer: Callable[[str], None]) -> Path:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
         os.close(fd)
-        os.chmod(tmp, file_mode())
         try:
             writer(tmp)
         except OSError:
@@ -87,6 +86,7 @@ def atomic_save(path: str | os.PathLike, writer: Callable[[str], None]) -> Path:
             if cause is None:
                 raise
             raise cause from e
+        os.chmod(tmp, file_mode())  # after the writer: some writers replace the file they are given
         with open(tmp, "rb") as f:
             os.fsync(f.fileno())
         if path.is_dir():
@@ -154,8 +154,10 @@ def torch_load_error(e: BaseException) -> str:
     with ``weights_only=False``, which would run the file's code)."""
     text = _ANSI.sub("", str(e))
     if "WeightsUnpickler error:" in text:
-        return "it holds objects other than tensors and plain types (" + \
-            text.split("WeightsUnpickler error:", 1)[1].strip().splitlines()[0].strip() + ")"
+        reason = text.split("WeightsUnpickler error:", 1)[1].strip().splitlines()[0].strip()
+        if reason.startswith("Unsupported global"):
+            return f"it holds objects other than tensors and plain types ({reason})"
+        return "it is cut short or not a PyTorch file"
     if "Weights only load failed" in text:
         return "it is not a PyTorch file of tensors and plain types"
     if isinstance(e, (EOFError, OSError)) or "zip archive" in text or "central directory" in text:
