@@ -1071,3 +1071,26 @@ def test_a_sweep_into_a_folder_held_by_another_sweep_is_refused(tmp_path, capsys
     assert sorted(p.name for p in out.iterdir()) == [".lock"]
     with folder_lock(out):  # the holder is gone: the kernel released its lock
         pass
+
+
+@pytest.mark.parametrize("argv, started, expected", [
+    (["train", "c.json", "--overwrite"], True, "mlplab train c.json --resume"),
+    (["train", "c.json", "--overwrite"], False, "mlplab train c.json --overwrite"),  # nothing written yet
+    (["train", "c.json", "run.name=a b", "--resume"], True, "mlplab train c.json 'run.name=a b' --resume"),
+    (["reproduce", "fig6", "--out", "x"], True, "mlplab reproduce fig6 --out x"),
+])
+def test_the_continue_command(argv, started, expected):
+    assert cli.continue_command(argv[0], argv, started) == expected
+
+
+def test_ctrl_c_before_the_run_folder_exists_writes_nothing(tmp_path, capsys, monkeypatch):
+    def interrupted(cfg):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(loop, "_prepare", lambda cfg, dist: interrupted(cfg))
+    argv = ["train", *TINY, f"run.out_dir={tmp_path / 'runs'}", "run.name=k"]
+    rc, _, err = _run(argv, capsys)
+    assert rc == 130
+    assert err.strip() == "mlplab train: interrupted; continue with mlplab " + " ".join(
+        __import__("shlex").quote(a) for a in argv)
+    assert not (tmp_path / "runs").exists()

@@ -69,11 +69,12 @@ def explain(e: BaseException, command: str | None = None) -> tuple[int | None, s
     return None, ""
 
 
-def continue_command(command: str, argv: list[str]) -> str:
+def continue_command(command: str, argv: list[str], run_started: bool = True) -> str:
     """The command line that continues an interrupted ``command``: ``train``/``finetune`` with
-    ``--resume`` (and without ``--overwrite``), a sweep the same command (finished runs are skipped)."""
-    args = [a for a in argv if a != "--overwrite"]
-    if command in ("train", "finetune") and "--resume" not in args:
+    ``--resume`` (and without ``--overwrite``) once its run folder was written, else the same
+    command; a sweep the same command (finished runs are skipped)."""
+    args = [a for a in argv if a != "--overwrite"] if run_started else list(argv)
+    if command in ("train", "finetune") and run_started and "--resume" not in args:
         args.append("--resume")
     return "mlplab " + " ".join(shlex.quote(a) for a in args)
 
@@ -137,9 +138,9 @@ def main(argv: list[str] | None = None) -> int:
         if os.environ.get("MLPLAB_DEBUG"):
             raise
         signum = getattr(e, "signum", None) or signal.SIGINT
-        where = getattr(e, "message", "") or "interrupted"
-        print(f"mlplab {args.command}: {where}; continue with {continue_command(args.command, argv)}",
-              file=sys.stderr)
+        where = getattr(e, "message", "")  # empty: stopped before a run folder was written
+        print(f"mlplab {args.command}: {where or 'interrupted'}; continue with "
+              f"{continue_command(args.command, argv, bool(where))}", file=sys.stderr)
         return 128 + int(signum)
     except Exception as e:
         status, message = explain(e, args.command)

@@ -4,7 +4,6 @@ spectra, pictures, costs and CKA are sweeps like any other: resumable, parallel,
 """
 from __future__ import annotations
 
-import json
 import math
 import time
 from pathlib import Path
@@ -148,9 +147,10 @@ def load_trained_model(run_dir: str | Path):
     from ..train.checkpoint import find_checkpoint, load_weights
     from ..train.config import from_dict
     from ..train.loop import resolve_model_kwargs
+    from ..utils.io import read_json
 
     run_dir = Path(run_dir)
-    cfg = from_dict(json.loads((run_dir / "config.json").read_text()))
+    cfg = from_dict(read_json(run_dir / "config.json", "run config"))
     info = get_info(cfg.data.dataset)
     if cfg.data.image_size:
         from dataclasses import replace

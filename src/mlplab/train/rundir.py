@@ -42,7 +42,7 @@ __all__ = ["RunFolder", "open_run_folder", "RunExistsError", "RunLockedError", "
 _RUN_FILES = ("metrics.jsonl", "results.json", "error.txt")
 _RUN_DIRS = ("checkpoint", "checkpoint.prev", "checkpoint.new", "tb", "wandb")
 # what a sweep's run folder holds before its trainer starts (``mlplab.experiments.executors``)
-_SWEEP_FILES = ("spec.json", "log.txt", "error.txt", "error.previous.txt")
+_SWEEP_FILES = ("spec.json", "log.txt", "error.txt", "error.previous.txt", "results.unreadable.json")
 
 RunLockedError = FolderInUse  # another process is writing to the run folder
 
