@@ -1094,3 +1094,24 @@ def test_ctrl_c_before_the_run_folder_exists_writes_nothing(tmp_path, capsys, mo
     assert err.strip() == "mlplab train: interrupted; continue with mlplab " + " ".join(
         __import__("shlex").quote(a) for a in argv)
     assert not (tmp_path / "runs").exists()
+
+
+def test_a_damaged_latest_checkpoint_points_at_the_intact_previous_one(tmp_path, capsys):
+    out = tmp_path / "runs"
+    argv = ["train", *TINY, f"run.out_dir={out}", "run.name=two", "schedule.epochs=2"]
+    assert _run(argv, capsys)[0] == 0
+    run_dir = out / "two"
+    (run_dir / "results.json").unlink()
+    _cut(run_dir / "checkpoint" / ckpt.STATE_FILE, 0.9)
+    before = _snapshot(run_dir)
+    rc, _, err = _run([*argv, "--resume"], capsys)
+    assert rc == 1
+    _assert_message(err, r"checkpoint/state\.pt is unreadable .*The previous checkpoint is intact: to continue from "
+                         r"it, replace .*two/checkpoint by .*two/checkpoint\.prev", "train")
+    assert _snapshot(run_dir) == before
+    import shutil
+    shutil.rmtree(run_dir / "checkpoint")
+    os.replace(run_dir / "checkpoint.prev", run_dir / "checkpoint")  # what the message says
+    rc, _, err = _run([*argv, "--resume"], capsys)
+    assert rc == 0, err
+    assert json.loads((run_dir / "results.json").read_text())["epochs"] == 2

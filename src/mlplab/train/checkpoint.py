@@ -148,8 +148,21 @@ def find_checkpoint(run_dir: str | os.PathLike) -> Path | None:
 
 
 def load_checkpoint(ckpt_dir: str | os.PathLike, model: nn.Module) -> dict[str, Any]:
-    """Load the weights into ``model`` and return the state dict (plain types)."""
+    """Load the weights into ``model`` and return the state dict (plain types). A damaged
+    checkpoint is refused naming the file, and where the run keeps an earlier complete one in
+    ``checkpoint.prev/`` the message says so (it is not used behind the user's back)."""
     ckpt_dir = Path(ckpt_dir)
+    try:
+        return _load_checkpoint(ckpt_dir, model)
+    except CheckpointError as e:
+        prev = ckpt_dir.parent / CHECKPOINT_DIRS[1]
+        if ckpt_dir.name == CHECKPOINT_DIRS[0] and (prev / MODEL_FILE).is_file() and (prev / STATE_FILE).is_file():
+            raise CheckpointError(f"{e}. The previous checkpoint is intact: to continue from it, replace "
+                                  f"{ckpt_dir} by {prev}") from None
+        raise
+
+
+def _load_checkpoint(ckpt_dir: Path, model: nn.Module) -> dict[str, Any]:
     try:
         state = torch.load(ckpt_dir / STATE_FILE, map_location="cpu", weights_only=True)
     except FileNotFoundError:
