@@ -4,13 +4,16 @@ or one GPU each) or slurm (a job array through ``submitit``).
 Every run lives in its own folder ``<out>/<sweep>/<run>/``:
 
 - ``spec.json``   what to run (overrides, task), written before the run starts;
-- ``results.json`` written when the run finished — a run that has one is skipped;
+- ``results.json`` written when the run finished — a run whose file reads back is skipped; an
+  unreadable one (cut by a kill or a full disk) is set aside as ``results.unreadable.json`` and the
+  run done again;
 - ``error.txt``   the traceback of a failed run (the other runs go on);
 - ``log.txt``     stdout/stderr of a worker process (local executor).
 
 A killed sweep resumes where it stopped: finished runs are skipped and unfinished ones start
 again in the same folder, where the trainer picks up its checkpoint. ``<out>/<sweep>/summary.json``
-records the status of every run.
+records the status of every run. One sweep at a time writes to an output folder: a second
+``reproduce``/``sweep`` of the same ``--out`` is refused while the first holds ``<out>/.lock``.
 """
 from __future__ import annotations
 
@@ -28,14 +31,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from ..errors import BadInput
-from ..utils.io import atomic_write_json, atomic_write_text
+from ..errors import BadInput, Interrupted, UnreadableFile
+from ..utils.io import atomic_write_json, atomic_write_text, folder_lock, read_json
 from .sweep import RunSpec, Sweep, expand
 
 __all__ = ["SweepResult", "run_sweep", "run_specs", "execute_run", "available_cores", "EXECUTORS",
            "run_dir_overrides"]
 
 EXECUTORS = ("inline", "local", "slurm")
+SWEEP_BUSY = ("another mlplab reproduce or sweep is writing there; wait for it to finish, then run the command "
+              "again (finished runs are skipped)")
 
 
 @dataclass
@@ -94,9 +99,31 @@ def _train_config(spec: RunSpec, run_dir: Path):
 
 def _train_run(spec: RunSpec, run_dir: Path) -> dict[str, Any]:
     from ..train import train  # the trainer writes config/metrics/results.json
+    from ..train.config import to_dict
 
-    # resume=True: a run killed earlier continues from its checkpoint (same config required)
-    return train(_train_config(spec, run_dir), resume=True)
+    cfg = _train_config(spec, run_dir)
+    saved = run_dir / "config.json"
+    if saved.is_file():
+        try:
+            read_json(saved, "run config")
+        except UnreadableFile:  # cut by a kill or a full disk: the spec says what it was
+            atomic_write_json(saved, to_dict(cfg))
+    # a run killed earlier continues from its checkpoint (same config required)
+    return train(cfg, resume=saved.is_file())
+
+
+def finished(run_dir: str | os.PathLike) -> bool:
+    """Whether the run in ``run_dir`` finished: its ``results.json`` reads back as an object."""
+    from ..train.rundir import read_results
+
+    return read_results(run_dir) is not None
+
+
+def _set_aside_unreadable_results(run_dir: Path) -> None:
+    """A ``results.json`` that does not read back makes the run unfinished; keep it for a look."""
+    results = run_dir / "results.json"
+    if results.exists() and not finished(run_dir):
+        os.replace(results, run_dir / "results.unreadable.json")
 
 
 def check_specs(specs: Sequence[RunSpec], out_dir: Path) -> None:
@@ -123,9 +150,10 @@ def execute_run(run_dir: str | os.PathLike) -> str:
     """
     run_dir = Path(run_dir)
     results = run_dir / "results.json"
-    if results.exists():
+    if finished(run_dir):
         return "skipped"
-    spec = RunSpec.from_json(json.loads((run_dir / "spec.json").read_text()))
+    _set_aside_unreadable_results(run_dir)
+    spec = RunSpec.from_json(read_json(run_dir / "spec.json", "run spec"))
     err = run_dir / "error.txt"
     if err.exists():  # a previous attempt failed: keep its trace beside the new attempt
         os.replace(err, run_dir / "error.previous.txt")
@@ -151,7 +179,7 @@ def execute_run(run_dir: str | os.PathLike) -> str:
     except (KeyboardInterrupt, SystemExit):
         raise
     except BaseException:
-        if results.exists():  # another process finished this run meanwhile: it is done
+        if finished(run_dir):  # another process finished this run meanwhile: it is done
             return "done"
         atomic_write_text(err, traceback.format_exc())
         return "failed"
@@ -247,7 +275,7 @@ def _run_local(dirs: list[Path], jobs: int, log, out: dict[Path, str]) -> dict[P
                 logf.close()
                 del running[slot]
                 done += 1
-                if (d / "results.json").exists():
+                if finished(d):
                     out[d] = "done"
                     (d / "error.txt").unlink(missing_ok=True)
                 else:
@@ -303,16 +331,20 @@ def _run_slurm(dirs: list[Path], jobs: int, folder: Path, log, slurm: dict[str, 
 
 
 def _prepare(spec: RunSpec, run_dir: Path) -> None:
+    """Write the run's ``spec.json`` (again, when a kill or a full disk cut it: the sweep
+    definition says what it holds); a folder holding another run's spec is refused."""
     run_dir.mkdir(parents=True, exist_ok=True)
     p = run_dir / "spec.json"
     new = spec.to_json()
     if p.exists():
-        old = json.loads(p.read_text())
-        if old.get("overrides") != json.loads(json.dumps(new["overrides"], default=str)):
-            raise ValueError(
-                f"{run_dir} holds a run with other overrides; use another --out or remove the folder"
-            )
-        return
+        try:
+            old = read_json(p, "run spec")
+        except UnreadableFile:
+            old = None
+        if old is not None:
+            if old.get("overrides") != json.loads(json.dumps(new["overrides"], default=str)):
+                raise BadInput(f"{run_dir} holds a run with other overrides; use another --out or remove the folder")
+            return
     atomic_write_json(p, new)
 
 
@@ -323,7 +355,7 @@ def _term_as_interrupt():
         return None
 
     def handler(signum, frame):
-        raise KeyboardInterrupt(f"signal {signum}")
+        raise Interrupted("", signum)
 
     return signal.signal(signal.SIGTERM, handler)
 
@@ -356,7 +388,14 @@ def run_specs(
         raise ValueError(f"jobs must be >= 1, got {jobs}")
     out_dir = Path(out_dir)
     if not checked:
-        check_specs([s for s in specs if not (_dir_of(s, out_dir) / "results.json").exists()], out_dir)
+        check_specs([s for s in specs if not finished(_dir_of(s, out_dir))], out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with folder_lock(out_dir, SWEEP_BUSY):
+        return _run_specs_locked(specs, out_dir, jobs, executor, slurm, verbose)
+
+
+def _run_specs_locked(specs: Sequence[RunSpec], out_dir: Path, jobs: int, executor: str,
+                      slurm: dict[str, Any] | None, verbose: bool) -> SweepResult:
     log = (lambda msg: print(msg, flush=True)) if verbose else (lambda msg: None)
     result = SweepResult(out_dir)
     todo: list[Path] = []
@@ -364,7 +403,7 @@ def run_specs(
         d = _dir_of(s, out_dir)
         _prepare(s, d)
         result.run_dirs[_key(s)] = d
-        if (d / "results.json").exists():
+        if finished(d):
             result.status[_key(s)] = "skipped"
         else:
             todo.append(d)
@@ -379,6 +418,12 @@ def run_specs(
             _run_local(todo, jobs, log, st)
         else:
             _run_slurm(todo, jobs, out_dir, log, slurm, st)
+    except KeyboardInterrupt as e:
+        if isinstance(e, Interrupted) and e.message:
+            raise
+        ended = sum(v == "done" for v in st.values())
+        raise Interrupted(f"interrupted with {ended} of {len(todo)} run(s) finished in {out_dir}",
+                          getattr(e, "signum", None)) from None
     finally:
         if old_term is not None:
             signal.signal(signal.SIGTERM, old_term)

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..errors import BadInput
+from ..errors import did_you_mean
 from ..utils.io import atomic_write_json
 from .cost import estimate_cost, sweep_epochs
 from .executors import SweepResult, check_specs, run_specs
@@ -45,7 +46,8 @@ def get_experiment(id: str) -> Experiment:
     error that lists the valid ones."""
     key = ALIASES.get(str(id).lower())
     if key is None:
-        raise ValueError(f"unknown experiment {id!r}; valid ids are: {', '.join(_ordered())}")
+        raise ValueError(f"unknown experiment {id!r}; {did_you_mean(id, _ordered())}valid ids are: "
+                         f"{', '.join(_ordered())}")
     return EXPERIMENTS[key]
 
 

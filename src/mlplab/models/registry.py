@@ -15,6 +15,7 @@ from typing import Any, Callable
 import torch
 import torch.nn as nn
 
+from ..errors import did_you_mean
 from ..utils.typed import check_types, coerce
 
 __all__ = [
@@ -71,9 +72,8 @@ def get_model_entry(name: str) -> ModelEntry:
     try:
         return _REGISTRY[name]
     except KeyError:
-        raise ValueError(
-            f"unknown model {name!r}; registered models are: {', '.join(list_models())}"
-        ) from None
+        raise ValueError(f"unknown model {name!r}; {did_you_mean(name, _REGISTRY)}registered models are: "
+                         f"{', '.join(list_models())}") from None
 
 
 def _field_names(config_cls: type) -> list[str]:
@@ -84,8 +84,9 @@ def _check_keys(name: str, config_cls: type, values: dict[str, Any]) -> None:
     valid = _field_names(config_cls)
     unknown = sorted(set(values) - set(valid))
     if unknown:
+        hint = did_you_mean(unknown[0], valid)
         raise ValueError(
-            f"unknown override(s) {unknown} for model {name!r}; valid overrides are: {', '.join(valid)}"
+            f"unknown override(s) {unknown} for model {name!r}; {hint}valid overrides are: {', '.join(valid)}"
         )
 
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import pickle
 import shutil
 from pathlib import Path
 from typing import Any
@@ -31,9 +30,10 @@ from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 from ..errors import BadInput, RunFailure
+from ..interop.files import CHECKPOINT_DIRS
 from ..interop.native import model_metadata
 from ..models.registry import get_model_entry
-from ..utils.io import atomic_save
+from ..utils.io import atomic_save, torch_load_error
 
 __all__ = ["save_checkpoint", "load_checkpoint", "find_checkpoint", "save_weights", "load_weights",
            "MODEL_FILE", "STATE_FILE", "CheckpointError"]
@@ -140,7 +140,7 @@ def _fsync_dir(path: Path) -> None:
 
 def find_checkpoint(run_dir: str | os.PathLike) -> Path | None:
     """The complete checkpoint folder of a run, or None."""
-    for name in ("checkpoint", "checkpoint.prev"):
+    for name in CHECKPOINT_DIRS:
         d = Path(run_dir) / name
         if (d / MODEL_FILE).is_file() and (d / STATE_FILE).is_file():
             return d
@@ -148,12 +148,27 @@ def find_checkpoint(run_dir: str | os.PathLike) -> Path | None:
 
 
 def load_checkpoint(ckpt_dir: str | os.PathLike, model: nn.Module) -> dict[str, Any]:
-    """Load the weights into ``model`` and return the state dict (plain types)."""
+    """Load the weights into ``model`` and return the state dict (plain types). A damaged
+    checkpoint is refused naming the file, and where the run keeps an earlier complete one in
+    ``checkpoint.prev/`` the message says so (it is not used behind the user's back)."""
     ckpt_dir = Path(ckpt_dir)
     try:
+        return _load_checkpoint(ckpt_dir, model)
+    except CheckpointError as e:
+        prev = ckpt_dir.parent / CHECKPOINT_DIRS[1]
+        if ckpt_dir.name == CHECKPOINT_DIRS[0] and (prev / MODEL_FILE).is_file() and (prev / STATE_FILE).is_file():
+            raise CheckpointError(f"{e}. The previous checkpoint is intact: to continue from it, replace "
+                                  f"{ckpt_dir} by {prev}") from None
+        raise
+
+
+def _load_checkpoint(ckpt_dir: Path, model: nn.Module) -> dict[str, Any]:
+    try:
         state = torch.load(ckpt_dir / STATE_FILE, map_location="cpu", weights_only=True)
-    except (RuntimeError, EOFError, pickle.UnpicklingError) as e:
-        raise CheckpointError(f"checkpoint file {ckpt_dir / STATE_FILE} is unreadable ({str(e).splitlines()[0]}); "
+    except FileNotFoundError:
+        raise
+    except Exception as e:  # a cut file is a RuntimeError, an EOFError or an OSError (EINVAL) by where it ends
+        raise CheckpointError(f"checkpoint file {ckpt_dir / STATE_FILE} is unreadable ({torch_load_error(e)}); "
                               "it is truncated or was not written by mlplab") from None
     load_weights(model, ckpt_dir / MODEL_FILE)
     return state

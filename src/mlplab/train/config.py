@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Literal, Sequence
 
 from ..data.augment import AugmentConfig
-from ..errors import BadInput, BadType
+from ..errors import BadInput, BadType, did_you_mean
 from ..models.registry import get_model_entry, model_config
 from ..utils.typed import check_types, coerce
 
@@ -182,7 +182,8 @@ def from_dict(d: dict[str, Any]) -> RunConfig:
 def _apply_dict(cfg: RunConfig, d: dict[str, Any]) -> RunConfig:
     for sec, values in d.items():
         if sec not in _SECTION_CLS:
-            raise ValueError(f"unknown config section {sec!r}; valid sections are: {', '.join(_SECTION_CLS)}")
+            raise ValueError(f"unknown config section {sec!r}; {did_you_mean(sec, _SECTION_CLS)}valid sections are: "
+                             f"{', '.join(_SECTION_CLS)}")
         if not isinstance(values, dict):
             raise BadType(f"config section {sec!r} must be a dict, got {type(values).__name__}")
         if sec == "schedule" and values:
@@ -217,7 +218,8 @@ def _set(cfg: RunConfig, key: str, value: Any) -> None:
     parts = key.split(".")
     sec = parts[0]
     if sec not in _SECTION_CLS:
-        raise ValueError(f"unknown config key {key!r}: valid sections are {', '.join(_SECTION_CLS)}")
+        raise ValueError(f"unknown config key {key!r}: {did_you_mean(sec, _SECTION_CLS)}valid sections are "
+                         f"{', '.join(_SECTION_CLS)}")
     section = getattr(cfg, sec)
     if len(parts) == 1:
         raise ValueError(f"config key {key!r} names a whole section; set one of its fields, "
@@ -228,7 +230,8 @@ def _set(cfg: RunConfig, key: str, value: Any) -> None:
         hint = ""
         if sec == "model":
             hint = f" (model hyperparameters go under model.kwargs, e.g. model.kwargs.{name}=...)"
-        raise ValueError(f"unknown config key {key!r}; valid keys in section {sec!r}: "
+        raise ValueError(f"unknown config key {key!r}; {did_you_mean(key, [f'{sec}.{v}' for v in valid])}"
+                         f"valid keys in section {sec!r}: "
                          f"{', '.join(f'{sec}.{v}' for v in valid)}{hint}")
     if sec == "model" and name == "kwargs" and len(parts) > 2:
         section.kwargs = {**section.kwargs, ".".join(parts[2:]): value}
@@ -288,12 +291,20 @@ def ensure_valid(cfg: RunConfig) -> RunConfig:
     if cfg.__dict__.get("_validated") == _fingerprint(cfg):
         return cfg
     return validate(cfg)
+def _check_finite(cfg: RunConfig) -> None:
+    """Every number in the config (``model.kwargs`` and lists such as ``optim.betas`` included) is
+    finite: a NaN slips past every ``<``/``>`` range check below."""
+    for key, v in flatten(to_dict(cfg)).items():
+        for x in (v if isinstance(v, (list, tuple)) else [v]):
+            if isinstance(x, float) and not math.isfinite(x):
+                raise ValueError(f"config key {key!r} is {x}; give a finite number")
 
 
 def validate(cfg: RunConfig) -> RunConfig:
     """Type checks every section and refuses inconsistent combinations."""
     for sec in _SECTION_CLS:
         check_types(getattr(cfg, sec), f"config section {sec!r}")
+    _check_finite(cfg)
     s, r, o, d = cfg.schedule, cfg.run, cfg.optim, cfg.data
     if _count_set(s.epochs, s.steps, s.examples) != 1:
         raise ValueError(
@@ -338,8 +349,11 @@ def validate(cfg: RunConfig) -> RunConfig:
                     ("data.image_size", d.image_size), ("run.threads", r.threads)):
         if v is not None and v < 1:
             raise ValueError(f"{name} must be >= 1 or null, got {v}")
-    if r.name is not None and (not r.name or "/" in r.name or r.name in (".", "..")):
-        raise ValueError(f"run.name {r.name!r} must be a plain folder name")
+    if r.name is not None and (not r.name or "/" in r.name or r.name in (".", "..")
+                               or not r.name.isprintable()):
+        raise ValueError(f"run.name {r.name!r} must be a plain folder name (no '/', newline or control character)")
+    if o.name in ("adamw", "lion") and not all(0.0 <= b < 1.0 for b in o.betas):
+        raise ValueError(f"optim.betas must both be in [0, 1), got {list(o.betas)}; e.g. optim.betas=[0.9,0.999]")
     AugmentConfig(**dataclasses.asdict(cfg.augment))  # its own range checks (__post_init__)
     # model name and kwargs are checked by the registry (unknown name / key / type -> error)
     get_model_entry(cfg.model.name)
@@ -439,6 +453,8 @@ def run_name(overrides: dict[str, Any], keys: Sequence[str] | None = None, label
 
 def _read_config_file(path: Path) -> dict[str, Any]:
     """A JSON config file as a dict, or an error naming the file and what is wrong with it."""
+    if path.is_dir():
+        raise BadInput(f"config {str(path)!r} is a folder; give a JSON config file (or a named config)")
     if not path.is_file():
         raise FileNotFoundError(f"config file {str(path)!r} does not exist")
     try:
@@ -463,8 +479,8 @@ def load_config(base: str | Path) -> tuple[dict[str, Any], str]:
     path = Path(base)
     if path.suffix == ".json" or path.exists():
         return _read_config_file(path), path.stem
-    raise ValueError(f"unknown config {str(base)!r}: not a named config ({', '.join(sorted(CONFIGS))}) "
-                     "and not a JSON file")
+    raise ValueError(f"unknown config {str(base)!r}: not a named config and not a JSON file; "
+                     f"{did_you_mean(base, CONFIGS)}named configs: {', '.join(sorted(CONFIGS))}")
 
 
 def make_config(base: dict | str | Path | RunConfig | None = None,

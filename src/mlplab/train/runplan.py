@@ -75,7 +75,7 @@ def plan_run(cfg: RunConfig, *, here: bool = True, checkpoint: Any = None) -> Ru
     if cfg.model.init_from is not None:  # the checkpoint decides the model (train.init)
         if checkpoint is None or not checkpoint.state:  # not read yet, or its weights went to a model
             checkpoint = read_init_checkpoint(cfg)
-        data_cfg = check_pretrained(cfg, info.in_chans, checkpoint)
+        data_cfg = check_pretrained(cfg, info.in_chans, checkpoint, info.num_classes)
         info = dataset_info(data_cfg)
         n_params = sum(t.numel() for t in checkpoint.state.values())
     elif info.image_size != (0, 0):  # image folders: the size is known only once the images are read
