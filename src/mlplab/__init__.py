@@ -8,8 +8,7 @@ from __future__ import annotations
 import importlib
 
 from .models import create_model, list_models, model_config
-
-__version__ = "0.1.0"
+from .version import __version__
 
 _LAZY = {
     "effective_mlp": "mlplab.theory",  # Prop. 3.2: the Mixer as an explicit wide sparse MLP

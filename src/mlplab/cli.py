@@ -20,6 +20,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "report": ("mlplab.commands.report", "aggregate runs of an experiment into figures and a report"),
     "finetune": ("mlplab.commands.finetune", "fine-tune or linear-probe a pretrained checkpoint"),
     "convert": ("mlplab.commands.convert", "convert timm / Flax / Scaling-MLPs checkpoints to mlplab or timm"),
+    "info": ("mlplab.commands.info", "show this machine's setup: torch, CPU, threads, compile, kernels, GPUs, data"),
 }
 
 
@@ -45,9 +46,28 @@ def explain(e: BaseException) -> tuple[int | None, str]:
     return None, ""
 
 
+def version() -> str:
+    """``mlplab X.Y.Z (torch A.B.C, Python D.E)``: what ``mlplab --version`` prints."""
+    import platform
+
+    import torch
+
+    from .version import __version__
+
+    return f"mlplab {__version__} (torch {torch.__version__}, Python {platform.python_version()})"
+
+
+#: what mlplab is, in one line (the top-level help; the package metadata says the same)
+DESCRIPTION = "mlplab: build, train, analyse and compare all-MLP vision models (MLP-Mixers, RP-Mixers, sparse and plain MLPs)."
+
+_EPILOG = ("`mlplab COMMAND --help` shows a command's options; `mlplab info` this machine's setup; "
+           "`mlplab train --list` the named configs and `mlplab train --list-keys` every config key.")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The top-level parser: the list of commands (each command's arguments: ``command_parser``)."""
-    parser = argparse.ArgumentParser(prog="mlplab", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="mlplab", description=DESCRIPTION, epilog=_EPILOG)
+    parser.add_argument("--version", action="version", version=version())
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (_, help_) in COMMANDS.items():
         sub.add_parser(name, help=help_, add_help=False)
@@ -81,6 +101,9 @@ def main(argv: list[str] | None = None) -> int:
     module = importlib.import_module(COMMANDS[args.command][0])
     try:
         return int(module.run(args) or 0)
+    except BrokenPipeError:  # the reader went away (`mlplab train --list-keys | head`): stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except Exception as e:
         status, message = explain(e)
         if status is None or os.environ.get("MLPLAB_DEBUG"):
