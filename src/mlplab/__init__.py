@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import importlib
 
-from .models import create_model, list_models, model_config
+from .interop import create_model  # the registry's builder, plus pretrained= weights
+from .models import list_models, model_config
 from .version import __version__
 
 _LAZY = {
@@ -22,6 +23,8 @@ _LAZY = {
     "write_report": "mlplab.experiments",
     "load_pretrained": "mlplab.interop",  # timm / Flax / Scaling-MLPs / mlplab checkpoints -> model
     "save_pretrained": "mlplab.interop",
+    "push_to_hub": "mlplab.interop",  # save_pretrained(..., hub_layout=True) uploaded with huggingface_hub
+    "machine_info": "mlplab.train.machine",  # what `mlplab info` prints
     "expand_resolution": "mlplab.models.expand",  # SPEC §7: fine-tuning at K× the resolution
 }
 

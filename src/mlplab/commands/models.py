@@ -24,7 +24,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.family is not None and not list_models(args.family):
+    if args.family is not None and not list_models(family=args.family):
         families = sorted({r["family"] for r in models_table()})
         raise ValueError(f"unknown family {args.family!r}; choose one of {', '.join(families)}")
     rows = models_table(args.family)
