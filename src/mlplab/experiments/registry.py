@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..utils.io import atomic_write_json
-from .cost import estimate_cost, sweep_epochs
+from ..utils.progress import RunTally
+from .cost import estimate_cost, spec_s, sweep_epochs
 from .executors import SweepResult, check_specs, run_specs
 from .plan import ALIASES, EXPERIMENTS, Experiment, Plan, experiment
 from .recipes import Scale, make_scale
@@ -143,9 +144,12 @@ def reproduce(
     status: dict[str, str] = {}
     failed: list[str] = []
     t0 = time.time()
+    tally = RunTally({f"{s.sweep}/{s.name}" if s.sweep else s.name: spec_s(s, scale, sw.est_epoch_s, sw.epochs)
+                      for stage in plan.stages for sw in stage for s in expand(sw)}, jobs=jobs)
     for stage in plan.stages:
         specs: list[RunSpec] = [s for sw in stage for s in expand(sw)]
-        res: SweepResult = run_specs(specs, out, jobs=jobs, executor=executor, slurm=slurm, verbose=verbose)
+        res: SweepResult = run_specs(specs, out, jobs=jobs, executor=executor, slurm=slurm, verbose=verbose,
+                                     tally=tally)
         status.update(res.status)
         failed += res.failed
     manifest["finished"] = time.strftime("%Y-%m-%d %H:%M:%S")
