@@ -78,3 +78,13 @@ def test_info_bad_timeout_is_one_sentence(capsys):
     assert cli.main(["info", "--timeout", "0"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--timeout" in err
+
+
+def test_resume_of_a_finished_run_says_so(tmp_path, capsys):
+    args = ["train", "synthetic_tiny", f"run.out_dir={tmp_path}", "run.name=done", "run.log=lines",
+            "schedule.epochs=null", "schedule.steps=2"]
+    assert cli.main(args) == 0
+    capsys.readouterr()
+    assert cli.main(args + ["--resume"]) == 0
+    err = capsys.readouterr().err
+    assert "finished before" in err and "nothing to do" in err and err.count("\n") == 1

@@ -510,8 +510,11 @@ def _train(cfg: RunConfig, dist: DistInfo, resume: bool, overwrite: bool,
     run = _prepare(cfg, dist)
     dur, data = run.dur, run.data
     with open_run_folder(cfg, dist, resume, overwrite) as folder:
-        if folder.finished is not None:
-            return folder.finished  # finished already: nothing to do
+        if folder.finished is not None:  # finished already: nothing to do, and the run says so
+            if dist.is_main:
+                Progress(r.log).line(f"run {folder.path} finished before (test acc {folder.finished.get('test_acc', float('nan')):.4f}); "
+                                     "nothing to do. --overwrite or another run.name trains again")
+            return folder.finished
         run_dir = folder.path
         state = _resume(run, folder)
         _wrap(run)
