@@ -126,3 +126,16 @@ def test_hub_layout_round_trips_and_push_to_hub_uploads_it(tmp_path, monkeypatch
     assert torch.equal(mlplab.load_pretrained(tmp_path / "uploaded")(x), model(x))
     with pytest.raises(ValueError, match="hf-hub:ORG/NAME"):
         mlplab.push_to_hub(model, "no-org")
+
+
+def test_a_run_folder_loads_with_its_datasets_normalisation(tmp_path):
+    from mlplab.data.table import DATASETS
+    from mlplab.train import make_config, train
+
+    cfg = make_config("synthetic_tiny", {"run.out_dir": str(tmp_path), "run.name": "r", "run.log": "none",
+                                         "schedule.epochs": None, "schedule.steps": 1})
+    res = train(cfg)
+    model = mlplab.load_pretrained(res["run_dir"])
+    info = DATASETS[cfg.data.dataset]
+    assert model.pretrained_cfg["mean"] == tuple(info.mean) and model.pretrained_cfg["std"] == tuple(info.std)
+    assert model.pretrained_cfg["source"] == res["run_dir"]

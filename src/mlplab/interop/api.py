@@ -56,13 +56,24 @@ def read_checkpoint(path: str | os.PathLike, format: str = "auto", **overrides: 
             config.setdefault("architecture", tag.partition(".")[0])
     elif (Path(path) / "config.json").is_file() and not (Path(path) / "checkpoint").is_dir():  # a Hub-layout folder
         config = _json_or_empty(Path(path) / "config.json")
+    elif (Path(path) / "config.json").is_file():  # a run folder: the inputs its dataset was normalised with
+        published = _dataset_inputs(_json_or_empty(Path(path) / "config.json"))
     imp = _read_file(path, format, overrides)
     arch = config.get("architecture")
     if imp.source_format == "timm" and isinstance(arch, str) and arch in registry.list_models():
         imp.model_name = arch  # timm's name for the same architecture (mixer_b16_224)
     saved = config.get("pretrained_cfg") if isinstance(config.get("pretrained_cfg"), dict) else {}
-    imp.pretrained_cfg = {**published, **saved, **imp.pretrained_cfg}
+    imp.pretrained_cfg = {k: v for d in (published, saved, imp.pretrained_cfg) for k, v in d.items() if v is not None}
     return imp
+
+
+def _dataset_inputs(run_config: dict[str, Any]) -> dict[str, Any]:
+    """``{"mean", "std"}`` of the dataset a run trained on ({} when it is not a known dataset)."""
+    from ..data.table import DATASETS
+
+    data = run_config.get("data")
+    info = DATASETS.get(data.get("dataset")) if isinstance(data, dict) else None
+    return {"mean": tuple(info.mean), "std": tuple(info.std)} if info is not None and info.mean else {}
 
 
 def _json_or_empty(p: Path) -> dict[str, Any]:
