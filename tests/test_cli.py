@@ -88,3 +88,12 @@ def test_resume_of_a_finished_run_says_so(tmp_path, capsys):
     assert cli.main(args + ["--resume"]) == 0
     err = capsys.readouterr().err
     assert "finished before" in err and "nothing to do" in err and err.count("\n") == 1
+
+
+def test_models_lists_published_weights_and_filters_by_pattern(capsys):
+    assert cli.main(["models", "--pretrained", "*l16*"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[0] for line in lines] == ["mixer_l16_224.goog_in21k", "mixer_l16_224.goog_in21k_ft_in1k"]
+    assert "hf-hub:timm/mixer_l16_224.goog_in21k " in lines[0] and "21843 classes" in lines[0]
+    assert cli.main(["models", "--json", "s_mix*"]) == 0
+    assert [r["name"] for r in json.loads(capsys.readouterr().out)] == ["s_mixer"]
