@@ -8,7 +8,6 @@ import platform
 import subprocess
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -16,6 +15,7 @@ import torch
 from ..data.datasets import _present, search_dirs
 from ..data.download import cache_dir as data_cache_dir
 from ..data.table import DATASETS
+from ..interop.hub import hub_cache_dir
 from ..layers import fused
 from ..utils.cpu import cpu_has_native_bf16, cpu_info
 from ..version import __version__
@@ -68,11 +68,6 @@ def _cuda() -> list[dict[str, Any]]:
     return devices
 
 
-def _hub_cache() -> str:
-    env = os.environ
-    return env.get("HF_HUB_CACHE") or str(Path(env.get("HF_HOME") or Path.home() / ".cache" / "huggingface") / "hub")
-
-
 def machine_info(compile_check: bool = True, timeout: float = 180.0) -> dict[str, Any]:
     """The setup ``mlplab info`` prints (``compile_check=False`` skips the compile, ~10-60 s)."""
     flags = set(cpu_info().get("flags", "").split())
@@ -90,7 +85,7 @@ def machine_info(compile_check: bool = True, timeout: float = 180.0) -> dict[str
         "fused_kernels": fused.status(),
         "cuda": _cuda(),
         "folders": {"data_cache": str(data_cache_dir()), "kernel_cache": str(fused._cache_dir()),
-                    "hub_cache": _hub_cache()},
+                    "hub_cache": hub_cache_dir()},
         "datasets": _datasets(),
     }
     return info
