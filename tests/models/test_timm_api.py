@@ -1,19 +1,21 @@
 """timm's model API: names and wildcards, pretrained tags and their Hub repositories, the
 architectures timm builds under those names, ``pretrained_cfg``, ``reset_classifier`` and
 ``forward_intermediates(indices=)``."""
+import json
+from pathlib import Path
+
 import pytest
 import torch
 
 import mlplab
 from mlplab.models.registry import get_pretrained, model_config
 
-# timm/models/mlp_mixer.py: name -> (patch_size, num_blocks, embed_dim); mlp_ratio (0.5, 4.0), LayerNorm eps 1e-6
-TIMM_SIZES = {"mixer_s32_224": (32, 8, 512), "mixer_s16_224": (16, 8, 512), "mixer_b32_224": (32, 12, 768),
-              "mixer_b16_224": (16, 12, 768), "mixer_l32_224": (32, 24, 1024), "mixer_l16_224": (16, 24, 1024)}
-# timm's default_cfgs: the Mixer weights on the Hub and their class counts
-TIMM_WEIGHTS = {"mixer_b16_224.goog_in21k_ft_in1k": 1000, "mixer_b16_224.goog_in21k": 21843,
-                "mixer_b16_224.miil_in21k_ft_in1k": 1000, "mixer_b16_224.miil_in21k": 11221,
-                "mixer_l16_224.goog_in21k_ft_in1k": 1000, "mixer_l16_224.goog_in21k": 21843}
+FIX = Path(__file__).resolve().parents[1] / "fixtures" / "interop"
+# written by timm's own code (tests/fixtures/interop/make_fixtures.py timm_names): per architecture
+# its state dict's shapes, LayerNorm eps and GELU form; per published weight its pretrained_cfg
+TIMM = json.loads((FIX / "timm_mixer_names.json").read_text())
+TIMM_SIZES = TIMM["architectures"]
+TIMM_WEIGHTS = {k: v["num_classes"] for k, v in TIMM["weights"].items()}
 
 
 def test_list_models_wildcards():
@@ -29,11 +31,15 @@ def test_list_models_wildcards():
 
 @pytest.mark.parametrize("name", sorted(TIMM_SIZES))
 def test_timm_names_build_timms_architecture(name):
-    patch, blocks, dim = TIMM_SIZES[name]
-    cfg = model_config(name)
-    assert (cfg.patch_size, cfg.depth, cfg.hidden_dim, cfg.image_size, cfg.in_chans) == (patch, blocks, dim, 224, 3)
-    assert (cfg.token_hidden, cfg.channel_hidden) == (int(0.5 * dim), int(4.0 * dim))
-    assert (cfg.norm_eps, cfg.act, cfg.block, cfg.rp_blocks, cfg.num_classes) == (1e-6, "gelu", "mlp", "none", 1000)
+    from mlplab.analysis.cost import skip_init
+    from mlplab.interop import to_timm
+
+    timm = TIMM_SIZES[name]
+    with skip_init():  # shapes only
+        model = mlplab.create_model(name)
+    assert {k: list(v.shape) for k, v in to_timm(model).items()} == timm["shapes"]
+    assert timm["norm_eps"] == [model.config.norm_eps] and timm["gelu"] == ["none"] and model.config.act == "gelu"
+    del model
 
 
 def test_timm_b16_has_timms_parameter_count():
@@ -43,11 +49,13 @@ def test_timm_b16_has_timms_parameter_count():
 
 
 @pytest.mark.parametrize("name", sorted(TIMM_WEIGHTS))
-def test_pretrained_tags_map_to_timms_hub_repositories(name):
-    p = get_pretrained(name)
-    assert p["hf_hub_id"] == f"timm/{name}" and p["num_classes"] == TIMM_WEIGHTS[name]
-    assert p["mean"] == ((0.0,) * 3 if ".miil" in name else (0.5,) * 3)
-    assert model_config(name).num_classes == TIMM_WEIGHTS[name]
+def test_pretrained_tags_are_timms(name):
+    timm, ours = TIMM["weights"][name], get_pretrained(name)
+    assert ours["hf_hub_id"] == timm["hf_hub_id"] == f"timm/{name}" and ours["num_classes"] == timm["num_classes"]
+    assert (list(ours["mean"]), list(ours["std"])) == (timm["mean"], timm["std"])
+    assert (ours["crop_pct"], ours["interpolation"]) == (timm["crop_pct"], timm["interpolation"])
+    assert model_config(name).num_classes == timm["num_classes"]
+    assert [model_config(name).in_chans] + [model_config(name).image_size] * 2 == timm["input_size"]
 
 
 def test_pretrained_cfg_of_a_fresh_and_a_tagged_model():
