@@ -95,3 +95,11 @@ def test_forward_intermediates_indices_and_reset_classifier(name, kw):
     assert torch.equal(model(x), pooled)  # no head: the pooled features
     with pytest.raises(ValueError, match="num_classes"):
         model.reset_classifier(-1)
+
+
+def test_expand_resolution_keeps_pretrained_cfg_at_the_new_size():
+    m = mlplab.create_model("mixer_b16_224.goog_in21k", image_size=32, hidden_dim=8, depth=1, token_hidden=4,
+                            channel_hidden=8)
+    big = mlplab.expand_resolution(m, 2)
+    assert big.pretrained_cfg["input_size"] == (3, 64, 64) and big.pretrained_cfg["mean"] == (0.5, 0.5, 0.5)
+    assert m.pretrained_cfg["input_size"] == (3, 32, 32)
