@@ -33,6 +33,7 @@ from typing import Any, Callable, Sequence
 
 from ..errors import BadInput, Interrupted, UnreadableFile
 from ..utils.io import atomic_write_json, atomic_write_text, folder_lock, read_json
+from ..utils.progress import RunTally
 from .sweep import RunSpec, Sweep, expand
 
 __all__ = ["SweepResult", "run_sweep", "run_specs", "execute_run", "available_cores", "EXECUTORS",
@@ -197,10 +198,11 @@ def _error_head(run_dir: Path) -> str:
 # executors
 
 
-def _run_inline(dirs: list[Path], log, out: dict[Path, str]) -> dict[Path, str]:
-    for i, d in enumerate(dirs):
-        log(f"[{i + 1}/{len(dirs)}] {d.name}")
+def _run_inline(dirs: list[Path], log, out: dict[Path, str], tally: RunTally) -> dict[Path, str]:
+    for d in dirs:
+        log(tally.starting(d, d.name))
         out[d] = execute_run(d)
+        tally.finish(d, out[d], d.name)
     return out
 
 
@@ -240,7 +242,7 @@ def _signal_group(p: subprocess.Popen, sig: int) -> None:
         pass
 
 
-def _run_local(dirs: list[Path], jobs: int, log, out: dict[Path, str]) -> dict[Path, str]:
+def _run_local(dirs: list[Path], jobs: int, log, out: dict[Path, str], tally: RunTally) -> dict[Path, str]:
     """``jobs`` worker processes (``python -m mlplab.experiments.worker RUN_DIR``) at a time.
 
     With GPUs each worker sees one (``CUDA_VISIBLE_DEVICES``, round robin over free slots);
@@ -250,7 +252,6 @@ def _run_local(dirs: list[Path], jobs: int, log, out: dict[Path, str]) -> dict[P
     threads = max(1, available_cores() // jobs)
     pending = list(dirs)
     running: dict[int, tuple[subprocess.Popen, Path, Any]] = {}  # slot -> process
-    done = 0
     try:
         while pending or running:
             for slot in range(jobs):
@@ -274,7 +275,6 @@ def _run_local(dirs: list[Path], jobs: int, log, out: dict[Path, str]) -> dict[P
                     continue
                 logf.close()
                 del running[slot]
-                done += 1
                 if finished(d):
                     out[d] = "done"
                     (d / "error.txt").unlink(missing_ok=True)
@@ -283,7 +283,7 @@ def _run_local(dirs: list[Path], jobs: int, log, out: dict[Path, str]) -> dict[P
                     if not (d / "error.txt").exists():
                         tail = (d / "log.txt").read_text(errors="replace")[-4000:]
                         atomic_write_text(d / "error.txt", f"worker exited with code {rc}\n{tail}")
-                log(f"[{done}/{len(dirs)}] {out[d]:7s} {d.name}")
+                log(tally.finish(d, out[d], d.name))
     except BaseException:
         for p, d, logf in running.values():  # only the process groups this sweep started
             _signal_group(p, signal.SIGTERM)
@@ -299,7 +299,7 @@ def _run_local(dirs: list[Path], jobs: int, log, out: dict[Path, str]) -> dict[P
 
 
 def _run_slurm(dirs: list[Path], jobs: int, folder: Path, log, slurm: dict[str, Any] | None,
-               out: dict[Path, str]) -> dict[Path, str]:
+               out: dict[Path, str], tally: RunTally) -> dict[Path, str]:
     """One job array through submitit; ``slurm`` are ``update_parameters`` arguments
     (``cluster="local"`` runs the same path with submitit's local executor, for tests)."""
     try:
@@ -315,14 +315,14 @@ def _run_slurm(dirs: list[Path], jobs: int, folder: Path, log, slurm: dict[str, 
     ex = submitit.AutoExecutor(folder=str(folder / ".submitit"), cluster=cluster)
     ex.update_parameters(**params)
     handles = ex.map_array(execute_run, [str(d) for d in dirs])
-    for i, (d, h) in enumerate(zip(dirs, handles)):
+    for d, h in zip(dirs, handles):
         try:
             out[d] = h.result()
         except Exception as e:  # the job died before execute_run could record it
             out[d] = "failed"
             if not (d / "error.txt").exists():
                 atomic_write_text(d / "error.txt", f"slurm job {h.job_id} failed: {e}\n")
-        log(f"[{i + 1}/{len(dirs)}] {out[d]:7s} {d.name}")
+        log(tally.finish(d, out[d], d.name))
     return out
 
 
@@ -377,11 +377,14 @@ def run_specs(
     slurm: dict[str, Any] | None = None,
     verbose: bool = True,
     checked: bool = False,
+    tally: RunTally | None = None,
 ) -> SweepResult:
     """Execute ``specs`` into ``<out_dir>/<spec.sweep>/<spec.name>/`` (see :func:`run_sweep`).
 
     The result is keyed by ``"<sweep>/<run>"``. ``checked``: the caller ran :func:`check_specs`
-    on these specs already (``reproduce`` checks every stage before the first starts)."""
+    on these specs already (``reproduce`` checks every stage before the first starts). ``tally``
+    counts runs (``[k/N]``) and the time left across several calls (``reproduce``'s stages); by
+    default it counts this call's runs."""
     if executor not in EXECUTORS:
         raise ValueError(f"unknown executor {executor!r}; choose one of {', '.join(EXECUTORS)}")
     if jobs < 1:
@@ -391,11 +394,11 @@ def run_specs(
         check_specs([s for s in specs if not finished(_dir_of(s, out_dir))], out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     with folder_lock(out_dir, SWEEP_BUSY):
-        return _run_specs_locked(specs, out_dir, jobs, executor, slurm, verbose)
+        return _run_specs_locked(specs, out_dir, jobs, executor, slurm, verbose, tally)
 
 
 def _run_specs_locked(specs: Sequence[RunSpec], out_dir: Path, jobs: int, executor: str,
-                      slurm: dict[str, Any] | None, verbose: bool) -> SweepResult:
+                      slurm: dict[str, Any] | None, verbose: bool, tally: RunTally | None) -> SweepResult:
     log = (lambda msg: print(msg, flush=True)) if verbose else (lambda msg: None)
     result = SweepResult(out_dir)
     todo: list[Path] = []
@@ -407,17 +410,24 @@ def _run_specs_locked(specs: Sequence[RunSpec], out_dir: Path, jobs: int, execut
             result.status[_key(s)] = "skipped"
         else:
             todo.append(d)
+    if tally is None:  # count this call's runs to do
+        tally = RunTally(total=len(todo))
+    else:  # the caller's count, in which runs finished before are done
+        for s in specs:
+            tally.track(result.run_dirs[_key(s)], _key(s))
+            if result.status.get(_key(s)) == "skipped":
+                tally.skip(result.run_dirs[_key(s)])
     if todo:
         log(f"{len(todo)} run(s) to do, {len(specs) - len(todo)} finished before; executor={executor}, jobs={jobs}")
     st: dict[Path, str] = {}  # filled as runs end, so an interrupted sweep still records them
     old_term = _term_as_interrupt()
     try:
         if executor == "inline":
-            _run_inline(todo, log, st)
+            _run_inline(todo, log, st, tally)
         elif executor == "local":
-            _run_local(todo, jobs, log, st)
+            _run_local(todo, jobs, log, st, tally)
         else:
-            _run_slurm(todo, jobs, out_dir, log, slurm, st)
+            _run_slurm(todo, jobs, out_dir, log, slurm, st, tally)
     except KeyboardInterrupt as e:
         if isinstance(e, Interrupted) and e.message:
             raise

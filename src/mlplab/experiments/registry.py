@@ -18,7 +18,8 @@ from typing import Any, Sequence
 from ..errors import BadInput
 from ..errors import did_you_mean
 from ..utils.io import atomic_write_json
-from .cost import estimate_cost, sweep_epochs
+from ..utils.progress import RunTally
+from .cost import estimate_cost, spec_s, sweep_epochs
 from .executors import SweepResult, check_specs, run_specs
 from .plan import ALIASES, EXPERIMENTS, Experiment, Plan, experiment
 from .recipes import SCALES, Scale, make_scale
@@ -157,10 +158,13 @@ def reproduce(
     status: dict[str, str] = {}
     failed: list[str] = []
     t0 = time.time()
+    tally = RunTally({f"{s.sweep}/{s.name}" if s.sweep else s.name: spec_s(s, scale, sw.est_epoch_s, sw.epochs)
+                      for stage, stage_runs in zip(plan.stages, runs)
+                      for sw, sw_runs in zip(stage, stage_runs) for s in sw_runs}, jobs=jobs)
     for stage_runs in runs:
         specs: list[RunSpec] = [s for sw_runs in stage_runs for s in sw_runs]
         res: SweepResult = run_specs(specs, out, jobs=jobs, executor=executor, slurm=slurm, verbose=verbose,
-                                     checked=True)
+                                     checked=True, tally=tally)
         status.update(res.status)
         failed += res.failed
     manifest["finished"] = time.strftime("%Y-%m-%d %H:%M:%S")

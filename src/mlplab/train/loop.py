@@ -415,8 +415,11 @@ def _train(plan: RunPlan, dist: DistInfo, resume: bool, overwrite: bool,
     run = _prepare(plan, dist)
     dur, data = run.dur, run.data
     with open_run_folder(cfg, dist, resume, overwrite) as folder:
-        if folder.finished is not None:
-            return folder.finished  # finished already: nothing to do
+        if folder.finished is not None:  # finished already: nothing to do, and the run says so
+            if dist.is_main:
+                Progress(r.log).line(f"run {folder.path} finished before (test acc {folder.finished.get('test_acc', float('nan')):.4f}); "
+                                     "nothing to do. --overwrite or another run.name trains again")
+            return folder.finished
         run_dir = folder.path
         state = _resume(run, folder)
         _wrap(run)
@@ -436,7 +439,8 @@ def _train(plan: RunPlan, dist: DistInfo, resume: bool, overwrite: bool,
                 rec = _train_epoch(run, epoch, state, guard, progress)
                 last = epoch + 1 == dur.total_epochs
                 if (r.eval_every and (epoch + 1) % r.eval_every == 0) or last:
-                    ev = evaluate(run.model, eval_loader(periodic_split, data, dur.eval_batch_per_rank, dist),
+                    ev = evaluate(run.model, progress.iterate(eval_loader(periodic_split, data, dur.eval_batch_per_rank,
+                                                                          dist), periodic_name),
                                   dist, run.autocast, cfg.augment.test_hflip)
                     rec.update({f"{periodic_name}_{k}": v for k, v in ev.items()})
                     if not ev["loss"] <= guard.limit:  # NaN, inf or diverged: no checkpoint from these weights
@@ -464,8 +468,8 @@ def _train(plan: RunPlan, dist: DistInfo, resume: bool, overwrite: bool,
             if periodic_name == "test" and state.history and "test_acc" in state.history[-1]:
                 final = {k: state.history[-1][f"test_{k}"] for k in ("acc", "top5", "loss")}  # just evaluated
             else:
-                final = evaluate(run.model, eval_loader(data.test, data, dur.eval_batch_per_rank, dist), dist,
-                                 run.autocast, cfg.augment.test_hflip)
+                final = evaluate(run.model, progress.iterate(eval_loader(data.test, data, dur.eval_batch_per_rank, dist),
+                                                             "test"), dist, run.autocast, cfg.augment.test_hflip)
             results = _results(run, state, final, run_dir, peak, t_start)
             if dist.is_main:
                 atomic_write_json(run_dir / "results.json", results)
