@@ -20,6 +20,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "report": ("mlplab.commands.report", "aggregate runs of an experiment into figures and a report"),
     "finetune": ("mlplab.commands.finetune", "fine-tune or linear-probe a pretrained checkpoint"),
     "convert": ("mlplab.commands.convert", "convert timm / Flax / Scaling-MLPs checkpoints to mlplab or timm"),
+    "pack": ("mlplab.commands.pack", "pack an image folder or dataset into streamable uint8 .npy shards"),
 }
 
 

@@ -150,8 +150,8 @@ def check_run(cfg: RunConfig, memory: bool = True) -> RunConfig:
         check_pretrained(cfg, get_info(cfg.data.dataset).in_chans)
         return cfg
     info = _dataset_info(cfg)
-    if info.image_size == (0, 0):
-        return cfg  # image folders: the size is known only once the images are read
+    if info.image_size == (0, 0) or info.num_classes == 0:
+        return cfg  # image folders, packs: size and classes are known once the data is opened
     kwargs = resolve_model_kwargs(cfg, info)
     try:
         with torch.device("meta"):
@@ -288,7 +288,7 @@ def _prepare(cfg: RunConfig, dist: DistInfo) -> _Run:
     dur = durations(cfg, len(data.train), dist.world_size)
     model = (create_model(cfg.model.name, **resolve_model_kwargs(cfg, data.info)) if cfg.model.init_from is None
              else pretrained_model(cfg, data.info)).to(device)
-    fpe = float(count_flops(model, tuple(data.train.images.shape[1:])))
+    fpe = float(count_flops(model, (data.info.in_chans, *data.info.image_size)))  # streamed splits hold no tensor
     optimizer = build_optimizer(model, cfg.optim)  # may freeze the body (linear probe)
     # 3 × forward holds only when the backward runs through every layer: unknown with frozen ones
     every_layer_trains = all(p.requires_grad for p in model.parameters())
