@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from ..errors import BadInput
 from ..utils.io import atomic_save
 from ..utils.seeds import derive_generator
-from .download import DataError, cache_dir, download_file, safe_extract, verify_checksum
+from .download import BadData, DataError, cache_dir, download_file, safe_extract, verify_checksum
 from .formats import (read_cifar_batches, read_idx_pair, read_image_folder, read_stl10,
                       read_tiny_imagenet, load_pickle)
 from .table import DatasetInfo, DataFile, get_info
@@ -281,10 +281,10 @@ def load_dataset(name: str, split: str, root: str | os.PathLike | None = None, d
     if info.format == "packed":
         return _apply_holdout(_load_pack(info, source, root, image_size),
                               split, val_fraction, seed)
-    if root is not None and not download and not Path(root).expanduser().exists():
-        raise BadInput(f"data.root={root} does not exist; give the folder that holds {name} "
-                       f"(or leave data.root unset to use the cache)")
     dirs = search_dirs(info, root)
+    if root is not None and not download and not Path(root).expanduser().exists():
+        raise BadData(f"data.root={root} does not exist (an explicit root is never skipped); "
+                      + _missing_message(info, source, dirs))
     found = next((d for d in dirs if _present(info, d, source)), None)
     if found is None and download and info.archives():
         found = dirs[0]
