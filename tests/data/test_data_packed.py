@@ -177,6 +177,10 @@ def test_cli_pack_exit_codes_and_messages(folder, tmp_path, capsys):
     err = capsys.readouterr().err
     assert "broken.png: cannot decode image" in err and "Traceback" not in err
     assert not (tmp_path / "q").exists() and not (tmp_path / "r" / "index.json").exists()
+    (folder / "train" / "class1" / "broken.png").unlink()  # fixed: the same command now packs
+    assert cli.main(["pack", str(folder), str(tmp_path / "r"), "--image-size", "8", "--workers", "1",
+                     "--progress", "none"]) == 0
+    assert verify_pack(tmp_path / "r") == 2 * 2
 
 
 @pytest.mark.skipif(not Path("/usr/share/datasets/fashion-mnist").is_dir(), reason="needs dataset-fashion-mnist")

@@ -18,6 +18,7 @@ import torch
 from ..utils.seeds import derive_generator
 from .augment import Augment, normalize
 from .datasets import resize_images
+from .download import BadData
 from .formats import decode_image, folder_classes, list_image_folder
 
 __all__ = ["DeviceLoader", "StreamingLoader", "PackedLoader", "ImageFolderDataset"]
@@ -139,17 +140,24 @@ class DeviceLoader(_Loader):
 class ImageFolderDataset(torch.utils.data.Dataset):
     """``root/<split>/<class>/<image>`` decoded with Pillow to uint8 (ch, size, size).
 
-    Decoding is deterministic (shorter side to ``image_size``, centre crop); all random
-    augmentation happens later on the device, so workers need no random state.
+    Decoding is deterministic (shorter side to ``image_size``, centre crop; ``None``: the first
+    image's side); all random augmentation happens later on the device, so workers need no
+    random state.
     """
 
-    def __init__(self, root: str | Path, split: str, image_size: int, in_chans: int = 3,
+    def __init__(self, root: str | Path, split: str, image_size: int | None, in_chans: int = 3,
                  classes: Sequence[str] | None = None):
         root = Path(root)
         if classes is None and split != "train":
             classes = folder_classes(root)
         self.paths, labels, self.classes = list_image_folder(root / split, classes, require_images=split == "train")
         self.labels = torch.from_numpy(labels)
+        if image_size is None:  # the first image's size, for every image
+            h, w = decode_image(self.paths[0], None, in_chans).shape[1:]
+            if h != w:
+                raise BadData(f"{self.paths[0]} is {w}x{h}; set data.image_size=N to stream the images at one "
+                              f"square size")
+            image_size = h
         self.image_size, self.in_chans = image_size, in_chans
         self.shape = (len(self.paths), in_chans, image_size, image_size)  # of the decoded dataset
 

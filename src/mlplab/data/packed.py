@@ -35,6 +35,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import sys
 import time
 from concurrent.futures import Executor, ProcessPoolExecutor
@@ -58,6 +59,8 @@ FORMAT_VERSION = 1
 INDEX_NAME = "index.json"
 STATE_NAME = ".pack-state.json"
 DEFAULT_SHARD_SIZE = 10_000
+_CHUNK = 64  # images per decoding task
+_SHARD_FILE = re.compile(r"(train|val|test)-\d{5}\.(images|labels)\.npy|\.(train|val|test)-\d{5}\..*\.tmp")
 
 
 def shard_files(split: str, k: int) -> tuple[str, str]:
@@ -118,7 +121,7 @@ def _folder_source(root: Path, size: int, in_chans: int) -> _Source:
             part = names[lo:hi]
             if ex is None or len(part) < 64:
                 return _decode_chunk(part, size, in_chans)
-            step = max(16, math.ceil(len(part) / (4 * getattr(ex, "_max_workers", 1))))
+            step = _CHUNK
             chunks = [part[i:i + step] for i in range(0, len(part), step)]
             return np.concatenate(list(ex.map(_decode_chunk, chunks, [size] * len(chunks), [in_chans] * len(chunks))))
 
@@ -249,9 +252,14 @@ def pack(source: str | os.PathLike, dst: str | os.PathLike, image_size: int, *, 
     state_path = dst / STATE_NAME
     state = _read_json(state_path) if state_path.is_file() else None
     if state is not None and state.get("fingerprint") != fingerprint:
-        raise BadInput(f"{dst} holds an unfinished pack of other settings or data ({state.get('source')}); "
-                       f"run the same pack command again to finish it, or delete {dst}")
-    if state is None and dst.is_dir() and any(dst.iterdir()):
+        # an unfinished pack of other settings, or of files that changed since (a broken image
+        # replaced): its shards were written by pack itself, so they are removed and packing restarts
+        for f in dst.iterdir():
+            if _SHARD_FILE.fullmatch(f.name):
+                f.unlink()
+        print(f"pack: {dst} held an unfinished pack of other settings or files; starting it again", file=sys.stderr)
+        state = None
+    if state is None and dst.is_dir() and any(p.name != STATE_NAME for p in dst.iterdir()):
         raise BadInput(f"{dst} is not empty and holds no pack; give a new or empty folder")
     state = state or {"fingerprint": fingerprint, "source": src.name, "done": {}}
     dst.mkdir(parents=True, exist_ok=True)

@@ -23,7 +23,6 @@ import torch
 from ..data import (DeviceLoader, ImageFolderDataset, Pack, PackedImages, PackedLoader, StreamingLoader, build_augment,
                     get_info, holdout_split, load_dataset)
 from ..data.datasets import search_dirs
-from ..data.formats import decode_image
 from ..errors import BadInput
 from ..utils.seeds import derive_seed
 from .config import RunConfig
@@ -110,10 +109,9 @@ def _streamed_source(cfg: RunConfig) -> tuple[Any, Any, Any] | None:
         root = next((r for r in search_dirs(info, _root(cfg)) if (r / "train").is_dir()), None)
         if root is None:
             return None  # load_dataset says where it looked
-        size = d.image_size or _first_image_side(root / "train")
-        train = ImageFolderDataset(root, "train", size, info.in_chans)
-        test = ImageFolderDataset(root, "val", size, info.in_chans, classes=train.classes)
-        info = dataclasses.replace(info, num_classes=len(train.classes), image_size=(size, size),
+        train = ImageFolderDataset(root, "train", d.image_size, info.in_chans)
+        test = ImageFolderDataset(root, "val", train.image_size, info.in_chans, classes=train.classes)
+        info = dataclasses.replace(info, num_classes=len(train.classes), image_size=(train.image_size,) * 2,
                                    classes=tuple(train.classes))
     if d.stream == "auto" and math.prod(train.shape) <= STREAM_BYTES:
         return None  # small enough to hold: the in-memory path
@@ -128,16 +126,6 @@ def _root(cfg: RunConfig) -> str:
     if not Path(cfg.data.root).expanduser().exists():
         raise BadInput(f"data.root={cfg.data.root} does not exist; give the folder that holds the data")
     return cfg.data.root
-
-
-def _first_image_side(train_dir: Path) -> int:
-    """The side of the first image when all images are to be streamed at their own size."""
-    first = next((p for p in sorted(train_dir.rglob("*")) if p.is_file() and not p.name.startswith(".")), None)
-    shape = decode_image(first).shape if first is not None else (0, 0, 0)
-    if shape[1] != shape[2] or shape[1] == 0:
-        raise BadInput(f"{train_dir}: images are streamed at one size; set data.image_size=N "
-                       f"(the first image, {first}, is {shape[2]}x{shape[1]})")
-    return int(shape[1])
 
 
 def _streamed_run_data(cfg: RunConfig, device: torch.device, train_images, test_images, info) -> RunData:
