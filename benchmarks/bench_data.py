@@ -14,8 +14,10 @@ Rates (img/s, median of ``--reps`` interleaved rounds, page cache warm):
   torch threads); then the whole ``PackedLoader`` (crop/flip or RandomResizedCrop/flip, float
   conversion and normalisation: what the training step receives).
 
-The ratios are against ``folder stream``; the last column is what one pass over 12M images
-(ImageNet-21k at 64x64) would take at that rate. ``--rss`` trains a tiny model for 100 steps of
+The ratios are against ``folder stream``; "12M-image epoch" is what one pass over 12M images
+(ImageNet-21k at 64x64) would take at that rate. "img per CPU-s" divides by the CPU time of the
+process and its worker processes: on a machine shared with other jobs it shows what the work
+costs, where the wall-clock rate shows what the load left over. ``--rss`` trains a tiny model for 100 steps of
 batch 1024 on packs of 2k and 200k images (``data.stream=true``) and reports the peak RssAnon
 (anonymous resident memory: the process's own, not the page cache) sampled from /proc.
 Results go to ``benchmarks/results/bench_data-pt<torch>-<cpu>.json``.
@@ -27,6 +29,7 @@ import hashlib
 import json
 import os
 import re
+import resource
 import shutil
 import statistics
 import subprocess
@@ -100,10 +103,17 @@ def write_pack_directly(dst: Path, n: int, size: int, shard_size: int = 10_000, 
     (dst / "index.json").write_text(json.dumps(index))
 
 
-def rate(fn, n: int) -> float:
-    t0 = time.perf_counter()
+def cpu_seconds() -> float:
+    """CPU time of this process and of its finished children (pack / DataLoader workers)."""
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def rate(fn, n: int) -> tuple[float, float]:
+    """(images per wall second, images per CPU second of this process and its workers)."""
+    t0, c0 = time.perf_counter(), cpu_seconds()
     fn()
-    return n / (time.perf_counter() - t0)
+    return n / (time.perf_counter() - t0), n / max(cpu_seconds() - c0, 1e-9)
 
 
 def read_batches(part, batch: int, threads: int, then=None) -> None:
@@ -214,22 +224,29 @@ def main() -> int:
         for _, (fn, _) in list(cands.items())[3:]:
             fn()  # warm the page cache and the threads
         rates: dict[str, list[float]] = {k: [] for k in cands}
+        cpu_rates: dict[str, list[float]] = {k: [] for k in cands}
         for r in range(a.reps):
             for name, (fn, count) in cands.items():
-                rates[name].append(rate(fn, count))
-                print(f"  rep {r}: {name}: {rates[name][-1]:,.0f} img/s", flush=True)
+                wall, cpu = rate(fn, count)
+                rates[name].append(wall)
+                cpu_rates[name].append(cpu)
+                print(f"  rep {r}: {name}: {wall:,.0f} img/s, {cpu:,.0f} img per CPU-s", flush=True)
             for d in work.glob("pack*-*"):
                 shutil.rmtree(d)
         med = {k: statistics.median(v) for k, v in rates.items()}
+        cpu_med = {k: statistics.median(v) for k, v in cpu_rates.items()}
         ref = med[f"folder stream + crop/flip, {a.workers} workers"]
-        rows = [[k, f"{v:,.0f}", f"{v / ref:.1f}x", f"{EPOCH_12M / v / 3600:.2f} h"] for k, v in med.items()]
+        rows = [[k, f"{v:,.0f}", f"{v / ref:.1f}x", f"{EPOCH_12M / v / 3600:.2f} h", f"{cpu_med[k]:,.0f}"]
+                for k, v in med.items()]
         print(f"\n{env['processor']} ({env['cpu_capability']}), torch {env['torch']}, "
               f"{a.threads} torch threads, load {os.getloadavg()[0]:.1f}")
-        print(fmt_table(["candidate (64x64 unless --size)", "img/s", "vs folder stream", "12M-image epoch"], rows))
+        print(fmt_table(["candidate (64x64 unless --size)", "img/s", "vs folder stream", "12M-image epoch",
+                         "img per CPU-s"], rows))
         result = {"benchmark": "bench_data", "environment": env, "loadavg_end": list(os.getloadavg()),
                   "settings": {k: v for k, v in vars(a).items() if k not in ("out", "work")},
                   "img_per_s_median": {k: round(v, 1) for k, v in med.items()},
                   "img_per_s_reps": {k: [round(x, 1) for x in v] for k, v in rates.items()},
+                  "img_per_cpu_s_median": {k: round(v, 1) for k, v in cpu_med.items()},
                   "ratio_vs_folder_stream": {k: round(v / ref, 2) for k, v in med.items()},
                   "epoch_12m_hours": {k: round(EPOCH_12M / v / 3600, 3) for k, v in med.items()}}
         if a.rss:

@@ -15,7 +15,7 @@ import argparse
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from ..data.packed import DEFAULT_SHARD_SIZE
+    from ..data.packing import DEFAULT_SHARD_SIZE
 
     parser.add_argument("src", help="image folder (SRC/train/<class>/<image>) or a dataset name of the table")
     parser.add_argument("dst", nargs="?", help="folder to write the pack into (new or empty; or an unfinished pack to finish)")
@@ -35,7 +35,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import time
 
-    from ..data.packed import pack, verify_pack
+    from ..data import pack, verify_pack
     from ..errors import BadInput
 
     if args.verify:

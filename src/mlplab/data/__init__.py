@@ -12,7 +12,8 @@ from .datasets import ImageData, holdout_split, load_dataset, make_synthetic, re
 from .augment import Augment, AugmentConfig, build_augment
 from .autoaugment import AutoAugment, RandAugment, parse_randaugment
 from .loader import DeviceLoader, ImageFolderDataset, PackedLoader, StreamingLoader
-from .packed import Pack, PackedImages, pack, verify_pack
+from .packed import Pack, PackedImages, verify_pack
+from .packing import pack
 
 __all__ = [
     "DATASETS", "DataFile", "DatasetInfo", "FASHION_MNIST_DEBIAN_DIR", "get_info",
