@@ -154,15 +154,17 @@ def peak_rss_anon(cmd: list[str], env: dict[str, str]) -> tuple[int, float, int]
     return proc.returncode, peak / 1024, time.perf_counter() - t0
 
 
-def measure_rss(work: Path, size: int) -> dict[str, float]:
-    out = {}
+def measure_rss(work: Path, size: int, steps: int = 200, batch: int = 256) -> dict[str, float]:
+    """Both runs take ``steps`` steps of ``batch``: the 2k pack's epochs hold 7 batches, enough to
+    fill the reader's prefetch queue as on the large pack, so only the pack's size differs."""
+    out = {"rss_steps": steps, "rss_batch": batch}
     env = dict(os.environ, PYTHONPATH=str(REPO / "src"), OMP_NUM_THREADS="2")
     for n in (2_000, 200_000):
         dst = work / f"pack{n}"
         write_pack_directly(dst, n, size)
         cmd = [sys.executable, "-m", "mlplab.cli", "train", "synthetic_tiny", "data.dataset=packed",
                f"data.root={dst}", "data.image_size=null", "data.stream=true", "data.train_subset=null",
-               "data.test_subset=null", "schedule.epochs=null", "schedule.steps=100", "run.batch_size=1024",
+               "data.test_subset=null", "schedule.epochs=null", f"schedule.steps={steps}", f"run.batch_size={batch}",
                "model.kwargs.patch_size=8", "run.log=none", "run.threads=2", f"run.out_dir={work / 'runs'}",
                f"run.name=rss{n}", "run.device=cpu"]
         rc, peak, wall = peak_rss_anon(cmd, env)
@@ -184,6 +186,7 @@ def main() -> int:
     p.add_argument("--batch", type=int, default=256)
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--rss", action="store_true", help="also measure RssAnon of training on 2k vs 200k packs")
+    p.add_argument("--rss-only", action="store_true", help="only the RssAnon measurement")
     p.add_argument("--work", type=Path, default=None, help="scratch folder (default: a temp folder, deleted)")
     p.add_argument("--out", type=Path, default=None)
     a = p.parse_args()
@@ -192,6 +195,15 @@ def main() -> int:
     cpu = re.sub(r"[^a-z0-9]+", "-", (env["processor"] or "cpu").lower()).strip("-")
     out = a.out or REPO / "benchmarks" / "results" / f"bench_data-pt{torch.__version__.split('+')[0].replace('.', '')[:3]}-{cpu}.json"
     work = a.work or Path(tempfile.mkdtemp(prefix="bench_data."))
+    if a.rss_only:
+        try:
+            rss = measure_rss(work, a.size)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        print(f"RssAnon growth from 2k to 200k images: {rss['rss_anon_growth_mib']} MiB")
+        previous = json.loads(out.read_text()) if out.is_file() else {"benchmark": "bench_data", "environment": env}
+        write_results(out, {**previous, "rss": {**rss, "environment": env, "loadavg_end": list(os.getloadavg())}})
+        return 0
     try:
         folder = work / "pngs"
         print(f"writing {a.images:,} PNGs of {a.size}x{a.size} ...", flush=True)
