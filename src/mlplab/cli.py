@@ -27,6 +27,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "finetune": ("mlplab.commands.finetune", "fine-tune or linear-probe a pretrained checkpoint"),
     "convert": ("mlplab.commands.convert", "convert timm / Flax / Scaling-MLPs checkpoints to mlplab or timm"),
     "info": ("mlplab.commands.info", "show this machine's setup: torch, CPU, threads, compile, kernels, GPUs, data"),
+    "pack": ("mlplab.commands.pack", "pack an image folder or dataset into streamable uint8 .npy shards"),
 }
 
 

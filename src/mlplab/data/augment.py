@@ -2,7 +2,8 @@
 
 Pipeline of ``Augment.__call__`` on a uint8 batch (B, ch, H, W):
 
-1. random crop with zero padding (per-sample offsets, one gather),
+1. random crop with zero padding (per-sample offsets, one gather), or RandomResizedCrop
+   (``mlplab.data.resized_crop``: per-sample boxes, one ``grid_sample``),
 2. horizontal flip (per-sample mask),
 3. AutoAugment or RandAugment (per-sample sub-policies / ops, grouped by op),
 4. normalise ``(x / 255 - mean) / std``,
@@ -22,6 +23,7 @@ import numpy as np
 import torch
 
 from .autoaugment import AutoAugment, RandAugment, parse_randaugment
+from .resized_crop import random_resized_crop
 
 __all__ = ["AugmentConfig", "Augment", "build_augment", "random_crop", "random_hflip", "one_hot",
            "mix_batch", "erasing_masks", "random_erasing", "normalize"]
@@ -34,6 +36,9 @@ class AugmentConfig:
     """The ``augment`` section of a run config. Defaults = no augmentation."""
 
     crop_padding: int = 0  # pixels of zero padding for the random crop (CIFAR recipe: 4)
+    random_resized_crop: bool = False  # Inception/DeiT crop, resized back to the image size (ImageNet recipes)
+    rrc_scale: tuple[float, float] = (0.08, 1.0)  # its box area, as a fraction of the image (timm/DeiT)
+    rrc_ratio: tuple[float, float] = (3 / 4, 4 / 3)  # its box aspect w/h, drawn log-uniform (timm/DeiT)
     hflip: bool = False  # random horizontal flip with probability 0.5
     mixup: float = 0.0  # mixup Beta(alpha, alpha); 0 = off
     cutmix: float = 0.0  # cutmix Beta(alpha, alpha); 0 = off
@@ -49,6 +54,14 @@ class AugmentConfig:
     def __post_init__(self) -> None:
         if self.crop_padding < 0:
             raise ValueError(f"augment.crop_padding must be >= 0, got {self.crop_padding}")
+        if self.crop_padding and self.random_resized_crop:
+            raise ValueError("choose either augment.crop_padding or augment.random_resized_crop, not both")
+        lo, hi = self.rrc_scale
+        if not 0 < lo <= hi <= 1:
+            raise ValueError(f"augment.rrc_scale must be [lo, hi] with 0 < lo <= hi <= 1, got {list(self.rrc_scale)}")
+        lo, hi = self.rrc_ratio
+        if not 0 < lo <= hi:
+            raise ValueError(f"augment.rrc_ratio must be [lo, hi] with 0 < lo <= hi, got {list(self.rrc_ratio)}")
         for name in ("mixup", "cutmix"):
             if getattr(self, name) < 0:
                 raise ValueError(f"augment.{name} must be >= 0, got {getattr(self, name)}")
@@ -225,6 +238,8 @@ class Augment:
         c = self.cfg
         if c.crop_padding:  # geometry on the uint8 batch: a quarter of the memory traffic
             x = random_crop(x, c.crop_padding, generator)
+        if c.random_resized_crop:
+            x = random_resized_crop(x, generator, scale=c.rrc_scale, ratio=c.rrc_ratio)
         if c.hflip:
             x = random_hflip(x, generator)
         x = x.float()

@@ -82,7 +82,8 @@ class DataSection:
     test_subset: int | None = None  # use only N test examples
     subset: Literal["first", "random"] = "first"  # which N: the first N, or a seeded random N
     on_device: bool | Literal["auto"] = "auto"  # keep the uint8 dataset on the run device
-    num_workers: int = not_semantic(0)  # host threads for datasets decoded on the host (unused for tensor data)
+    num_workers: int = not_semantic(0)  # streamed image folders: decoding processes (0: in the run's process); packs: reader threads (0: 2)
+    stream: bool | Literal["auto"] = "auto"  # image folders / packs: read from disk each epoch instead of holding them in memory (auto: above 1 GiB decoded)
 
 
 @dataclass

@@ -191,7 +191,7 @@ def _prepare(plan: RunPlan, dist: DistInfo) -> _Run:
     dur = durations(cfg, len(data.train), dist.world_size)
     model = plan.build_model(data.info).to(device)
     apply_impl(model, cfg.model.impl, device, precision)
-    fpe = float(count_flops(model, tuple(data.train.images.shape[1:])))
+    fpe = float(count_flops(model, (data.info.in_chans, *data.info.image_size)))  # streamed splits hold no tensor
     optimizer = build_optimizer(model, cfg.optim)  # may freeze the body (linear probe)
     # 3 × forward holds only when the backward runs through every layer: unknown with frozen ones
     every_layer_trains = all(p.requires_grad for p in model.parameters())

@@ -78,7 +78,7 @@ def plan_run(cfg: RunConfig, *, here: bool = True, checkpoint: Any = None) -> Ru
         data_cfg = check_pretrained(cfg, info.in_chans, checkpoint, info.num_classes)
         info = dataset_info(data_cfg)
         n_params = sum(t.numel() for t in checkpoint.state.values())
-    elif info.image_size != (0, 0):  # image folders: the size is known only once the images are read
+    elif info.image_size != (0, 0) and info.num_classes != 0:  # image folders, packs: size and classes are known once the data is opened
         kwargs = resolve_model_kwargs(cfg, info)
         n_params = meta_param_count(cfg.model.name, kwargs)
     resolved = dict(cfg=cfg, data_cfg=data_cfg, info=info, model_kwargs=kwargs, checkpoint=checkpoint,
