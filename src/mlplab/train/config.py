@@ -44,6 +44,7 @@ __all__ = [
     "flatten",
     "Durations",
     "durations",
+    "eval_batch_size",
 ]
 
 
@@ -357,6 +358,11 @@ def peak_lr(cfg: RunConfig) -> float:
     return o.lr * (ratio if o.lr_scaling == "linear" else math.sqrt(ratio))
 
 
+def eval_batch_size(r: RunSection) -> int:
+    """The global evaluation batch: ``run.eval_batch_size``, else 4 x ``run.batch_size`` capped at 1024."""
+    return r.eval_batch_size or min(1024, 4 * r.batch_size)
+
+
 def durations(cfg: RunConfig, n_train: int, world_size: int = 1) -> Durations:
     """The step arithmetic of a run with ``n_train`` training examples on ``world_size`` processes.
 
@@ -369,7 +375,7 @@ def durations(cfg: RunConfig, n_train: int, world_size: int = 1) -> Durations:
     if bs % r.accumulate_steps:
         raise BadInput(f"run.batch_size={r.batch_size} over {world_size} process(es) is {bs} per process, which "
                        f"run.accumulate_steps={r.accumulate_steps} does not divide; choose a divisor of {bs}")
-    eval_bs = max(1, (r.eval_batch_size or min(1024, 4 * r.batch_size)) // world_size)
+    eval_bs = max(1, eval_batch_size(r) // world_size)
     steps_per_epoch = (n_train // world_size) // bs
     if steps_per_epoch < 1:
         raise BadInput(f"the training split has {n_train} examples, fewer than one batch of "
