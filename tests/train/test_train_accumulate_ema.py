@@ -145,3 +145,17 @@ def test_ema_bad_input(tiny):
     for bad in (0.0, 1.0, -0.5):
         with pytest.raises(ValueError, match="run.ema_decay must be in"):
             tiny(**{"run.ema_decay": bad})
+
+
+@pytest.mark.slow
+def test_accumulation_and_ema_under_torch_compile(tiny):
+    from mlplab.train import backend
+
+    if backend.cpp_compiler() is None:
+        pytest.skip("torch.compile on CPU needs a C++ compiler")
+    extra = {"run.accumulate_steps": 2, "run.ema_decay": 0.9, "schedule.epochs": 1, "model.kwargs.depth": 1}
+    eager = train(tiny("eager", **extra, **{"run.compile": False}))
+    compiled = train(tiny("compiled", **extra, **{"run.compile": True}))
+    assert compiled["compiled"] and not eager["compiled"]
+    assert compiled["train_loss"] == pytest.approx(eager["train_loss"], rel=1e-4)
+    assert compiled["test_loss_ema"] == pytest.approx(eager["test_loss_ema"], rel=1e-4)

@@ -571,7 +571,10 @@ def _train(cfg: RunConfig, dist: DistInfo, resume: bool, overwrite: bool,
         if dist.is_main:
             progress.line(f"run {run_dir}: {cfg.model.name} {format_count(run.n_params)} params, "
                           f"{format_count(run.fpe) if run.fpe else '?'}FLOP/example, {len(data.train)} train "
-                          f"examples, {dur.total_steps} steps ({dur.steps_per_epoch}/epoch), peak lr {dur.peak_lr:.3g}, {run.device.type} "
+                          f"examples, {dur.total_steps} steps ({dur.steps_per_epoch}/epoch) of batch {r.batch_size}" +
+                          (f" ({r.accumulate_steps} accumulated micro-batches per process)" if r.accumulate_steps > 1 else "") +
+                          (f", EMA decay {r.ema_decay}" if r.ema_decay is not None else "") +
+                          f", peak lr {dur.peak_lr:.3g}, {run.device.type} "
                           f"{run.precision}{' compiled' if run.compiled else ' eager'}, {dist.world_size} "
                           f"process(es)" + (f", resumed at epoch {state.epoch}" if folder.continuing else ""))
         guard = _Guard(run, state.step, run_dir)
