@@ -47,6 +47,18 @@ def loader(*args, **kwargs):
 
 make_loader, loop.train_loader = loop.train_loader, loader
 
+def wrap(run):  # count the gradient all-reduces DDP performs (one bucket per synced backward here)
+    wrap_ddp(run)
+
+    def count(state, bucket):
+        seen["allreduces"] = seen.get("allreduces", 0) + 1
+        return allreduce_hook(state, bucket)
+
+    run.ddp.register_comm_hook(None, count)
+
+from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+wrap_ddp, loop._wrap = loop._wrap, wrap
+
 class Stop(Exception):
     pass
 
@@ -57,7 +69,8 @@ def stop(rec):
 cfg, mode = make_config(sys.argv[1]), sys.argv[3]
 try:
     res = train(cfg, resume=mode == "resume", on_epoch_end=stop if mode == "stop" else None)
-    seen.update(sha=res["weights_sha256"], acc_ema=res["test_acc_ema"], loss_ema=res["test_loss_ema"])
+    seen.update(sha=res["weights_sha256"], acc_ema=res["test_acc_ema"], loss_ema=res["test_loss_ema"],
+                steps=res["steps"])
 except Stop:
     seen["stopped"] = True
 with open(os.path.join(sys.argv[2], mode + "-rank" + rank + ".json"), "w") as f:
@@ -98,6 +111,8 @@ def test_torchrun_streams_per_rank_and_stop_resume_is_bitwise_identical(tmp_path
     assert ranks[0]["augment_seed"] != ranks[1]["augment_seed"]  # augmentation: one stream per rank
     assert ranks[0]["sha"] == ranks[1]["sha"]  # DDP keeps the replicas identical
     assert ranks[0]["acc_ema"] == ranks[1]["acc_ema"]  # and so their averages
+    # accumulation: the first of the 2 micro-batches runs under no_sync, one all-reduce per step
+    assert ranks[0]["allreduces"] == ranks[0]["steps"] == ranks[1]["allreduces"]
 
     assert resumed[0]["sha"] == ranks[0]["sha"] and resumed[0]["loss_ema"] == ranks[0]["loss_ema"]
     for name in ("model.safetensors", "ema.safetensors"):

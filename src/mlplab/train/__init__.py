@@ -4,11 +4,12 @@
 results; ``mlplab train`` is the same from the command line.
 """
 from .config import RunConfig, from_dict, make_config, parse_overrides, run_name, to_dict
+from .evaluation import evaluate_checkpoint
 from .loop import NonFiniteError, RunExistsError, RunLockedError, evaluate, train
 from .presets import CONFIGS
 
 __all__ = ["RunConfig", "make_config", "from_dict", "to_dict", "parse_overrides", "run_name",
-           "train", "evaluate", "NonFiniteError", "RunExistsError", "RunLockedError", "CONFIGS"]
+           "train", "evaluate", "evaluate_checkpoint", "NonFiniteError", "RunExistsError", "RunLockedError", "CONFIGS"]
 
 
 class _TrainModule(__import__("types").ModuleType):
