@@ -87,3 +87,4 @@ def test_eval_bad_input_is_one_sentence_exit_2(tmp_path, finished, capsys):
 def test_eval_refuses_ema_of_a_run_without_one(tiny, capsys):
     res = train(tiny("noema", **{"schedule.epochs": 1}))
     assert "no ema.safetensors" in _refused(capsys, res["run_dir"], "--ema")
+    assert "holds out none" in _refused(capsys, res["run_dir"], "--split", "val")

@@ -3,9 +3,9 @@
 :func:`load_for_eval` resolves, once, what is evaluated and on what (an :class:`EvalSetup`): the
 model (a run's last checkpoint, its EMA average with ``ema=True``, or any file that
 ``mlplab.load_pretrained`` reads), the run config it is evaluated under (a run folder's own
-``config.json``, so that the data, its resizing and subset, the evaluation batch, the precision
-and test-time flips are the run's and ``test_acc`` in its ``results.json`` is reproduced
-exactly), and the split's images on the device. :func:`evaluate_setup` then measures top-1,
+``config.json``, so that the data, its resizing, holdout and subsets, the evaluation batch, the
+precision and test-time flips are the run's and ``test_acc`` in its ``results.json`` is
+reproduced exactly), and the data, loaded as training loads it (``train.data.load_run_data``). :func:`evaluate_setup` then measures top-1,
 top-5, mean cross-entropy and images/s with the training loop's own ``evaluate``.
 Other evaluations of the same model — a linear few-shot evaluation on frozen pre-logit features
 (SPEC §7) — take the same :class:`EvalSetup` (``setup.model.forward_features``, ``setup.split``).
@@ -28,12 +28,11 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from ..data import load_dataset
 from ..data.table import get_info
 from ..errors import BadInput
 from . import checkpoint as ckpt
 from .config import RunConfig, eval_batch_size, make_config, parse_overrides
-from .data import SPLIT_SEED, RunData, Split, _subset, eval_loader
+from .data import RunData, Split, eval_loader, load_run_data
 from .distributed import DistInfo
 from .loop import evaluate, resolve_device, resolve_precision
 
@@ -51,8 +50,8 @@ class EvalSetup:
     weights: Path  # the file the weights came from
     run_dir: Path | None  # the run folder, when the checkpoint belongs to one
     split_name: str
-    split: Split  # uint8 images and labels on the device
-    info: Any  # the DatasetInfo of the loaded (possibly resized) data
+    split: Split  # the split evaluated (of ``data``)
+    data: RunData  # the run's data, loaded as training loads it
     device: torch.device
     precision: str
 
@@ -102,7 +101,7 @@ def _eval_config(run_dir: Path | None, overrides: dict[str, Any]) -> RunConfig:
         return make_config(run_dir / "config.json", overrides)
     if "data.dataset" not in overrides:
         raise BadInput("a checkpoint file outside a run folder says nothing about its data; add "
-                       "data.dataset=NAME (mlplab info lists the datasets)")
+                       "data.dataset=NAME (e.g. data.dataset=cifar10)")
     return make_config(None, {"run.name": "eval", **overrides})
 
 
@@ -148,15 +147,13 @@ def load_for_eval(checkpoint: str | Path, overrides: dict[str, Any] | list[str] 
         torch.set_num_threads(cfg.run.threads)
     device = resolve_device(cfg.run.device)
     precision = resolve_precision(cfg.run.precision, device)
-    kw: dict[str, Any] = dict(root=d.root, download=d.download, image_size=d.image_size)
-    if split != "test":
-        kw.update(val_fraction=d.val_fraction, seed=SPLIT_SEED)
-    loaded = load_dataset(d.dataset, split, **kw)
-    _check_model_fits(model, loaded.info, cfg, weights)
-    n = {"test": d.test_subset, "train": d.train_subset}.get(split)
-    part = _subset(Split(loaded.images, loaded.labels), n, d.subset, cfg.run.seed)  # the run's own subset
-    on = Split(part.images.to(device), part.labels.to(device))
-    return EvalSetup(model.to(device).eval(), cfg, weights, run_dir, split, on, loaded.info, device, precision)
+    if split == "val" and not d.val_fraction > 0:
+        raise BadInput("--split val evaluates the part of the training split a run held out; this config holds "
+                       "out none (data.val_fraction=0): add data.val_fraction=F, or use --split test")
+    data = load_run_data(cfg, device)  # the run's own splits: holdout, subsets, storage (train.data)
+    _check_model_fits(model, data.info, cfg, weights)
+    on = {"train": data.train, "val": data.val, "test": data.test}[split]
+    return EvalSetup(model.to(device).eval(), cfg, weights, run_dir, split, on, data, device, precision)
 
 
 def evaluate_setup(setup: EvalSetup, progress: bool | None = None) -> dict[str, Any]:
@@ -165,8 +162,7 @@ def evaluate_setup(setup: EvalSetup, progress: bool | None = None) -> dict[str, 
     from tqdm import tqdm
 
     dist = DistInfo()
-    data = RunData(setup.split, None, setup.split, setup.info, None)
-    loader = eval_loader(setup.split, data, eval_batch_size(setup.cfg.run), dist)
+    loader = eval_loader(setup.split, setup.data, eval_batch_size(setup.cfg.run), dist)
     bar = tqdm(loader, desc=f"eval {setup.split_name}", unit="batch", leave=False,
                disable=None if progress is None else not progress)
     t0 = time.perf_counter()
@@ -174,7 +170,7 @@ def evaluate_setup(setup: EvalSetup, progress: bool | None = None) -> dict[str, 
     seconds = time.perf_counter() - t0
     n = len(setup.split)
     return {**got, "images": n, "seconds": seconds, "images_per_s": n / max(seconds, 1e-9),
-            "split": setup.split_name, "dataset": setup.cfg.data.dataset, "image_size": setup.info.image_size[0],
+            "split": setup.split_name, "dataset": setup.cfg.data.dataset, "image_size": setup.data.info.image_size[0],
             "weights": str(setup.weights), "model": getattr(setup.model, "model_name", type(setup.model).__name__),
             "precision": setup.precision, "device": str(setup.device)}
 
