@@ -75,10 +75,12 @@ def test_accumulated_backward_returns_the_batch_mean_loss_and_all_logits():
 
 
 def test_accumulation_in_the_loop_matches_one_big_batch(tiny):
-    base = {"augment.mixup": 0.8, "augment.label_smoothing": 0.1, "schedule.epochs": 2}
+    base = {"augment.mixup": 0.8, "augment.label_smoothing": 0.1, "schedule.epochs": 2, "optim.lr_batch": 16}
     one = train(tiny("one", **base))
     acc = train(tiny("acc", **base, **{"run.accumulate_steps": 4}))
     assert acc["steps"] == one["steps"]  # the optimiser steps once per global batch
+    # the lr is scaled for the global batch 32 (2x optim.lr_batch), not for the micro-batch of 8
+    assert [h["lr"] for h in acc["history"]] == [h["lr"] for h in one["history"]]
     w1 = load_file(str(Path(one["run_dir"]) / "checkpoint" / "model.safetensors"))
     w4 = load_file(str(Path(acc["run_dir"]) / "checkpoint" / "model.safetensors"))
     for k in w1:  # fp32: equal up to summation order
@@ -159,3 +161,12 @@ def test_accumulation_and_ema_under_torch_compile(tiny):
     assert compiled["compiled"] and not eager["compiled"]
     assert compiled["train_loss"] == pytest.approx(eager["train_loss"], rel=1e-4)
     assert compiled["test_loss_ema"] == pytest.approx(eager["test_loss_ema"], rel=1e-4)
+
+
+def test_lr_scaling_names_the_global_batch_not_the_micro_batch(tiny):
+    from mlplab.train.config import durations
+
+    for k in (1, 4):
+        cfg = tiny(**{"optim.lr_batch": 16, "run.accumulate_steps": k})  # batch 32 = 2 x lr_batch
+        d = durations(cfg, 256)
+        assert d.peak_lr == pytest.approx(2 * cfg.optim.lr) and d.steps_per_epoch == 8
