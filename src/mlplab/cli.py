@@ -25,6 +25,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "reproduce": ("mlplab.commands.reproduce", "run a published experiment by id"),
     "report": ("mlplab.commands.report", "aggregate runs of an experiment into figures and a report"),
     "finetune": ("mlplab.commands.finetune", "fine-tune or linear-probe a pretrained checkpoint"),
+    "eval": ("mlplab.commands.eval", "evaluate a run or checkpoint on a dataset split (accuracy, loss, img/s)"),
     "convert": ("mlplab.commands.convert", "convert timm / Flax / Scaling-MLPs checkpoints to mlplab or timm"),
     "info": ("mlplab.commands.info", "show this machine's setup: torch, CPU, threads, compile, kernels, GPUs, data"),
     "pack": ("mlplab.commands.pack", "pack an image folder or dataset into streamable uint8 .npy shards"),

@@ -48,6 +48,7 @@ __all__ = [
     "flatten",
     "Durations",
     "durations",
+    "eval_batch_size",
 ]
 
 
@@ -118,6 +119,8 @@ class ScheduleSection:
 @dataclass
 class RunSection:
     batch_size: int = 128  # global: split over processes under torchrun
+    accumulate_steps: int = 1  # K micro-batches per optimiser step (the batch above stays the global one)
+    ema_decay: float | None = None  # D: EMA of the weights, θ_ema ← D θ_ema + (1 − D) θ per step; null: none
     eval_batch_size: int | None = None  # None -> 4 x batch_size (capped at 1024)
     seed: int = 0  # model init, data order, augmentation
     device: Literal["auto", "cpu", "cuda"] = not_semantic("auto")
@@ -344,6 +347,10 @@ def validate(cfg: RunConfig) -> RunConfig:
         raise ValueError(f"run.divergence_factor must be > 0 or null, got {r.divergence_factor}")
     if r.nan_check_every < 1:
         raise ValueError(f"run.nan_check_every must be >= 1, got {r.nan_check_every}")
+    if r.accumulate_steps < 1:
+        raise ValueError(f"run.accumulate_steps must be >= 1 (micro-batches per optimiser step), got {r.accumulate_steps}")
+    if r.ema_decay is not None and not 0.0 < r.ema_decay < 1.0:
+        raise ValueError(f"run.ema_decay must be in (0, 1) (e.g. 0.9999) or null, got {r.ema_decay}")
     if not 0.0 <= d.val_fraction < 1.0:
         raise ValueError(f"data.val_fraction must be in [0, 1), got {d.val_fraction}")
     for name, v in (("data.train_subset", d.train_subset), ("data.test_subset", d.test_subset),
@@ -390,6 +397,11 @@ def peak_lr(cfg: RunConfig) -> float:
     return o.lr * (ratio if o.lr_scaling == "linear" else math.sqrt(ratio))
 
 
+def eval_batch_size(r: RunSection) -> int:
+    """The global evaluation batch: ``run.eval_batch_size``, else 4 x ``run.batch_size`` capped at 1024."""
+    return r.eval_batch_size or min(1024, 4 * r.batch_size)
+
+
 def durations(cfg: RunConfig, n_train: int, world_size: int = 1) -> Durations:
     """The step arithmetic of a run with ``n_train`` training examples on ``world_size`` processes.
 
@@ -399,7 +411,10 @@ def durations(cfg: RunConfig, n_train: int, world_size: int = 1) -> Durations:
     if r.batch_size % world_size:
         raise BadInput(f"run.batch_size={r.batch_size} must be divisible by the {world_size} processes")
     bs = r.batch_size // world_size
-    eval_bs = max(1, (r.eval_batch_size or min(1024, 4 * r.batch_size)) // world_size)
+    if bs % r.accumulate_steps:
+        raise BadInput(f"run.batch_size={r.batch_size} over {world_size} process(es) is {bs} per process, which "
+                       f"run.accumulate_steps={r.accumulate_steps} does not divide; choose a divisor of {bs}")
+    eval_bs = max(1, eval_batch_size(r) // world_size)
     steps_per_epoch = (n_train // world_size) // bs
     if steps_per_epoch < 1:
         raise BadInput(f"the training split has {n_train} examples, fewer than one batch of "
