@@ -75,7 +75,7 @@ class _Loader:
 
     def _finish(self, x: Tensor, y: Tensor, batch_index: int) -> tuple[Tensor, Tensor]:
         if self.augment is not None:
-            g = derive_generator(self.seed, "augment", self.epoch, batch_index)
+            g = derive_generator(self.seed, "augment", self.epoch, batch_index, device=self.device)
             return self.augment(x, y, g, self.mean, self.std)
         x = x.float()
         if self.mean is not None and self.std is not None:
