@@ -51,13 +51,14 @@ from ..utils.cpu import cpu_has_native_bf16
 from ..utils.io import atomic_write_json
 from ..utils.units import format_count
 from . import checkpoint as ckpt
+from .accelerator import native_bf16_cuda, set_fp32_matmul_policy
 from .backend import compile_model, keep_freed_memory, resolve_compile
 from .config import Durations, RunConfig, durations, validate
 from .data import RunData, eval_loader, load_run_data, train_loader
 from .init import check_pretrained, pretrained_model, with_model_resolution
 from .distributed import DistInfo, all_reduce_sum, barrier, cleanup, init_distributed
 from .loggers import open_loggers
-from .metrics import Progress, matmul_flops_per_s
+from .metrics import Progress, matmul_flops_per_s, mfu
 from .optim import build_optimizer, lr_at, set_lr
 from .rundir import RunExistsError, RunFolder, RunLockedError, open_run_folder, truncate_metrics
 
@@ -80,12 +81,12 @@ def resolve_device(choice: str, dist: DistInfo | None = None) -> torch.device:
 
 
 def resolve_precision(choice: str, device: torch.device) -> str:
-    """'fp32' or 'bf16'. auto -> bf16 autocast on CUDA with bf16 support and on CPUs with native
+    """'fp32' or 'bf16'. auto -> bf16 autocast on GPUs with bf16 tensor cores and on CPUs with native
     bf16 matmuls (AVX512-BF16/AMX); fp32 elsewhere, where emulated bf16 is slower than fp32."""
     if choice != "auto":
         return choice
-    if device.type == "cuda":
-        return "bf16" if torch.cuda.is_bf16_supported() else "fp32"
+    if device.type == "cuda":  # not V100/T4, where bf16 is emulated (train.accelerator)
+        return "bf16" if native_bf16_cuda(device) else "fp32"
     return "bf16" if cpu_has_native_bf16() else "fp32"
 
 
@@ -137,7 +138,7 @@ def _check_memory(n_params: int, device: torch.device) -> None:
                        "available. Choose a smaller model (model.kwargs)")
 
 
-def check_run(cfg: RunConfig, memory: bool = True) -> RunConfig:
+def check_run(cfg: RunConfig, memory: bool = True, dist: DistInfo | None = None) -> RunConfig:
     """Everything about ``cfg`` that can be checked without loading data or writing a file: the
     config's own rules, the dataset's name, the model against the dataset's image size and
     channels, the model's constructor (built on the ``meta`` device: no memory) and whether its
@@ -159,7 +160,7 @@ def check_run(cfg: RunConfig, memory: bool = True) -> RunConfig:
     except NotImplementedError:
         return cfg  # an op without a meta kernel: the real build (before any write) checks the rest
     if memory:
-        _check_memory(sum(p.numel() for p in model.parameters()), resolve_device(cfg.run.device))
+        _check_memory(sum(p.numel() for p in model.parameters()), resolve_device(cfg.run.device, dist))
     return cfg
 
 
@@ -237,12 +238,13 @@ def train(cfg: RunConfig, *, resume: bool = False, overwrite: bool = False,
     ``resume``: continue the run in ``<out_dir>/<name>`` from its last checkpoint (its config
     must be the same). ``overwrite``: replace an existing run folder. ``on_epoch_end(record)`` is
     called after each epoch's metrics and checkpoint are written (tests use it)."""
-    cfg = check_run(cfg)
-    if cfg.run.threads:
-        torch.set_num_threads(cfg.run.threads)
     keep_freed_memory()  # no page faults for each step's activations (backend.py)
+    # joined first: each rank's GPU is current before the memory check reads one (no context on GPU 0)
     dist = init_distributed("cuda" if cfg.run.device != "cpu" and torch.cuda.is_available() else "cpu")
     try:
+        cfg = check_run(cfg, dist=dist)
+        if cfg.run.threads:
+            torch.set_num_threads(cfg.run.threads)
         return _train(cfg, dist, resume, overwrite, on_epoch_end)
     finally:
         cleanup(dist)
@@ -283,6 +285,8 @@ def _prepare(cfg: RunConfig, dist: DistInfo) -> _Run:
     if precision == "bf16" and device.type == "cpu" and not cpu_has_native_bf16() and dist.is_main:
         print("mlplab train: warning: this CPU has no native bf16 (AVX512-BF16/AMX); bf16 matmuls are "
               "emulated and several times slower than fp32", file=sys.stderr)
+    if device.type == "cuda":
+        set_fp32_matmul_policy()  # fp32 means IEEE fp32 (train.accelerator)
     torch.manual_seed(r.seed)
     data = load_run_data(with_model_resolution(cfg), device)  # a pretrained model's resolution (train.init)
     dur = durations(cfg, len(data.train), dist.world_size)
@@ -331,8 +335,13 @@ def _wrap(run: _Run) -> None:
     """DDP (after resuming: it broadcasts rank 0's weights) and torch.compile when chosen."""
     m: nn.Module = run.model
     if run.dist.enabled:
+        # buffers (RP permutations, SW-MLP masks, the layer scale) never change after the start,
+        # when DDP's constructor broadcasts them once: no re-broadcast before every forward,
+        # unless a BatchNorm's running statistics need it
+        running_stats = any(isinstance(mod, nn.modules.batchnorm._BatchNorm) for mod in m.modules())
         m = nn.parallel.DistributedDataParallel(
-            m, device_ids=[run.device.index] if run.device.type == "cuda" else None)
+            m, device_ids=[run.device.index] if run.device.type == "cuda" else None,
+            broadcast_buffers=running_stats)
     if resolve_compile(run.cfg.run.compile, run.device, run.precision, run.dur.total_steps):
         m = compile_model(m, run.device)
     run.train_model = m
@@ -491,7 +500,8 @@ def _results(run: _Run, state: _Progress, final: dict[str, float], run_dir: Path
         # masked (SW-MLP) weights counted by their nonzeros: what the comparison tables show
         "effective_params": count_params(run.model, effective=True),
         "flops_per_s": run.train_fpe * ips if run.train_fpe else None,
-        "matmul_flops_per_s": peak, "mfu": run.train_fpe * ips / peak if run.train_fpe else None,
+        "matmul_flops_per_s": peak,
+        "mfu": mfu(run.train_fpe * ips, peak, run.dist.world_size) if run.train_fpe else None,
         "precision": run.precision, "compiled": run.compiled, "device": str(run.device),
         "world_size": run.dist.world_size, "threads": torch.get_num_threads(), "loadavg": list(os.getloadavg()),
         "weights_sha256": digest, "run_dir": str(run_dir), "history": history,
@@ -541,7 +551,7 @@ def _train(cfg: RunConfig, dist: DistInfo, resume: bool, overwrite: bool,
                 rec["epoch_time_s"] = time.perf_counter() - t_epoch
                 if run.train_fpe:
                     rec["flops_per_s"] = run.train_fpe * rec["images_per_s"]
-                    rec["mfu"] = rec["flops_per_s"] / peak
+                    rec["mfu"] = mfu(rec["flops_per_s"], peak, dist.world_size)
                 state.history.append(rec)
                 state.epoch = epoch + 1
                 loggers.log(rec, state.step)
