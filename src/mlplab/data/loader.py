@@ -24,6 +24,14 @@ __all__ = ["DeviceLoader", "StreamingLoader", "ImageFolderDataset"]
 Tensor = torch.Tensor
 
 
+def to_device(t: Tensor, device: torch.device) -> Tensor:
+    """A host tensor on ``device`` without making the host wait: through pinned memory and an
+    asynchronous copy on CUDA (a copy from pageable memory synchronises the stream)."""
+    if device.type == "cuda":
+        return t.pin_memory().to(device, non_blocking=True)
+    return t.to(device)
+
+
 class _Loader:
     """Shared epoch/position bookkeeping and batch post-processing."""
 
@@ -124,7 +132,7 @@ class DeviceLoader(_Loader):
 
     def __iter__(self) -> Iterator[tuple[Tensor, Tensor]]:
         start = self._start()
-        order = self.order().to(self.device)
+        order = to_device(self.order(), self.device)
         if self.indices is not None:
             order = self.indices[order]  # positions -> rows of the stored dataset (n int64s, no image copy)
         for i in range(start, len(self)):
