@@ -103,3 +103,26 @@ def test_batch_mode_mixes_the_whole_batch_with_one_lam():
     t = one_hot(torch.arange(32) % 4, 4)
     _, _, lam = mix_batch(x, t, torch.Generator().manual_seed(5), mixup_alpha=0.8, mode="batch")
     assert lam.shape == (32,) and torch.all(lam == lam[0])
+
+
+def test_host_staged_batches_cross_once_as_uint8(monkeypatch):
+    """A dataset kept in host memory for a GPU run stays there; each batch crosses as uint8
+    through ``to_device`` (pinned, asynchronous on CUDA) and is augmented where it lands."""
+    from mlplab.data import loader as loader_mod
+
+    crossed = []
+
+    def fake_to_device(t, device):
+        crossed.append((t.dtype, tuple(t.shape), str(device)))
+        return t.to("meta")
+    monkeypatch.setattr(loader_mod, "to_device", fake_to_device)
+    monkeypatch.setattr(loader_mod, "derive_generator", lambda *key, device=None: torch.Generator().manual_seed(0))
+    images = torch.randint(0, 256, (64, 3, 8, 8), dtype=torch.uint8)
+    aug = build_augment(AugmentConfig(crop_padding=1, hflip=True), num_classes=10, mean=MEAN, std=STD)
+    dl = loader_mod.DeviceLoader(images, torch.arange(64) % 10, 16, augment=aug, device="cpu")
+    dl.device = torch.device("cuda")  # as built for a GPU run (no GPU here): the images stay on the host
+    dl.images, dl.labels = images, torch.arange(64) % 10
+    batches = list(dl)
+    assert len(batches) == 4 and all(x.device.type == "meta" for x, _ in batches)
+    assert crossed[0] == (torch.int64, (64,), "cpu")  # the epoch's order, to where the images live
+    assert crossed[1:] == [(torch.uint8, (16, 3, 8, 8), "cuda"), (torch.int64, (16,), "cuda")] * 4

@@ -25,6 +25,7 @@ def test_without_a_gpu_it_says_so(gpu_check, capsys, monkeypatch):
     assert "no CUDA device visible" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_checks_run_on_the_cpu(gpu_check, tmp_path, capsys):
     out = tmp_path / "summary.json"
     rc = gpu_check.main(["--device", "cpu", "--quick", "--only", "sync,train", "--no-compile", "--out", str(out)])
