@@ -22,6 +22,7 @@ from train_helpers import tiny_overrides
     (True, "cpu", "fp32", 1, True), (False, "cuda", "bf16", 5000, False)])
 def test_resolve_compile(monkeypatch, choice, device, precision, steps, expect):
     monkeypatch.setattr(backend, "cpp_compiler", lambda: "/usr/bin/c++")
+    monkeypatch.setattr(backend, "compile_unavailable_reason", lambda device: None)  # a GPU Triton supports
     assert backend.resolve_compile(choice, torch.device(device), precision, steps) is expect
 
 
@@ -69,6 +70,7 @@ def test_precision_auto_follows_the_hardware(monkeypatch, native, device, cuda_b
 
     monkeypatch.setattr(runplan, "cpu_has_native_bf16", lambda: native)
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: cuda_bf16)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (9, 0))  # per generation: test_gpu_policy
     assert runplan.resolve_precision("auto", torch.device(device)) == expect
     assert runplan.resolve_precision("fp32", torch.device(device)) == "fp32"
 

@@ -206,15 +206,27 @@ def _run_inline(dirs: list[Path], log, out: dict[Path, str], tally: RunTally) ->
     return out
 
 
-def _gpu_count() -> int:
-    if os.environ.get("CUDA_VISIBLE_DEVICES", None) == "":
-        return 0
+def visible_gpus() -> list[str]:
+    """The GPUs this process may hand to its workers, as ``CUDA_VISIBLE_DEVICES`` entries: the
+    parent's own list when it has one (indices or UUIDs, e.g. ``4,5,6,7``), else ``0..n-1``."""
+    listed = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if listed is not None:
+        return [g.strip() for g in listed.split(",") if g.strip() and g.strip() != "-1"]
     try:
         import torch
 
-        return torch.cuda.device_count() if torch.cuda.is_available() else 0
+        return [str(i) for i in range(torch.cuda.device_count())] if torch.cuda.is_available() else []
     except Exception:  # pragma: no cover
-        return 0
+        return []
+
+
+def worker_slots(jobs: int, gpus: list[str]) -> list[str | None]:
+    """One entry per concurrent worker: its GPU, or None on CPU. With GPUs, at most one worker per
+    GPU runs at a time (two runs sharing a GPU would also share its timing), so ``jobs`` is capped
+    at the number of GPUs."""
+    if not gpus:
+        return [None] * max(1, jobs)
+    return list(gpus[:max(1, min(jobs, len(gpus)))])
 
 
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
@@ -245,10 +257,14 @@ def _signal_group(p: subprocess.Popen, sig: int) -> None:
 def _run_local(dirs: list[Path], jobs: int, log, out: dict[Path, str], tally: RunTally) -> dict[Path, str]:
     """``jobs`` worker processes (``python -m mlplab.experiments.worker RUN_DIR``) at a time.
 
-    With GPUs each worker sees one (``CUDA_VISIBLE_DEVICES``, round robin over free slots);
-    on CPU the cores are shared: threads per worker = cores // jobs.
+    With GPUs each worker sees exactly one of the GPUs this process may use (``worker_slots``:
+    the parent's ``CUDA_VISIBLE_DEVICES`` is honoured, no GPU is shared); on CPU the cores are
+    shared: threads per worker = cores // jobs.
     """
-    ngpu = _gpu_count()
+    slots = worker_slots(jobs, visible_gpus())
+    if len(slots) < jobs:
+        log(f"--jobs {jobs}: {len(slots)} GPU(s) visible, running {len(slots)} at a time (one run per GPU)")
+    jobs = len(slots)
     threads = max(1, available_cores() // jobs)
     pending = list(dirs)
     running: dict[int, tuple[subprocess.Popen, Path, Any]] = {}  # slot -> process
@@ -261,8 +277,8 @@ def _run_local(dirs: list[Path], jobs: int, log, out: dict[Path, str], tally: Ru
                 env = dict(os.environ)
                 env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads),
                            MLPLAB_NUM_THREADS=str(threads))
-                if ngpu:
-                    env["CUDA_VISIBLE_DEVICES"] = str(slot % ngpu)
+                if slots[slot] is not None:
+                    env["CUDA_VISIBLE_DEVICES"] = slots[slot]
                 logf = open(d / "log.txt", "ab")
                 p = subprocess.Popen([sys.executable, "-m", "mlplab.experiments.worker", str(d)],
                                      stdout=logf, stderr=subprocess.STDOUT, env=env,
@@ -298,6 +314,19 @@ def _run_local(dirs: list[Path], jobs: int, log, out: dict[Path, str], tally: Ru
     return out
 
 
+def slurm_gpus_per_run(dirs: list[Path]) -> int:
+    """GPUs each Slurm job asks for unless ``gpus_per_node`` is given: one, unless every run says
+    ``run.device=cpu`` (a job array on a CPU partition then asks for none)."""
+    for d in dirs:
+        try:
+            device = json.loads((d / "spec.json").read_text())["overrides"].get("run.device", "auto")
+        except (OSError, ValueError, KeyError, AttributeError):
+            return 1
+        if device != "cpu":
+            return 1
+    return 0
+
+
 def _run_slurm(dirs: list[Path], jobs: int, folder: Path, log, slurm: dict[str, Any] | None,
                out: dict[Path, str], tally: RunTally) -> dict[Path, str]:
     """One job array through submitit; ``slurm`` are ``update_parameters`` arguments
@@ -311,6 +340,8 @@ def _run_slurm(dirs: list[Path], jobs: int, folder: Path, log, slurm: dict[str, 
     params = dict(slurm or {})
     cluster = params.pop("cluster", None)
     params.setdefault("timeout_min", 24 * 60)
+    if cluster not in ("local", "debug"):
+        params.setdefault("gpus_per_node", slurm_gpus_per_run(dirs))
     params.setdefault("slurm_array_parallelism", jobs)
     ex = submitit.AutoExecutor(folder=str(folder / ".submitit"), cluster=cluster)
     ex.update_parameters(**params)

@@ -77,9 +77,11 @@ def left_gemm_pays(x: torch.Tensor) -> bool:
     copying x into (B, cols, n) order (1.04-1.18× faster S-Mixer steps, AVX2 and AVX512 CPUs),
     when x has at least ``LEFT_GEMM_MIN_COLS`` columns. Under autocast, reduced-precision batched
     GEMMs with a broadcast operand were slower than one large GEMM on the transposed input, on
-    both CPUs measured. (A left GEMM uses the Linear's weight without calling it: callers take the
-    transposed path where a model's ``impl`` is "module" or a hook watches the Linear.)"""
-    return x.shape[-1] >= LEFT_GEMM_MIN_COLS and not torch.is_autocast_enabled(x.device.type)
+    both CPUs measured, and only on CPUs: elsewhere column maps take one large GEMM on the transposed
+    input. (A left GEMM uses the Linear's weight without calling it: callers take the transposed
+    path where a model's ``impl`` is "module" or a hook watches the Linear.)"""
+    return (x.device.type == "cpu" and x.shape[-1] >= LEFT_GEMM_MIN_COLS
+            and not torch.is_autocast_enabled(x.device.type))
 
 
 def left_linear(linear: nn.Linear, x: torch.Tensor) -> torch.Tensor:

@@ -34,6 +34,7 @@ import torch.nn as nn
 from ..errors import BadInput
 from ..layers import fused
 from ..layers.pk import set_impl
+from .accelerator import compile_unavailable_reason
 
 __all__ = ["resolve_compile", "compile_model", "cpp_compiler", "keep_freed_memory", "MIN_STEPS_CPU", "apply_impl",
            "describe_implementation", "implementation_line"]
@@ -91,12 +92,13 @@ MIN_STEPS_CPU = 1000
 
 
 def resolve_compile(choice: bool | str, device: torch.device, precision: str = "fp32", steps: int = 0) -> bool:
-    """Whether to compile: ``True``/``False`` as given; ``"auto"``: on CUDA, or on CPU for bf16
+    """Whether to compile: ``True``/``False`` as given; ``"auto"``: on GPUs that Triton supports
+    (``train.accelerator``), or on CPU for bf16
     runs of at least ``MIN_STEPS_CPU`` steps when a C++ compiler is present (see above)."""
     if isinstance(choice, bool):
         return choice
     if device.type == "cuda":
-        return True
+        return compile_unavailable_reason(device) is None
     return precision == "bf16" and steps >= MIN_STEPS_CPU and cpp_compiler() is not None
 
 
@@ -109,12 +111,20 @@ def cpp_compiler() -> str | None:
 
 
 def compile_model(model: nn.Module, device: torch.device, *, warn=sys.stderr) -> nn.Module:
-    """``torch.compile(model)``, or ``model`` itself (with one line on ``warn``) when the CPU
-    backend has no C++ compiler to build its kernels with."""
+    """``torch.compile(model)``, or ``model`` itself (with one line on ``warn``) when the backend
+    cannot build kernels here: no C++ compiler on CPU, an unsupported GPU or no Triton on CUDA.
+
+    Dynamo's caches are reset first: a process that trains one run after another (a sweep run
+    inline, a notebook) would otherwise reach dynamo's recompile limit after a few model shapes
+    and silently run the rest eagerly while reporting them compiled."""
     if device.type == "cpu" and cpp_compiler() is None:
         print("mlplab train: run.compile: no C++ compiler (c++/g++/clang++, or $CXX) found for "
               "torch.compile on CPU; training eagerly", file=warn)
         return model
+    if device.type == "cuda" and (why := compile_unavailable_reason(device)) is not None:
+        print(f"mlplab train: run.compile: {why}; training eagerly", file=warn)
+        return model
+    torch._dynamo.reset()
     return torch.compile(model)
 
 

@@ -67,13 +67,14 @@ from ..utils.io import atomic_write_json
 from ..utils.seeds import derive_seed
 from ..utils.units import format_count
 from . import checkpoint as ckpt
+from .accelerator import set_fp32_matmul_policy
 from .backend import apply_impl, compile_model, describe_implementation, implementation_line, keep_freed_memory, resolve_compile
 from .config import Durations, RunConfig, durations
 from .data import RunData, eval_loader, load_run_data, train_loader
 from .ema import WeightEMA
 from .distributed import DistInfo, all_reduce_sum, barrier, cleanup, init_distributed
 from .loggers import open_loggers
-from .metrics import Progress, matmul_flops_per_s
+from .metrics import Progress, matmul_flops_per_s, mfu
 from .optim import build_optimizer, lr_at, set_lr
 from .rundir import RunExistsError, RunFolder, RunLockedError, open_run_folder, truncate_metrics
 from .runplan import RunPlan, as_plan, resolve_device, resolve_model_kwargs, resolve_precision
@@ -233,6 +234,8 @@ def _prepare(plan: RunPlan, dist: DistInfo) -> _Run:
     if precision == "bf16" and device.type == "cpu" and not cpu_has_native_bf16() and dist.is_main:
         print("mlplab train: warning: this CPU has no native bf16 (AVX512-BF16/AMX); bf16 matmuls are "
               "emulated and several times slower than fp32", file=sys.stderr)
+    if device.type == "cuda":
+        set_fp32_matmul_policy()  # fp32 means IEEE fp32 (train.accelerator)
     torch.manual_seed(r.seed)
     data = load_run_data(plan.data_cfg, device)  # a pretrained model's resolution (train.init)
     dur = durations(cfg, len(data.train), dist.world_size)
@@ -284,8 +287,13 @@ def _wrap(run: _Run) -> None:
     """DDP (after resuming: it broadcasts rank 0's weights) and torch.compile when chosen."""
     m: nn.Module = run.model
     if run.dist.enabled:
+        # buffers (RP permutations, SW-MLP masks, the layer scale) never change after the start,
+        # when DDP's constructor broadcasts them once: no re-broadcast before every forward,
+        # unless a BatchNorm's running statistics need it
+        running_stats = any(isinstance(mod, nn.modules.batchnorm._BatchNorm) for mod in m.modules())
         m = run.ddp = nn.parallel.DistributedDataParallel(
-            m, device_ids=[run.device.index] if run.device.type == "cuda" else None)
+            m, device_ids=[run.device.index] if run.device.type == "cuda" else None,
+            broadcast_buffers=running_stats)
     if resolve_compile(run.cfg.run.compile, run.device, run.precision, run.dur.total_steps):
         m = compile_model(m, run.device)
     run.train_model = m
@@ -444,7 +452,8 @@ def _results(run: _Run, state: RunState, final: dict[str, float], run_dir: Path,
         # masked (SW-MLP) weights counted by their nonzeros: what the comparison tables show
         "effective_params": count_params(run.model, effective=True),
         "flops_per_s": run.train_fpe * ips if run.train_fpe else None,
-        "matmul_flops_per_s": peak, "mfu": run.train_fpe * ips / peak if run.train_fpe else None,
+        "matmul_flops_per_s": peak,
+        "mfu": mfu(run.train_fpe * ips, peak, run.dist.world_size) if run.train_fpe else None,
         "precision": run.precision, "compiled": run.compiled, "device": str(run.device),
         "implementation": describe_implementation(run.model, run.device, run.precision, run.compiled),
         "world_size": run.dist.world_size, "threads": torch.get_num_threads(), "loadavg": list(os.getloadavg()),
@@ -503,7 +512,7 @@ def _train(plan: RunPlan, dist: DistInfo, resume: bool, overwrite: bool,
                 rec["epoch_time_s"] = time.perf_counter() - t_epoch
                 if run.train_fpe:
                     rec["flops_per_s"] = run.train_fpe * rec["images_per_s"]
-                    rec["mfu"] = rec["flops_per_s"] / peak
+                    rec["mfu"] = mfu(rec["flops_per_s"], peak, dist.world_size)
                 state.history.append(rec)
                 state.epoch = epoch + 1
                 loggers.log(rec, state.step)
