@@ -10,7 +10,7 @@ from mlplab.interop import save_pretrained
 from mlplab.models.counting import count_flops, count_params
 from mlplab.models.mlp import SCALING_MLP_CLASSES, SCALING_MLP_PRESETS
 from mlplab.train import CONFIGS, make_config, train
-from mlplab.train.loop import check_run
+from mlplab.train.runplan import plan_run
 from mlplab.train.presets import _MFLOP, SCALING_PRETRAIN
 
 
@@ -37,7 +37,7 @@ def test_pretraining_presets_are_the_published_recipe_and_sizes(size):
     assert count_flops(model, (3, 64, 64)) / 1e6 == pytest.approx(_MFLOP[size], abs=0.05)  # the Time lines
     from mlplab.train.presets import DESCRIPTIONS
     assert all(f"{k}:" in DESCRIPTIONS[name] for k in ("Run", "Expect", "Time"))
-    check_run(make_config(name, {"data.dataset": "synthetic"}), memory=False)  # model vs data, meta build
+    plan_run(make_config(name, {"data.dataset": "synthetic"}), here=False)  # model vs data, meta build
 
 
 @pytest.mark.slow
