@@ -13,13 +13,15 @@ import sys
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("config", nargs="?", help="a named config or a JSON file")
+    parser.add_argument("config", nargs="?", help="a named config (--list shows them) or a JSON file")
     parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
-                        help="dotted overrides, e.g. optim.lr=0.1 run.name=try1")
+                        help="dotted overrides, e.g. optim.lr=0.1 run.name=try1 (--list-keys shows every key)")
     parser.add_argument("--resume", action="store_true", help="continue the run in its folder from the last checkpoint")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing run folder")
     parser.add_argument("--print-config", action="store_true", help="print the resolved config as JSON and exit")
     parser.add_argument("--list", action="store_true", help="list the named configs and exit")
+    parser.add_argument("--list-keys", action="store_true",
+                        help="list every config key with its type, default and meaning, and exit")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -31,6 +33,15 @@ def run(args: argparse.Namespace) -> int:
     if args.list:
         for name in sorted(CONFIGS):
             print(f"{name}\n    " + DESCRIPTIONS[name].strip().replace("\n    ", "\n    "))
+        return 0
+    if args.list_keys:
+        from ..train.config import RunConfig
+        from ..utils.typed import describe_fields
+
+        rows = describe_fields(RunConfig)
+        widths = [max(len(r[k]) for r in rows) for k in ("key", "type", "default")]
+        for r in rows:
+            print(f"{r['key']:{widths[0]}}  {r['type']:{widths[1]}}  {r['default']:{widths[2]}}  {r['meaning']}".rstrip())
         return 0
     if not args.config:
         print("mlplab train: error: give a CONFIG (named config or JSON file); --list shows the named ones",

@@ -1,4 +1,4 @@
-"""Plain MLPs and inverted-bottleneck MLPs (Bachmann et al. 2023, "Scaling MLPs"; SPEC §2).
+"""Plain MLPs and inverted-bottleneck MLPs (Bachmann et al. 2023, "Scaling MLPs"; docs/science.md §2).
 
 Input: the image flattened row-major (N, ch·H·W) (images larger than 64×64 are downscaled by
 the data pipeline, not here), a linear embedding to width m, then L blocks, then a linear head.
@@ -49,13 +49,13 @@ class MLPConfig:
     drop_rate: float = 0.0  # dropout after the activation (and after W_c in bottleneck blocks)
     final_norm: bool = False  # LayerNorm before the head
     norm_eps: float = 1e-5
-    # standard block: "post" z -> LN(σ(W z)) (SPEC §2) or "pre" z -> W σ(LN(z)) (Scaling-MLPs' code);
+    # standard block: "post" z -> LN(σ(W z)) (docs/science.md §2) or "pre" z -> W σ(LN(z)) (Scaling-MLPs' code);
     # None -> post for standard blocks; bottleneck blocks are always pre-norm
     norm_position: Literal["pre", "post"] | None = None
 
 
 class StandardBlock(nn.Module):
-    """z ↦ LN(σ(W z)) (``pre_norm=False``, SPEC §2) or z ↦ W σ(LN(z)) (``pre_norm=True``); no skip."""
+    """z ↦ LN(σ(W z)) (``pre_norm=False``, docs/science.md §2) or z ↦ W σ(LN(z)) (``pre_norm=True``); no skip."""
 
     def __init__(self, m: int, act: str, drop: float, eps: float, pre_norm: bool = False):
         super().__init__()

@@ -1,4 +1,4 @@
-"""Shallow structured MLPs for the Monarch vs Kronecker comparison (SPEC §2, fig2d).
+"""Shallow structured MLPs for the Monarch vs Kronecker comparison (docs/science.md §2, fig2d).
 
     x ↦ B_c B2 ReLU(B1 x)
 

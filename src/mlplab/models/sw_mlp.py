@@ -1,4 +1,4 @@
-"""Static sparse-weight MLP (SW-MLP), SPEC §2 and §3.
+"""Static sparse-weight MLP (SW-MLP), docs/science.md §2 and §3.
 
     stem:    per-patch FC X = X0 Eᵀ ∈ R^{S0×C}, then x = vec(X) ∈ R^m (m = S0·C)
              — or a dense embedding x = E flatten(image) when m is not a multiple of S0
@@ -8,9 +8,9 @@
 
 Each mask M is Bernoulli(p), drawn once from ``seed`` (one stream per layer), frozen and kept
 in the state dict. ``mask_scale=True`` scales the mask's ones by 1/√p (the spectral analysis'
-convention, SPEC §4); the nonzero values are N(0, 1/(in·p·scale²)), i.e. A ~ N(0, 1/m) then.
+convention, docs/science.md §4); the nonzero values are N(0, 1/(in·p·scale²)), i.e. A ~ N(0, 1/m) then.
 
-**Width.** ``width`` = m directly, or from the connection budget (SPEC §3) Ω = p·γ·m²:
+**Width.** ``width`` = m directly, or from the connection budget (docs/science.md §3) Ω = p·γ·m²:
 m = round(sqrt(Ω / (γ p))) (γ = 1 for ``block="fc"``). Ω = 2^18 with 1−p = 0.1, 0.3, 0.5, 0.7,
 0.9 gives m = 540, 612, 724, 935, 1619. Give one of ``width``/``omega``; with neither, m = 1024.
 
@@ -76,7 +76,7 @@ class SWMLPConfig:
 
 
 def sw_width(omega: float, density: float, expansion: float = 1.0) -> int:
-    """m = round(sqrt(Ω / (γ p))) (SPEC §3; halves rounded up, like ``theory.budget.round_half_up``):
+    """m = round(sqrt(Ω / (γ p))) (docs/science.md §3; halves rounded up, like ``theory.budget.round_half_up``):
     Ω = 2^18, p = 0.9 -> 540, p = 0.1 -> 1619."""
     if omega <= 0:
         raise ValueError(f"omega (connection budget) must be > 0, got {omega}")

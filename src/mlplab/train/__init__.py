@@ -5,12 +5,13 @@ results (``train("fmnist_s_mixer")`` for a named config as it is); ``mlplab trai
 from the command line. ``plan_run(cfg)`` resolves a run once (:mod:`mlplab.train.runplan`).
 """
 from .config import RunConfig, from_dict, make_config, parse_overrides, run_name, to_dict
+from .evaluation import evaluate_checkpoint
 from .loop import NonFiniteError, RunExistsError, RunLockedError, evaluate, train
 from .presets import CONFIGS
 from .runplan import RunPlan, plan_run
 
 __all__ = ["RunConfig", "make_config", "from_dict", "to_dict", "parse_overrides", "run_name", "RunPlan", "plan_run",
-           "train", "evaluate", "NonFiniteError", "RunExistsError", "RunLockedError", "CONFIGS"]
+           "train", "evaluate", "evaluate_checkpoint", "NonFiniteError", "RunExistsError", "RunLockedError", "CONFIGS"]
 
 
 class _TrainModule(__import__("types").ModuleType):

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Literal, Sequence
 
 from ..data.augment import AugmentConfig
-from ..errors import BadInput, BadType
+from ..errors import BadInput, BadType, did_you_mean
 from ..models.registry import get_model_entry, model_config
 from ..utils.typed import check_types, coerce
 
@@ -48,6 +48,7 @@ __all__ = [
     "flatten",
     "Durations",
     "durations",
+    "eval_batch_size",
 ]
 
 
@@ -68,6 +69,7 @@ class ModelSection:
     init_format: Literal["auto", "mlplab", "timm", "flax", "scaling_mlps"] = "auto"
     expand: int = 1  # Mixers: expand_resolution(model, expand) after loading (K x the resolution)
     new_head: bool | Literal["auto"] = "auto"  # auto: a new head when the class count differs
+    impl: Literal["auto", "module", "fused", "definition"] = not_semantic("auto")  # how the model computes (docs/kernels.md)
 
 
 @dataclass
@@ -81,7 +83,8 @@ class DataSection:
     test_subset: int | None = None  # use only N test examples
     subset: Literal["first", "random"] = "first"  # which N: the first N, or a seeded random N
     on_device: bool | Literal["auto"] = "auto"  # keep the uint8 dataset on the run device
-    num_workers: int = not_semantic(0)  # host threads for datasets decoded on the host (unused for tensor data)
+    num_workers: int = not_semantic(0)  # streamed image folders: decoding processes (0: in the run's process); packs: reader threads (0: 2)
+    stream: bool | Literal["auto"] = "auto"  # image folders / packs: read from disk each epoch instead of holding them in memory (auto: above 1 GiB decoded)
 
 
 @dataclass
@@ -116,6 +119,8 @@ class ScheduleSection:
 @dataclass
 class RunSection:
     batch_size: int = 128  # global: split over processes under torchrun
+    accumulate_steps: int = 1  # K micro-batches per optimiser step (the batch above stays the global one)
+    ema_decay: float | None = None  # D: EMA of the weights, θ_ema ← D θ_ema + (1 − D) θ per step; null: none
     eval_batch_size: int | None = None  # None -> 4 x batch_size (capped at 1024)
     seed: int = 0  # model init, data order, augmentation
     device: Literal["auto", "cpu", "cuda"] = not_semantic("auto")
@@ -181,7 +186,8 @@ def from_dict(d: dict[str, Any]) -> RunConfig:
 def _apply_dict(cfg: RunConfig, d: dict[str, Any]) -> RunConfig:
     for sec, values in d.items():
         if sec not in _SECTION_CLS:
-            raise ValueError(f"unknown config section {sec!r}; valid sections are: {', '.join(_SECTION_CLS)}")
+            raise ValueError(f"unknown config section {sec!r}; {did_you_mean(sec, _SECTION_CLS)}valid sections are: "
+                             f"{', '.join(_SECTION_CLS)}")
         if not isinstance(values, dict):
             raise BadType(f"config section {sec!r} must be a dict, got {type(values).__name__}")
         if sec == "schedule" and values:
@@ -216,7 +222,8 @@ def _set(cfg: RunConfig, key: str, value: Any) -> None:
     parts = key.split(".")
     sec = parts[0]
     if sec not in _SECTION_CLS:
-        raise ValueError(f"unknown config key {key!r}: valid sections are {', '.join(_SECTION_CLS)}")
+        raise ValueError(f"unknown config key {key!r}: {did_you_mean(sec, _SECTION_CLS)}valid sections are "
+                         f"{', '.join(_SECTION_CLS)}")
     section = getattr(cfg, sec)
     if len(parts) == 1:
         raise ValueError(f"config key {key!r} names a whole section; set one of its fields, "
@@ -227,7 +234,8 @@ def _set(cfg: RunConfig, key: str, value: Any) -> None:
         hint = ""
         if sec == "model":
             hint = f" (model hyperparameters go under model.kwargs, e.g. model.kwargs.{name}=...)"
-        raise ValueError(f"unknown config key {key!r}; valid keys in section {sec!r}: "
+        raise ValueError(f"unknown config key {key!r}; {did_you_mean(key, [f'{sec}.{v}' for v in valid])}"
+                         f"valid keys in section {sec!r}: "
                          f"{', '.join(f'{sec}.{v}' for v in valid)}{hint}")
     if sec == "model" and name == "kwargs" and len(parts) > 2:
         section.kwargs = {**section.kwargs, ".".join(parts[2:]): value}
@@ -287,12 +295,20 @@ def ensure_valid(cfg: RunConfig) -> RunConfig:
     if cfg.__dict__.get("_validated") == _fingerprint(cfg):
         return cfg
     return validate(cfg)
+def _check_finite(cfg: RunConfig) -> None:
+    """Every number in the config (``model.kwargs`` and lists such as ``optim.betas`` included) is
+    finite: a NaN slips past every ``<``/``>`` range check below."""
+    for key, v in flatten(to_dict(cfg)).items():
+        for x in (v if isinstance(v, (list, tuple)) else [v]):
+            if isinstance(x, float) and not math.isfinite(x):
+                raise ValueError(f"config key {key!r} is {x}; give a finite number")
 
 
 def validate(cfg: RunConfig) -> RunConfig:
     """Type checks every section and refuses inconsistent combinations."""
     for sec in _SECTION_CLS:
         check_types(getattr(cfg, sec), f"config section {sec!r}")
+    _check_finite(cfg)
     s, r, o, d = cfg.schedule, cfg.run, cfg.optim, cfg.data
     if _count_set(s.epochs, s.steps, s.examples) != 1:
         raise ValueError(
@@ -331,14 +347,21 @@ def validate(cfg: RunConfig) -> RunConfig:
         raise ValueError(f"run.divergence_factor must be > 0 or null, got {r.divergence_factor}")
     if r.nan_check_every < 1:
         raise ValueError(f"run.nan_check_every must be >= 1, got {r.nan_check_every}")
+    if r.accumulate_steps < 1:
+        raise ValueError(f"run.accumulate_steps must be >= 1 (micro-batches per optimiser step), got {r.accumulate_steps}")
+    if r.ema_decay is not None and not 0.0 < r.ema_decay < 1.0:
+        raise ValueError(f"run.ema_decay must be in (0, 1) (e.g. 0.9999) or null, got {r.ema_decay}")
     if not 0.0 <= d.val_fraction < 1.0:
         raise ValueError(f"data.val_fraction must be in [0, 1), got {d.val_fraction}")
     for name, v in (("data.train_subset", d.train_subset), ("data.test_subset", d.test_subset),
                     ("data.image_size", d.image_size), ("run.threads", r.threads)):
         if v is not None and v < 1:
             raise ValueError(f"{name} must be >= 1 or null, got {v}")
-    if r.name is not None and (not r.name or "/" in r.name or r.name in (".", "..")):
-        raise ValueError(f"run.name {r.name!r} must be a plain folder name")
+    if r.name is not None and (not r.name or "/" in r.name or r.name in (".", "..")
+                               or not r.name.isprintable()):
+        raise ValueError(f"run.name {r.name!r} must be a plain folder name (no '/', newline or control character)")
+    if o.name in ("adamw", "lion") and not all(0.0 <= b < 1.0 for b in o.betas):
+        raise ValueError(f"optim.betas must both be in [0, 1), got {list(o.betas)}; e.g. optim.betas=[0.9,0.999]")
     AugmentConfig(**dataclasses.asdict(cfg.augment))  # its own range checks (__post_init__)
     # model name and kwargs are checked by the registry (unknown name / key / type -> error)
     get_model_entry(cfg.model.name)
@@ -374,6 +397,11 @@ def peak_lr(cfg: RunConfig) -> float:
     return o.lr * (ratio if o.lr_scaling == "linear" else math.sqrt(ratio))
 
 
+def eval_batch_size(r: RunSection) -> int:
+    """The global evaluation batch: ``run.eval_batch_size``, else 4 x ``run.batch_size`` capped at 1024."""
+    return r.eval_batch_size or min(1024, 4 * r.batch_size)
+
+
 def durations(cfg: RunConfig, n_train: int, world_size: int = 1) -> Durations:
     """The step arithmetic of a run with ``n_train`` training examples on ``world_size`` processes.
 
@@ -383,7 +411,10 @@ def durations(cfg: RunConfig, n_train: int, world_size: int = 1) -> Durations:
     if r.batch_size % world_size:
         raise BadInput(f"run.batch_size={r.batch_size} must be divisible by the {world_size} processes")
     bs = r.batch_size // world_size
-    eval_bs = max(1, (r.eval_batch_size or min(1024, 4 * r.batch_size)) // world_size)
+    if bs % r.accumulate_steps:
+        raise BadInput(f"run.batch_size={r.batch_size} over {world_size} process(es) is {bs} per process, which "
+                       f"run.accumulate_steps={r.accumulate_steps} does not divide; choose a divisor of {bs}")
+    eval_bs = max(1, eval_batch_size(r) // world_size)
     steps_per_epoch = (n_train // world_size) // bs
     if steps_per_epoch < 1:
         raise BadInput(f"the training split has {n_train} examples, fewer than one batch of "
@@ -438,6 +469,8 @@ def run_name(overrides: dict[str, Any], keys: Sequence[str] | None = None, label
 
 def _read_config_file(path: Path) -> dict[str, Any]:
     """A JSON config file as a dict, or an error naming the file and what is wrong with it."""
+    if path.is_dir():
+        raise BadInput(f"config {str(path)!r} is a folder; give a JSON config file (or a named config)")
     if not path.is_file():
         raise FileNotFoundError(f"config file {str(path)!r} does not exist")
     try:
@@ -462,8 +495,8 @@ def load_config(base: str | Path) -> tuple[dict[str, Any], str]:
     path = Path(base)
     if path.suffix == ".json" or path.exists():
         return _read_config_file(path), path.stem
-    raise ValueError(f"unknown config {str(base)!r}: not a named config ({', '.join(sorted(CONFIGS))}) "
-                     "and not a JSON file")
+    raise ValueError(f"unknown config {str(base)!r}: not a named config and not a JSON file; "
+                     f"{did_you_mean(base, CONFIGS)}named configs: {', '.join(sorted(CONFIGS))}")
 
 
 def make_config(base: dict | str | Path | RunConfig | None = None,

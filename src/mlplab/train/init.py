@@ -4,7 +4,7 @@ Fine-tuning (``model.init_from``; ``mlplab finetune CHECKPOINT CONFIG``): the ch
 ``mlplab.load_pretrained`` reads) decides the architecture; ``model.kwargs`` are overrides on top
 (e.g. ``drop_path_rate``). Then
 
-* ``model.expand = K`` applies :func:`mlplab.expand_resolution` (Mixers; SPEC §7), and
+* ``model.expand = K`` applies :func:`mlplab.expand_resolution` (Mixers; docs/science.md §7), and
 * the head is replaced when the dataset's class count differs (``model.new_head=auto``) or always
   (``new_head=true``),
 
@@ -50,7 +50,7 @@ def with_model_resolution(cfg: RunConfig, checkpoint: Any = None) -> RunConfig:
     if "image_size" not in kwargs:
         return cfg
     if cfg.model.expand != 1 and get_model_entry(name).family != "mlp_mixer":
-        raise BadInput(f"model.expand={cfg.model.expand} works on Mixers (expand_resolution, SPEC §7) but "
+        raise BadInput(f"model.expand={cfg.model.expand} works on Mixers (expand_resolution, docs/science.md §7) but "
                        f"{cfg.model.init_from} holds a {name!r}; drop model.expand")
     size = kwargs["image_size"] * cfg.model.expand
     if cfg.data.image_size is not None and cfg.data.image_size != size:
@@ -60,16 +60,22 @@ def with_model_resolution(cfg: RunConfig, checkpoint: Any = None) -> RunConfig:
     return dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, image_size=size))
 
 
-def check_pretrained(cfg: RunConfig, in_chans: int, checkpoint: Any) -> RunConfig:
+def check_pretrained(cfg: RunConfig, in_chans: int, checkpoint: Any, num_classes: int | None = None) -> RunConfig:
     """Everything about ``model.init_from`` (read as ``checkpoint``) that can be checked before a
     file is written: its model is ``model.name``, ``model.expand`` applies, its resolution agrees
-    with ``data.image_size`` and its channels with the dataset's ``in_chans``. Returns
+    with ``data.image_size``, its channels with the dataset's ``in_chans`` and, under
+    ``model.new_head=false``, its classes with the dataset's ``num_classes``. Returns
     :func:`with_model_resolution` of ``cfg``."""
     resized = with_model_resolution(cfg, checkpoint)
     chans = checkpoint.kwargs.get("in_chans", in_chans)
     if chans != in_chans:
         raise BadInput(f"the pretrained model takes {chans}-channel images but {cfg.data.dataset} has "
                        f"{in_chans}; fine-tune on data with {chans} channels")
+    classes = checkpoint.kwargs.get("num_classes")
+    if cfg.model.new_head is False and num_classes and classes is not None and classes != num_classes:  # 0: an image folder, counted later
+        raise BadInput(f"model.new_head=false keeps the checkpoint's {classes}-class head, but {cfg.data.dataset} has "
+                       f"{num_classes} classes; drop model.new_head (a new head is made when the counts differ) or "
+                       f"fine-tune on data with {classes} classes")
     return resized
 
 

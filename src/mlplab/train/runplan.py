@@ -28,6 +28,7 @@ from ..models.registry import create_model, get_model_entry
 from ..utils.cpu import cpu_has_native_bf16
 from ..utils.units import format_count
 from . import config as _config
+from .accelerator import native_bf16_cuda
 from .config import RunConfig
 from .init import check_pretrained, pretrained_model, read_init_checkpoint
 
@@ -75,10 +76,10 @@ def plan_run(cfg: RunConfig, *, here: bool = True, checkpoint: Any = None) -> Ru
     if cfg.model.init_from is not None:  # the checkpoint decides the model (train.init)
         if checkpoint is None or not checkpoint.state:  # not read yet, or its weights went to a model
             checkpoint = read_init_checkpoint(cfg)
-        data_cfg = check_pretrained(cfg, info.in_chans, checkpoint)
+        data_cfg = check_pretrained(cfg, info.in_chans, checkpoint, info.num_classes)
         info = dataset_info(data_cfg)
         n_params = sum(t.numel() for t in checkpoint.state.values())
-    elif info.image_size != (0, 0):  # image folders: the size is known only once the images are read
+    elif info.image_size != (0, 0) and info.num_classes != 0:  # image folders, packs: size and classes are known once the data is opened
         kwargs = resolve_model_kwargs(cfg, info)
         n_params = meta_param_count(cfg.model.name, kwargs)
     resolved = dict(cfg=cfg, data_cfg=data_cfg, info=info, model_kwargs=kwargs, checkpoint=checkpoint,
@@ -126,12 +127,12 @@ def resolve_device(choice: str, dist: Any = None, *, local_rank: int | None = No
 
 
 def resolve_precision(choice: str, device: torch.device) -> str:
-    """'fp32' or 'bf16'. auto -> bf16 autocast on CUDA with bf16 support and on CPUs with native
+    """'fp32' or 'bf16'. auto -> bf16 autocast on GPUs with bf16 tensor cores and on CPUs with native
     bf16 matmuls (AVX512-BF16/AMX); fp32 elsewhere, where emulated bf16 is slower than fp32."""
     if choice != "auto":
         return choice
-    if device.type == "cuda":
-        return "bf16" if torch.cuda.is_bf16_supported() else "fp32"
+    if device.type == "cuda":  # not V100/T4, where bf16 is emulated (train.accelerator)
+        return "bf16" if native_bf16_cuda(device) else "fp32"
     return "bf16" if cpu_has_native_bf16() else "fp32"
 
 
