@@ -1,4 +1,4 @@
-"""Experiments by id: every SPEC §7 id is registered, documented, plannable at every scale, and
+"""Experiments by id: every docs/science.md §7 id is registered, documented, plannable at every scale, and
 every training run it plans is a valid run config (checked against the real ``make_config``)."""
 import pytest
 
@@ -69,11 +69,11 @@ def test_paper_scale_keeps_the_published_settings():
     assert (o["optim.name"], o["optim.lr"], o["run.batch_size"], o["schedule.epochs"]) == ("adamw", 0.02, 1024, 2000)
     assert o["model.kwargs.depth"] == 12
     pairs = sorted({(s.overrides["meta.C"], s.overrides["meta.S"]) for s in specs})
-    assert pairs == [(16, 504), (32, 346), (64, 226), (226, 64), (346, 32), (504, 16)]  # SPEC §3, Ω = 2^21
+    assert pairs == [(16, 504), (32, 346), (64, 226), (226, 64), (346, 32), (504, 16)]  # docs/science.md §3, Ω = 2^21
     assert len(specs) == 6 * 3
     _, _, p5 = plan_experiment("fig5", "paper", check_available=False)
     sw_widths = sorted({s.overrides["meta.m"] for s in expand(p5.sweeps[0]) if s.overrides["meta.family"] == "sw_mlp"})
-    # SPEC §3 widths at Ω = 2^18 (540, 612, 724, 935, 1619), each rounded to a multiple of S0 = 64 so that the
+    # docs/science.md §3 widths at Ω = 2^18 (540, 612, 724, 935, 1619), each rounded to a multiple of S0 = 64 so that the
     # SW-MLP gets the Mixer's per-patch stem (issue 8); the density then follows from Ω
     assert sw_widths == [512, 640, 704, 960, 1600]
     assert sw_widths == [fair_width(m, 64) for m in (540, 612, 724, 935, 1619)]

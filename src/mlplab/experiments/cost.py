@@ -264,15 +264,17 @@ def makespan(seconds: Sequence[float], jobs: int) -> float:
     return max(free)
 
 
-def estimate_cost(plan: Plan, scale: str = "cpu", jobs: int | None = None) -> dict[str, float]:
+def estimate_cost(plan: Plan, scale: str = "cpu", jobs: int | None = None,
+                  expanded: Sequence[Sequence[Sequence[RunSpec]]] | None = None) -> dict[str, float]:
     """runs, run-epochs and estimated wall seconds of a plan at ``scale`` with ``jobs`` workers
-    (default: ``CPU_JOBS`` on the CPU machine, 1 GPU at paper scale)."""
+    (default: ``CPU_JOBS`` on the CPU machine, 1 GPU at paper scale). ``expanded``: the runs of
+    each sweep of each stage, when the caller has expanded them already."""
     jobs = jobs or (1 if scale == "paper" else CPU_JOBS)
     runs = epochs = wall = 0.0
-    for stage in plan.stages:
+    for i, stage in enumerate(plan.stages):
         secs = []
-        for sw in stage:
-            specs = expand(sw)
+        for j, sw in enumerate(stage):
+            specs = expand(sw) if expanded is None else expanded[i][j]
             runs += len(specs)
             epochs += len(specs) * sw.epochs
             secs += [spec_s(s, scale, sw.est_epoch_s, sw.epochs) for s in specs]

@@ -4,7 +4,7 @@ An experiment states its settings in the units of the paper (optimiser, lr, batc
 augmentation); :meth:`Scale.recipe` turns them into dotted overrides of
 ``mlplab.train.RunConfig``, shrunk for the ``cpu`` and ``smoke`` scales:
 
-- ``paper``: the published setting (SPEC §7).
+- ``paper``: the published setting (docs/science.md §7).
 - ``cpu``: the same design (same families, pair structure, comparisons) at small budgets,
   depths and widths, *trained*: the full training set, ``CPU_SEEDS`` seeds, AdamW with a
   per-family learning rate (:func:`cpu_lr`, chosen on a held-out split: ``data/lr_search.json``),
@@ -168,7 +168,7 @@ class Scale:
             if warmup_epochs:
                 o.update({"schedule.warmup_epochs": warmup_epochs, "schedule.warmup_start_lr": warmup_start_lr})
             if self.requested_dataset == "stl10" and self.dataset == "stl10":
-                o["data.image_size"] = 32  # SPEC §7: STL-10 resized to 32×32
+                o["data.image_size"] = 32  # docs/science.md §7: STL-10 resized to 32×32
             o.update(AUGMENT[augment])
         elif self.smoke:
             name, clr = cpu_optim if cpu_optim else (optim, lr)
@@ -243,6 +243,6 @@ def make_scale(name: str, dataset: str | None, default_dataset: str, *, check_av
     if sc.image_size == 28:
         sc.notes.append("28×28 images are used as they are (no resize): patch 4 gives S0 = 49 patches of "
                         "C0 = 16 values; the first block's token mixing maps S0 → S and its skip path is the "
-                        "learned W̃ ∈ R^{S×S0} (SkipLayer, SPEC §2), so every planned S is reached; where a "
+                        "learned W̃ ∈ R^{S×S0} (SkipLayer, docs/science.md §2), so every planned S is reached; where a "
                         "spec lists patch sizes they are divisors of 28 (1, 2, 4, 7, 14, 28)")
     return sc

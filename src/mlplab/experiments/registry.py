@@ -1,4 +1,4 @@
-"""The published experiments by id (SPEC §7), and ``reproduce`` / ``report`` for any of them.
+"""The published experiments by id (docs/science.md §7), and ``reproduce`` / ``report`` for any of them.
 
 Each experiment is one function ``plan(scale) -> Plan`` registered with :func:`experiment`,
 reading its settings for the scale from a table with one entry per scale (``sc.settings``); its
@@ -16,8 +16,10 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..errors import BadInput
+from ..errors import did_you_mean
 from ..utils.io import atomic_write_json
-from .cost import estimate_cost, sweep_epochs
+from ..utils.progress import RunTally
+from .cost import estimate_cost, spec_s, sweep_epochs
 from .executors import SweepResult, check_specs, run_specs
 from .plan import ALIASES, EXPERIMENTS, Experiment, Plan, experiment
 from .recipes import SCALES, Scale, make_scale
@@ -36,7 +38,7 @@ def _ordered() -> list[str]:
 
 
 def list_experiments() -> list[str]:
-    """Every registered id, in ``specs.ORDER`` (SPEC §7 order)."""
+    """Every registered id, in ``specs.ORDER`` (docs/science.md §7 order)."""
     return _ordered()
 
 
@@ -45,7 +47,8 @@ def get_experiment(id: str) -> Experiment:
     error that lists the valid ones."""
     key = ALIASES.get(str(id).lower())
     if key is None:
-        raise ValueError(f"unknown experiment {id!r}; valid ids are: {', '.join(_ordered())}")
+        raise ValueError(f"unknown experiment {id!r}; {did_you_mean(id, _ordered())}valid ids are: "
+                         f"{', '.join(_ordered())}")
     return EXPERIMENTS[key]
 
 
@@ -137,7 +140,8 @@ def reproduce(
     """
     exp, sc, plan = plan_experiment(id, scale, dataset, overrides=overrides)
     out = Path(out_dir) if out_dir is not None else default_out_dir(exp.id, scale)
-    check_specs([s for stage in plan.stages for sw in stage for s in expand(sw)], out)  # before any write
+    runs = [[expand(sw) for sw in stage] for stage in plan.stages]  # each sweep expanded once
+    check_specs([s for stage in runs for sw_runs in stage for s in sw_runs], out)  # before any write
     out.mkdir(parents=True, exist_ok=True)
     manifest = {
         "experiment": exp.id, "title": exp.title, "scale": sc.to_dict(),
@@ -145,17 +149,22 @@ def reproduce(
                                                               (["--dataset", dataset] if dataset else [])),
         "argv": sys.argv, "started": time.strftime("%Y-%m-%d %H:%M:%S"),
         "notes": sc.notes + plan.notes, "settings": plan.settings,
-        "sweeps": [{"name": s.name, "task": s.task, "runs": len(expand(s)), "epochs": s.epochs,
-                    "description": s.description} for s in plan.sweeps],
-        "cost": estimate_cost(plan, scale), "jobs": jobs, "executor": executor,
+        "sweeps": [{"name": sw.name, "task": sw.task, "runs": len(sw_runs), "epochs": sw.epochs,
+                    "description": sw.description}
+                   for stage, stage_runs in zip(plan.stages, runs) for sw, sw_runs in zip(stage, stage_runs)],
+        "cost": estimate_cost(plan, scale, expanded=runs), "jobs": jobs, "executor": executor,
     }
     atomic_write_json(out / "experiment.json", manifest)
     status: dict[str, str] = {}
     failed: list[str] = []
     t0 = time.time()
-    for stage in plan.stages:
-        specs: list[RunSpec] = [s for sw in stage for s in expand(sw)]
-        res: SweepResult = run_specs(specs, out, jobs=jobs, executor=executor, slurm=slurm, verbose=verbose)
+    tally = RunTally({f"{s.sweep}/{s.name}" if s.sweep else s.name: spec_s(s, scale, sw.est_epoch_s, sw.epochs)
+                      for stage, stage_runs in zip(plan.stages, runs)
+                      for sw, sw_runs in zip(stage, stage_runs) for s in sw_runs}, jobs=jobs)
+    for stage_runs in runs:
+        specs: list[RunSpec] = [s for sw_runs in stage_runs for s in sw_runs]
+        res: SweepResult = run_specs(specs, out, jobs=jobs, executor=executor, slurm=slurm, verbose=verbose,
+                                     checked=True, tally=tally)
         status.update(res.status)
         failed += res.failed
     manifest["finished"] = time.strftime("%Y-%m-%d %H:%M:%S")

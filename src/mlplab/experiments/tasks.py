@@ -8,7 +8,6 @@ file may still name a task of its own as ``"module:function"``.
 """
 from __future__ import annotations
 
-import json
 import math
 import time
 from pathlib import Path
@@ -190,9 +189,10 @@ def load_trained_model(run_dir: str | Path):
     from ..train.checkpoint import find_checkpoint, load_weights
     from ..train.config import from_dict
     from ..train.loop import resolve_model_kwargs
+    from ..utils.io import read_json
 
     run_dir = Path(run_dir)
-    cfg = from_dict(json.loads((run_dir / "config.json").read_text()))
+    cfg = from_dict(read_json(run_dir / "config.json", "run config"))
     info = get_info(cfg.data.dataset)
     if cfg.data.image_size:
         from dataclasses import replace
@@ -236,7 +236,7 @@ def cka_task(o: dict[str, Any], run_dir: Path) -> dict[str, Any]:
 
 @task("implicit_bias")
 def implicit_bias_task(o: dict[str, Any], run_dir: Path) -> dict[str, Any]:
-    """Both sides of Prop. 3.3 on a small bilinear regression (SPEC §5), float64."""
+    """Both sides of Prop. 3.3 on a small bilinear regression (docs/science.md §5), float64."""
     from ..analysis.implicit_bias import check_implicit_regularisation
 
     res = check_implicit_regularisation(S=int(o["S"]), C=int(o["C"]), n=int(o.get("n", 64)),

@@ -1,4 +1,4 @@
-"""scaling: the Scaling-MLPs study in miniature (Bachmann et al. 2023, SPEC §7): inverted-bottleneck
+"""scaling: the Scaling-MLPs study in miniature (Bachmann et al. 2023, docs/science.md §7): inverted-bottleneck
 MLPs of several sizes × training-set sizes × epoch counts; error against compute
 C = FLOP(f)·3·N·T, the fit E(C) = a(b + C)^(−α) + E∞, and the compute-optimal frontier's
 exponents P*(C) ∝ C^β_P, N*(C) ∝ C^β_N beside the published 0.35 / 0.65."""
