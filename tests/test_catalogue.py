@@ -1115,3 +1115,17 @@ def test_a_damaged_latest_checkpoint_points_at_the_intact_previous_one(tmp_path,
     rc, _, err = _run([*argv, "--resume"], capsys)
     assert rc == 0, err
     assert json.loads((run_dir / "results.json").read_text())["epochs"] == 2
+
+
+@pytest.mark.parametrize("resume", [[], ["--resume"]])
+def test_a_run_folder_that_lost_its_config_says_so(tmp_path, capsys, resume):
+    run_dir = _finished_run(tmp_path / "runs", capsys, "r")
+    (run_dir / "results.json").unlink()
+    (run_dir / "config.json").unlink()
+    before = _snapshot(run_dir)
+    rc, _, err = _run(["train", *TINY, f"run.out_dir={tmp_path / 'runs'}", "run.name=r", "schedule.epochs=1",
+                       *resume], capsys)
+    assert rc == 2
+    _assert_message(err, r"r holds a checkpoint but no config\.json; restore config\.json to resume it, or pass "
+                         r"--overwrite", "train")
+    assert _snapshot(run_dir) == before

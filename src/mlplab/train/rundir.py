@@ -110,6 +110,9 @@ def _check(cfg: RunConfig, run_dir: Path, resume: bool, overwrite: bool) -> bool
     """May this call use ``run_dir``? Returns whether an existing run is continued."""
     cfg_file = run_dir / "config.json"
     if not cfg_file.is_file():
+        if find_checkpoint(run_dir) is not None and not overwrite:
+            raise RunExistsError(f"{run_dir} holds a checkpoint but no config.json; restore config.json to resume "
+                                 "it, or pass --overwrite to start the run again")
         if resume:
             close = difflib.get_close_matches(run_dir.name, _siblings(run_dir), n=1)
             hint = f"did you mean run.name={close[0]}? " if close else ""
