@@ -1129,3 +1129,18 @@ def test_a_run_folder_that_lost_its_config_says_so(tmp_path, capsys, resume):
     _assert_message(err, r"r holds a checkpoint but no config\.json; restore config\.json to resume it, or pass "
                          r"--overwrite", "train")
     assert _snapshot(run_dir) == before
+
+
+def test_report_with_a_cut_manifest_names_it_and_the_fix(tmp_path, capsys):
+    out = tmp_path / "s9"
+    assert _run(["reproduce", "figS9", "--scale", "smoke", "--out", str(out), "--no-report"], capsys)[0] == 0
+    _cut(out / "experiment.json")
+    before = _snapshot(out)
+    rc, _, err = _run(["report", "figS9", "--out", str(out)], capsys)
+    assert rc == 1
+    _assert_message(err, r"experiment manifest .*s9/experiment\.json is not valid JSON .*run the same `mlplab "
+                         r"reproduce \.\.\. --out .*s9` again", "report")
+    assert _snapshot(out) == before
+    rc, _, err = _run(["reproduce", "figS9", "--scale", "smoke", "--out", str(out)], capsys)  # the fix
+    assert rc == 0, err
+    assert json.loads((out / "experiment.json").read_text())["experiment"] == "figS9"
