@@ -606,7 +606,8 @@ def _cut(path: Path, keep: float = 0.5) -> None:
     ("checkpoint/state.pt", r"checkpoint file .*checkpoint/state\.pt is unreadable \(it is cut short or not a PyTorch "
                             r"file\); it is truncated"),
     ("checkpoint/model.safetensors", r"checkpoint file .*checkpoint/model\.safetensors is unreadable .*truncated"),
-    ("config.json", r"run config .*config\.json is not valid JSON .*cut short or damaged"),
+    ("config.json", r"run config .*config\.json is not valid JSON .*cut short or damaged: restore it from a copy, "
+                    r"or pass --overwrite to start the run again"),
 ])
 def test_resume_with_a_damaged_file_names_it(tmp_path, capsys, victim, pattern):
     run_dir = _finished_run(tmp_path / "runs", capsys, "r")
@@ -1144,3 +1145,16 @@ def test_report_with_a_cut_manifest_names_it_and_the_fix(tmp_path, capsys):
     rc, _, err = _run(["reproduce", "figS9", "--scale", "smoke", "--out", str(out)], capsys)  # the fix
     assert rc == 0, err
     assert json.loads((out / "experiment.json").read_text())["experiment"] == "figS9"
+
+
+def test_resume_of_a_run_without_a_checkpoint_starts_it_with_the_new_config(tmp_path, capsys):
+    run_dir = _finished_run(tmp_path / "runs", capsys, "r")
+    import shutil
+    for name in ("checkpoint", "checkpoint.prev"):
+        shutil.rmtree(run_dir / name, ignore_errors=True)
+    (run_dir / "results.json").unlink()
+    rc, _, err = _run(["train", *TINY, f"run.out_dir={tmp_path / 'runs'}", "run.name=r", "schedule.epochs=1",
+                       "optim.lr=0.001", "--resume"], capsys)
+    assert rc == 0, err
+    assert json.loads((run_dir / "config.json").read_text())["optim"]["lr"] == 0.001
+    assert len((run_dir / "metrics.jsonl").read_text().splitlines()) == 1
