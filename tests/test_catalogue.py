@@ -20,7 +20,7 @@ import torch
 import mlplab
 from mlplab import cli
 from mlplab.train import checkpoint as ckpt
-from mlplab.train import loop, rundir
+from mlplab.train import loop, rundir, runplan
 
 TINY = ["synthetic_tiny", "run.log=none", "run.device=cpu", "run.threads=1"]
 
@@ -269,7 +269,7 @@ def test_out_of_memory_is_one_line(tmp_path, capsys, monkeypatch):
     def oom(name, **kw):
         raise MemoryError()
 
-    monkeypatch.setattr(loop, "create_model", oom)
+    monkeypatch.setattr(runplan, "create_model", oom)
     rc, _, err = _run(["train", *TINY, f"run.out_dir={tmp_path / 'runs'}"], capsys)
     assert rc == 1
     _assert_message(err, r"out of memory; lower run\.batch_size", "train")
@@ -338,7 +338,7 @@ def test_real_bugs_still_show_tracebacks(tmp_path, monkeypatch, capsys):
     def bug(name, **kw):
         raise KeyError("a bug")
 
-    monkeypatch.setattr(loop, "create_model", bug)
+    monkeypatch.setattr(runplan, "create_model", bug)
     with pytest.raises(KeyError):
         cli.main(["train", *TINY, f"run.out_dir={tmp_path / 'runs'}"])
 

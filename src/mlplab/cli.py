@@ -25,7 +25,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "reproduce": ("mlplab.commands.reproduce", "run a published experiment by id"),
     "report": ("mlplab.commands.report", "aggregate runs of an experiment into figures and a report"),
     "finetune": ("mlplab.commands.finetune", "fine-tune or linear-probe a pretrained checkpoint"),
+    "eval": ("mlplab.commands.eval", "evaluate a run or checkpoint on a dataset split (accuracy, loss, img/s)"),
     "convert": ("mlplab.commands.convert", "convert timm / Flax / Scaling-MLPs checkpoints to mlplab or timm"),
+    "info": ("mlplab.commands.info", "show this machine's setup: torch, CPU, threads, compile, kernels, GPUs, data"),
+    "pack": ("mlplab.commands.pack", "pack an image folder or dataset into streamable uint8 .npy shards"),
 }
 
 
@@ -96,9 +99,28 @@ def _term_as_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGTERM, old)
 
 
+def version() -> str:
+    """``mlplab X.Y.Z (torch A.B.C, Python D.E)``: what ``mlplab --version`` prints."""
+    import platform
+
+    import torch
+
+    from .version import __version__
+
+    return f"mlplab {__version__} (torch {torch.__version__}, Python {platform.python_version()})"
+
+
+#: what mlplab is, in one line (the top-level help; the package metadata says the same)
+DESCRIPTION = "mlplab: build, train, analyse and compare all-MLP vision models (MLP-Mixers, RP-Mixers, sparse and plain MLPs)."
+
+_EPILOG = ("`mlplab COMMAND --help` shows a command's options; `mlplab info` this machine's setup; "
+           "`mlplab train --list` the named configs and `mlplab train --list-keys` every config key.")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The top-level parser: the list of commands (each command's arguments: ``command_parser``)."""
-    parser = argparse.ArgumentParser(prog="mlplab", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="mlplab", description=DESCRIPTION, epilog=_EPILOG)
+    parser.add_argument("--version", action="version", version=version())
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (_, help_) in COMMANDS.items():
         sub.add_parser(name, help=help_, add_help=False)
@@ -142,6 +164,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"mlplab {args.command}: {where or 'interrupted'}; continue with "
               f"{continue_command(args.command, argv, bool(where))}", file=sys.stderr)
         return 128 + int(signum)
+    except BrokenPipeError:  # the reader went away (`mlplab train --list-keys | head`): stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except Exception as e:
         status, message = explain(e, args.command)
         if status is None or os.environ.get("MLPLAB_DEBUG"):

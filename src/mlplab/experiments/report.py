@@ -10,6 +10,7 @@ import json
 import math
 import time
 import traceback
+from collections import Counter
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -67,6 +68,21 @@ def markdown_table(rows: Sequence[dict[str, Any]], columns: Sequence[str] | None
     if len(rows) > max_rows:
         lines.append(f"\n_({len(rows) - max_rows} more rows in the CSV)_")
     return "\n".join(lines) + "\n"
+
+
+def published_claim(doc: str) -> str:
+    """The ``Published:`` paragraph of an experiment's docstring (what the paper reports), on one
+    line; empty when the docstring has none."""
+    lines, keep = [], False
+    for line in doc.splitlines():
+        head = line.split(":", 1)[0]
+        if keep and (not line.strip() or (head.isalpha() and head[:1].isupper() and ":" in line and " " not in head)):
+            break
+        if line.startswith("Published:"):
+            keep, line = True, line[len("Published:"):]
+        if keep:
+            lines.append(line.strip())
+    return " ".join(lines).strip()
 
 
 def _verdict_line(claims: Sequence[Claim]) -> str:
@@ -133,11 +149,16 @@ def write_report(out_dir: str | Path, exp: Experiment, verbose: bool = False) ->
 def _markdown(exp, manifest: dict[str, Any], runs: list[RunRecord], a: Analysis, files: list[Path],
               error: str | None) -> str:
     sc = manifest.get("scale", {})
-    counts: dict[str, int] = {}
-    for r in runs:
-        counts[r.status] = counts.get(r.status, 0) + 1
+    counts = Counter(r.status for r in runs)
     L = [f"# {exp.id}: {exp.title}", ""]
+    claim = published_claim(exp.doc)
+    if claim:
+        L += [f"**Published claim.** {claim[:1].upper()}{claim[1:]}", ""]
+    L += [f"![{f.stem}]({f.name})" for f in files if f.suffix == ".png"][:1] + [""]
     L.append(_verdict_line(a.claims))
+    L.append("")
+    for c in a.claims:
+        L.append(f"- **{c.verdict}** — {c.claim}" + (f": {c.stats.summary()}" if c.stats is not None else ""))
     L.append("")
     L.append("## What was run")
     L.append("")

@@ -15,6 +15,7 @@ import hashlib
 import itertools
 import json
 import re
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence
 
@@ -223,9 +224,7 @@ def expand(sweep: Sweep) -> list[RunSpec]:
         # seeds last, so runs of one point sort together
         keys = [k for k in keys if k not in sweep.seed_keys] + [k for k in sweep.seed_keys if k in keys]
     names = [run_name({k: r.get(k) for k in keys}, keys) for r in rows]
-    counts: dict[str, int] = {}
-    for n in names:
-        counts[n] = counts.get(n, 0) + 1
+    counts = Counter(names)
     specs = []
     for n, r in zip(names, rows):
         if counts[n] > 1:

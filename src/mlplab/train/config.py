@@ -37,6 +37,10 @@ __all__ = [
     "RunSection",
     "RunConfig",
     "make_config",
+    "validate",
+    "ensure_valid",
+    "not_semantic",
+    "NON_SEMANTIC",
     "load_config",
     "parse_overrides",
     "run_name",
@@ -44,7 +48,14 @@ __all__ = [
     "flatten",
     "Durations",
     "durations",
+    "eval_batch_size",
 ]
+
+
+def not_semantic(default: Any) -> Any:
+    """A field that does not change what a run computes (where files go, how it logs): left out
+    of derived run names and of the check that a resumed run has the same config (NON_SEMANTIC)."""
+    return field(default=default, metadata={"semantic": False})
 
 
 @dataclass
@@ -58,20 +69,22 @@ class ModelSection:
     init_format: Literal["auto", "mlplab", "timm", "flax", "scaling_mlps"] = "auto"
     expand: int = 1  # Mixers: expand_resolution(model, expand) after loading (K x the resolution)
     new_head: bool | Literal["auto"] = "auto"  # auto: a new head when the class count differs
+    impl: Literal["auto", "module", "fused", "definition"] = not_semantic("auto")  # how the model computes (docs/kernels.md)
 
 
 @dataclass
 class DataSection:
     dataset: str = "synthetic"  # a key of mlplab.data.DATASETS
-    root: str | None = None  # dataset folder; None -> the data module's default cache
-    download: bool = False
+    root: str | None = not_semantic(None)  # dataset folder; None -> the data module's default cache
+    download: bool = not_semantic(False)
     image_size: int | None = None  # resize to this (square) on load; None -> native size
     val_fraction: float = 0.0  # held out of train (seeded); 0 -> periodic evals use the test split
     train_subset: int | None = None  # use only N training examples (quick runs)
     test_subset: int | None = None  # use only N test examples
     subset: Literal["first", "random"] = "first"  # which N: the first N, or a seeded random N
     on_device: bool | Literal["auto"] = "auto"  # keep the uint8 dataset on the run device
-    num_workers: int = 0  # host threads for datasets decoded on the host (unused for tensor data)
+    num_workers: int = not_semantic(0)  # streamed image folders: decoding processes (0: in the run's process); packs: reader threads (0: 2)
+    stream: bool | Literal["auto"] = "auto"  # image folders / packs: read from disk each epoch instead of holding them in memory (auto: above 1 GiB decoded)
 
 
 @dataclass
@@ -106,22 +119,24 @@ class ScheduleSection:
 @dataclass
 class RunSection:
     batch_size: int = 128  # global: split over processes under torchrun
+    accumulate_steps: int = 1  # K micro-batches per optimiser step (the batch above stays the global one)
+    ema_decay: float | None = None  # D: EMA of the weights, θ_ema ← D θ_ema + (1 − D) θ per step; null: none
     eval_batch_size: int | None = None  # None -> 4 x batch_size (capped at 1024)
     seed: int = 0  # model init, data order, augmentation
-    device: Literal["auto", "cpu", "cuda"] = "auto"
+    device: Literal["auto", "cpu", "cuda"] = not_semantic("auto")
     precision: Literal["auto", "fp32", "bf16"] = "auto"  # auto: bf16 autocast where native
     compile: bool | Literal["auto"] = "auto"  # torch.compile; auto: CUDA, or long bf16 CPU runs (train.backend)
     eval_every: int = 1  # epochs between evaluations; 0 -> only the final test
     checkpoint_every: int = 1  # epochs between checkpoints; 0 -> only at the end
-    nan_check_every: int = 50  # steps between reads of the non-finite flag (one host sync each)
-    out_dir: str = "runs"
-    name: str | None = None  # run folder name; None -> derived from the overrides
-    log: Literal["auto", "bar", "lines", "none"] = "auto"  # auto: a bar on a TTY, else lines
-    divergence_factor: float | None = 100.0  # stop when the training loss exceeds this x ln(classes); null: never
-    tensorboard: bool = False  # also log to TensorBoard (<run>/tb; the "tensorboard" extra)
-    wandb: bool = False  # also log to Weights & Biases, offline unless WANDB_MODE says otherwise (<run>/wandb)
-    wandb_project: str = "mlplab"
-    threads: int | None = None  # torch CPU threads; None -> torch's default
+    nan_check_every: int = not_semantic(50)  # steps between reads of the non-finite flag (one host sync each)
+    out_dir: str = not_semantic("runs")
+    name: str | None = not_semantic(None)  # run folder name; None -> derived from the overrides
+    log: Literal["auto", "bar", "lines", "none"] = not_semantic("auto")  # auto: a bar on a TTY, else lines
+    divergence_factor: float | None = not_semantic(100.0)  # stop when the training loss exceeds this x ln(classes); null: never
+    tensorboard: bool = not_semantic(False)  # also log to TensorBoard (<run>/tb; the "tensorboard" extra)
+    wandb: bool = not_semantic(False)  # also log to Weights & Biases, offline unless WANDB_MODE says otherwise (<run>/wandb)
+    wandb_project: str = not_semantic("mlplab")
+    threads: int | None = not_semantic(None)  # torch CPU threads; None -> torch's default
 
 
 @dataclass
@@ -146,10 +161,10 @@ class RunConfig:
 
 _SECTION_CLS: dict[str, type] = typing.get_type_hints(RunConfig)
 
-# keys that do not change what a run computes: left out of derived names and resume checks
-NON_SEMANTIC = frozenset({"run.log", "run.threads", "run.tensorboard", "run.out_dir", "run.name",
-                          "run.device", "data.root", "data.download", "data.num_workers",
-                          "run.nan_check_every", "run.divergence_factor", "run.wandb", "run.wandb_project"})
+#: keys that do not change what a run computes (fields made with :func:`not_semantic`): left out
+#: of derived names and resume checks
+NON_SEMANTIC = frozenset(f"{sec}.{f.name}" for sec, cls in _SECTION_CLS.items() for f in dataclasses.fields(cls)
+                         if not f.metadata.get("semantic", True))
 
 
 def _field_names(cls: type) -> list[str]:
@@ -270,6 +285,16 @@ def _count_set(*values: Any) -> int:
     return sum(v is not None for v in values)
 
 
+def _fingerprint(cfg: RunConfig) -> str:
+    return json.dumps(dataclasses.asdict(cfg), sort_keys=True, default=repr)
+
+
+def ensure_valid(cfg: RunConfig) -> RunConfig:
+    """``cfg`` validated: :func:`validate` runs again only when ``cfg`` changed since it last
+    passed (``make_config`` validates, and a run plans the same config without checking twice)."""
+    if cfg.__dict__.get("_validated") == _fingerprint(cfg):
+        return cfg
+    return validate(cfg)
 def _check_finite(cfg: RunConfig) -> None:
     """Every number in the config (``model.kwargs`` and lists such as ``optim.betas`` included) is
     finite: a NaN slips past every ``<``/``>`` range check below."""
@@ -322,6 +347,10 @@ def validate(cfg: RunConfig) -> RunConfig:
         raise ValueError(f"run.divergence_factor must be > 0 or null, got {r.divergence_factor}")
     if r.nan_check_every < 1:
         raise ValueError(f"run.nan_check_every must be >= 1, got {r.nan_check_every}")
+    if r.accumulate_steps < 1:
+        raise ValueError(f"run.accumulate_steps must be >= 1 (micro-batches per optimiser step), got {r.accumulate_steps}")
+    if r.ema_decay is not None and not 0.0 < r.ema_decay < 1.0:
+        raise ValueError(f"run.ema_decay must be in (0, 1) (e.g. 0.9999) or null, got {r.ema_decay}")
     if not 0.0 <= d.val_fraction < 1.0:
         raise ValueError(f"data.val_fraction must be in [0, 1), got {d.val_fraction}")
     for name, v in (("data.train_subset", d.train_subset), ("data.test_subset", d.test_subset),
@@ -337,6 +366,7 @@ def validate(cfg: RunConfig) -> RunConfig:
     # model name and kwargs are checked by the registry (unknown name / key / type -> error)
     get_model_entry(cfg.model.name)
     model_config(cfg.model.name, **cfg.model.kwargs)
+    cfg.__dict__["_validated"] = _fingerprint(cfg)  # not a field: asdict, eq and repr ignore it
     return cfg
 
 
@@ -367,6 +397,11 @@ def peak_lr(cfg: RunConfig) -> float:
     return o.lr * (ratio if o.lr_scaling == "linear" else math.sqrt(ratio))
 
 
+def eval_batch_size(r: RunSection) -> int:
+    """The global evaluation batch: ``run.eval_batch_size``, else 4 x ``run.batch_size`` capped at 1024."""
+    return r.eval_batch_size or min(1024, 4 * r.batch_size)
+
+
 def durations(cfg: RunConfig, n_train: int, world_size: int = 1) -> Durations:
     """The step arithmetic of a run with ``n_train`` training examples on ``world_size`` processes.
 
@@ -376,7 +411,10 @@ def durations(cfg: RunConfig, n_train: int, world_size: int = 1) -> Durations:
     if r.batch_size % world_size:
         raise BadInput(f"run.batch_size={r.batch_size} must be divisible by the {world_size} processes")
     bs = r.batch_size // world_size
-    eval_bs = max(1, (r.eval_batch_size or min(1024, 4 * r.batch_size)) // world_size)
+    if bs % r.accumulate_steps:
+        raise BadInput(f"run.batch_size={r.batch_size} over {world_size} process(es) is {bs} per process, which "
+                       f"run.accumulate_steps={r.accumulate_steps} does not divide; choose a divisor of {bs}")
+    eval_bs = max(1, eval_batch_size(r) // world_size)
     steps_per_epoch = (n_train // world_size) // bs
     if steps_per_epoch < 1:
         raise BadInput(f"the training split has {n_train} examples, fewer than one batch of "
