@@ -1158,3 +1158,79 @@ def test_resume_of_a_run_without_a_checkpoint_starts_it_with_the_new_config(tmp_
     assert rc == 0, err
     assert json.loads((run_dir / "config.json").read_text())["optim"]["lr"] == 0.001
     assert len((run_dir / "metrics.jsonl").read_text().splitlines()) == 1
+
+
+# ----------------------------------------------------------------------------- data, memory and API cases (other owners' fixes)
+
+def _image_folder(root: Path, classes=("a", "b"), n: int = 4, size: int = 12) -> Path:
+    import numpy as np
+    from PIL import Image
+
+    g = np.random.default_rng(0)
+    for split in ("train", "val"):
+        for c in classes:
+            d = root / split / c
+            d.mkdir(parents=True)
+            for i in range(n):
+                Image.fromarray(g.integers(0, 256, (size, size, 3), dtype=np.uint8)).save(d / f"{i}.png")
+    return root
+
+
+def test_an_image_folder_trains_at_a_chosen_resolution(tmp_path, capsys):
+    root = _image_folder(tmp_path / "flowers")
+    out = tmp_path / "runs"
+    rc, _, err = _run(["train", *TINY, "data.dataset=imagefolder", f"data.root={root}", "data.image_size=8",
+                       "run.batch_size=4", "schedule.epochs=1", f"run.out_dir={out}", "run.name=if"], capsys)
+    assert rc == 0, err
+    res = json.loads((out / "if" / "results.json").read_text())
+    assert res["train_examples"] == 8 and json.loads((out / "if" / "config.json").read_text())["data"]["image_size"] == 8
+
+
+def test_an_empty_class_folder_is_named(tmp_path, capsys):
+    root = _image_folder(tmp_path / "flowers")
+    (root / "train" / "c").mkdir()
+    rc, _, err = _run(["train", *TINY, "data.dataset=imagefolder", f"data.root={root}", "data.image_size=8",
+                       "run.batch_size=4", f"run.out_dir={tmp_path / 'runs'}"], capsys)
+    assert rc == 2
+    _assert_message(err, r"flowers/train/c: class folder holds no images .*add images or remove the folder", "train")
+    assert not (tmp_path / "runs").exists()
+
+
+def test_an_explicit_data_root_that_does_not_exist_is_refused(tmp_path, capsys):
+    rc, _, err = _run(["train", *TINY, "data.dataset=fashion_mnist", f"data.root={tmp_path / 'nope'}",
+                       f"run.out_dir={tmp_path / 'runs'}"], capsys)
+    assert rc == 2
+    _assert_message(err, r"data\.root=.*nope does not exist \(an explicit root is never skipped\)", "train")
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "nope").exists()
+
+
+@pytest.mark.parametrize("model", ["s_mixer", "mlp_mixer"])
+def test_a_mixer_too_large_for_memory_is_refused_before_it_is_built(tmp_path, capsys, model):
+    rc, _, err = _run(["train", *TINY, f"model.name={model}", "model.kwargs.hidden_dim=1000000",
+                       f"run.out_dir={tmp_path / 'runs'}"], capsys)
+    assert rc == 2
+    _assert_message(err, r"parameters, needing about [0-9.]+ GiB for weights, gradients and optimiser state; .*"
+                         r"Choose a smaller model", "train")
+    assert not (tmp_path / "runs").exists()
+
+
+def test_train_takes_a_named_config_in_python(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    res = mlplab.train("synthetic_tiny")
+    assert 0.0 <= res["test_acc"] <= 1.0
+    assert Path(res["run_dir"], "results.json").exists()
+
+
+@pytest.mark.parametrize("victim, pattern", [
+    ("train-00000.images.npy", r"train-00000\.images\.npy: cannot read the shard .*truncated — pack again"),
+    ("index.json", r"index\.json: cannot read .*the file is truncated or not a pack index — pack again"),
+])
+def test_a_cut_pack_names_the_file(tmp_path, capsys, victim, pattern):
+    root = _image_folder(tmp_path / "flowers", size=8)
+    assert _run(["pack", str(root), str(tmp_path / "pack"), "--image-size", "8"], capsys)[0] == 0
+    _cut(tmp_path / "pack" / victim)
+    rc, _, err = _run(["train", *TINY, "data.dataset=packed", f"data.root={tmp_path / 'pack'}", "run.batch_size=4",
+                       f"run.out_dir={tmp_path / 'runs'}"], capsys)
+    assert rc == 2
+    _assert_message(err, pattern, "train")
+    assert not (tmp_path / "runs").exists()
