@@ -4,7 +4,6 @@ from __future__ import annotations
 import gzip
 import hashlib
 import os
-import shutil
 import tarfile
 import tempfile
 import urllib.request
@@ -13,6 +12,7 @@ from pathlib import Path, PurePosixPath
 from typing import Iterable
 
 from ..errors import BadInput, RunFailure
+from ..utils.progress import byte_bar
 
 __all__ = ["DataError", "BadData", "ChecksumError", "cache_dir", "file_checksum", "verify_checksum", "fetch",
            "download_file", "safe_extract"]
@@ -85,7 +85,11 @@ def verify_checksum(path: str | os.PathLike, checksum: str, content_checksum: st
 def fetch(url: str, dest: str | os.PathLike, timeout: float = 60.0) -> None:
     """Copy ``url`` (https, http or file) to ``dest`` byte for byte. Tests monkeypatch this."""
     with urllib.request.urlopen(url, timeout=timeout) as r, open(dest, "wb") as f:  # noqa: S310
-        shutil.copyfileobj(r, f, _CHUNK)
+        size = r.headers.get("Content-Length") if hasattr(r, "headers") else None
+        with byte_bar(int(size) if size and size.isdigit() else None, Path(url).name) as bar:  # rate, time left
+            while chunk := r.read(_CHUNK):
+                f.write(chunk)
+                bar.update(len(chunk))
 
 
 def download_file(urls: Iterable[str], dest: str | os.PathLike, checksum: str = "") -> Path:

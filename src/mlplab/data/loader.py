@@ -26,6 +26,14 @@ __all__ = ["DeviceLoader", "StreamingLoader", "PackedLoader", "ImageFolderDatase
 Tensor = torch.Tensor
 
 
+def to_device(t: Tensor, device: torch.device) -> Tensor:
+    """A host tensor on ``device`` without making the host wait: through pinned memory and an
+    asynchronous copy on CUDA (a copy from pageable memory synchronises the stream)."""
+    if device.type == "cuda":
+        return t.pin_memory().to(device, non_blocking=True)
+    return t.to(device)
+
+
 class _Loader:
     """Shared epoch/position bookkeeping and batch post-processing."""
 
@@ -77,7 +85,7 @@ class _Loader:
 
     def _finish(self, x: Tensor, y: Tensor, batch_index: int) -> tuple[Tensor, Tensor]:
         if self.augment is not None:
-            g = derive_generator(self.seed, "augment", self.epoch, batch_index)
+            g = derive_generator(self.seed, "augment", self.epoch, batch_index, device=self.device)
             return self.augment(x, y, g, self.mean, self.std)
         x = x.float()
         if self.mean is not None and self.std is not None:
@@ -107,6 +115,10 @@ class DeviceLoader(_Loader):
     ``indices`` (optional, int64 on any device) restricts the loader to ``images[indices]``, in
     that order, without copying the dataset: each batch gathers only its own rows (a training
     epoch's shard, say). Shuffling then permutes positions within ``indices``.
+
+    Host-staged: ``images`` in host memory with a CUDA ``device`` stay on the host (a dataset
+    larger than the GPU can spare); each batch is gathered there as uint8, crosses through pinned
+    memory without a sync, and is augmented on the GPU like any other.
     """
 
     def __init__(self, images: Tensor, labels: Tensor, batch_size: int, *, shuffle: bool = True,
@@ -120,18 +132,24 @@ class DeviceLoader(_Loader):
         n = len(images) if indices is None else len(indices)
         super().__init__(n, batch_size, shuffle=shuffle, drop_last=drop_last, augment=augment,
                          device=device, seed=seed, mean=mean, std=std, num_classes=num_classes)
-        self.images = images.to(self.device)
-        self.labels = labels.to(self.device, torch.long)
-        self.indices = None if indices is None else indices.to(self.device, torch.long)
+        staged = images.device.type == "cpu" and self.device.type == "cuda"
+        store = images.device if staged else self.device
+        self.images = images.to(store)
+        self.labels = labels.to(store, torch.long)
+        self.indices = None if indices is None else indices.to(store, torch.long)
 
     def __iter__(self) -> Iterator[tuple[Tensor, Tensor]]:
         start = self._start()
-        order = self.order().to(self.device)
+        store = self.images.device
+        order = to_device(self.order(), store)
         if self.indices is not None:
             order = self.indices[order]  # positions -> rows of the stored dataset (n int64s, no image copy)
         for i in range(start, len(self)):
             idx = order[i * self.batch_size:(i + 1) * self.batch_size]
-            x, y = self._finish(self.images[idx], self.labels[idx], i)
+            x, y = self.images[idx], self.labels[idx]
+            if store != self.device:  # host-staged: uint8 over the bus, augmented on the GPU
+                x, y = to_device(x, self.device), to_device(y, self.device)
+            x, y = self._finish(x, y, i)
             self._advance()
             yield x, y
         self._end_epoch()
