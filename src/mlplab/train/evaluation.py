@@ -8,7 +8,7 @@ precision and test-time flips are the run's and ``test_acc`` in its ``results.js
 reproduced exactly), and the data, loaded as training loads it (``train.data.load_run_data``). :func:`evaluate_setup` then measures top-1,
 top-5, mean cross-entropy and images/s with the training loop's own ``evaluate``.
 Other evaluations of the same model — a linear few-shot evaluation on frozen pre-logit features
-(SPEC §7) — take the same :class:`EvalSetup` (``setup.model.forward_features``, ``setup.split``).
+(docs/science.md §7; ``mlplab.analysis.fewshot``) — take the same :class:`EvalSetup` (``setup.model.forward_features``, ``setup.split``).
 
 Overrides are dotted config keys of the ``data`` section (``data.dataset=cifar10
 data.root=DIR data.image_size=64``) plus ``run.eval_batch_size``, ``run.precision``,
