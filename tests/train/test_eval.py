@@ -88,3 +88,32 @@ def test_eval_refuses_ema_of_a_run_without_one(tiny, capsys):
     res = train(tiny("noema", **{"schedule.epochs": 1}))
     assert "no ema.safetensors" in _refused(capsys, res["run_dir"], "--ema")
     assert "holds out none" in _refused(capsys, res["run_dir"], "--split", "val")
+
+
+def test_eval_few_shot_equals_the_library_on_the_same_features(finished, capsys):
+    """``--few-shot`` is analysis.fewshot on the run's frozen pre-logit features: training split
+    for the shots, the evaluated split for the accuracy."""
+    from mlplab.analysis.fewshot import extract_features, linear_few_shot
+    from mlplab.train.config import eval_batch_size
+    from mlplab.train.data import eval_loader
+    from mlplab.train.distributed import DistInfo
+    from mlplab.train.evaluation import load_for_eval
+
+    got = _eval_json(capsys, finished["run_dir"], "--few-shot", "1,5", "--draws", "3")["few_shot"]
+    setup = load_for_eval(finished["run_dir"])
+    batch = eval_batch_size(setup.cfg.run)
+    train_f = extract_features(setup.model, eval_loader(setup.data.train, setup.data, batch, DistInfo()),
+                               autocast=setup.autocast)
+    test_f = extract_features(setup.model, eval_loader(setup.split, setup.data, batch, DistInfo()), autocast=setup.autocast)
+    want = linear_few_shot(*train_f, *test_f, shots=(1, 5), draws=3)
+    assert set(got) == {"1", "5"}
+    for k in (1, 5):
+        assert got[str(k)]["accuracies"] == list(want[k].accuracies) and got[str(k)]["mean"] == want[k].mean
+    assert cli.main(["eval", finished["run_dir"]]) == 0 and "shot" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("bad", ["0", "1,x", ""])
+def test_eval_few_shot_bad_counts_are_one_sentence(finished, capsys, bad):
+    assert cli.main(["eval", finished["run_dir"], "--few-shot", bad]) == 2
+    err = capsys.readouterr().err
+    assert "--few-shot takes" in err and "Traceback" not in err

@@ -145,3 +145,20 @@ def test_slurm_asks_for_a_gpu_unless_every_run_is_on_cpu(tmp_path):
     assert executors.slurm_gpus_per_run(dirs) == 0
     (dirs[1] / "spec.json").write_text(json.dumps({"name": "r1", "overrides": {}}))  # auto
     assert executors.slurm_gpus_per_run(dirs) == 1
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_with_download_rank_zero_fetches_first(monkeypatch, rank, tiny):
+    """Under torchrun with data.download, rank 0 loads (downloads, extracts) before the barrier
+    the other ranks wait at; without download every rank loads at once."""
+    from mlplab.train import loop
+
+    events = []
+    monkeypatch.setattr(loop, "load_run_data", lambda cfg, device: events.append("load") or "data")
+    monkeypatch.setattr(loop, "barrier", lambda dist: events.append("barrier"))
+    dist = distributed.DistInfo(rank=rank, world_size=2)
+    cfg = tiny(**{"data.download": True})
+    assert loop._load_data(cfg, torch.device("cpu"), dist) == "data"
+    assert events == (["load", "barrier"] if rank == 0 else ["barrier", "load"])
+    events.clear()
+    assert loop._load_data(tiny(), torch.device("cpu"), dist) == "data" and events == ["load"]

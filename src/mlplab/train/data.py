@@ -153,7 +153,9 @@ def _loader(split: Split, data: RunData, batch_size, *, augment, seed, drop_last
     """The loader for ``split`` restricted to ``indices`` (positions within the split), in order."""
     kw = dict(shuffle=False, drop_last=drop_last, augment=augment, seed=seed, mean=data.info.mean, std=data.info.std)
     if not split.streamed:
-        return DeviceLoader(split.images, split.labels, batch_size, device=split.images.device, indices=indices, **kw)
+        # batches go to the run's device; a split kept in host memory for a GPU run is staged (DeviceLoader)
+        return DeviceLoader(split.images, split.labels, batch_size, device=data.device or split.images.device,
+                            indices=indices, **kw)
     rows = split.rows if indices is None else (indices if split.rows is None else split.rows[indices])
     device = data.device or torch.device("cpu")
     if isinstance(split.images, PackedImages):

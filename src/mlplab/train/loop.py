@@ -227,6 +227,19 @@ class _Run:
         return contextlib.nullcontext()
 
 
+def _load_data(cfg: RunConfig, device: torch.device, dist: DistInfo) -> RunData:
+    """The run's data; with ``data.download`` under torchrun rank 0 downloads and extracts first
+    while the other ranks wait, then they read what it wrote (no two ranks extract into one folder)."""
+    if not (dist.enabled and cfg.data.download):
+        return load_run_data(cfg, device)
+    if not dist.is_main:
+        barrier(dist)
+    data = load_run_data(cfg, device)
+    if dist.is_main:
+        barrier(dist)
+    return data
+
+
 def _prepare(plan: RunPlan, dist: DistInfo) -> _Run:
     """Data, model, durations and optimiser for the plan: every check that needs no write
     happens here, so a refused run leaves no folder behind."""
@@ -237,7 +250,7 @@ def _prepare(plan: RunPlan, dist: DistInfo) -> _Run:
     if device.type == "cuda":
         set_fp32_matmul_policy()  # fp32 means IEEE fp32 (train.accelerator)
     torch.manual_seed(r.seed)
-    data = load_run_data(plan.data_cfg, device)  # a pretrained model's resolution (train.init)
+    data = _load_data(plan.data_cfg, device, dist)  # a pretrained model's resolution (train.init)
     dur = durations(cfg, len(data.train), dist.world_size)
     model = plan.build_model(data.info).to(device)
     apply_impl(model, cfg.model.impl, device, precision)
