@@ -31,12 +31,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..train.evaluation import evaluate_setup, few_shot_setup, load_for_eval
+    from ..train.evaluation import evaluate_setup, load_for_eval
 
     shots = _shots(args.few_shot) if args.few_shot is not None else None
     setup = load_for_eval(args.checkpoint, args.overrides, split=args.split, ema=args.ema)
     res = evaluate_setup(setup)
     if shots:
+        from ..experiments.fewshot import few_shot_setup
+
         res["few_shot"] = few_shot_setup(setup, shots, draws=args.draws)
     if args.json:
         print(json.dumps(res))

@@ -8,10 +8,9 @@ precision and test-time flips are the run's and ``test_acc`` in its ``results.js
 reproduced exactly), and the data, loaded as training loads it (``train.data.load_run_data``).
 :func:`evaluate_setup` then measures top-1, top-5, mean cross-entropy and images/s with the
 training loop's own ``evaluate``.
-:func:`few_shot_setup` evaluates the same model by linear few-shot accuracy on its frozen
-pre-logit features (docs/science.md §7b; :mod:`mlplab.analysis.fewshot`): the shots and the
-held-out examples that choose the regulariser are drawn from the config's training split, the
-accuracy is measured on the evaluated split.
+:func:`mlplab.experiments.fewshot.few_shot_setup` evaluates the same :class:`EvalSetup` by linear
+few-shot accuracy on its frozen pre-logit features (it lives above ``train`` and ``analysis``,
+which never import each other).
 
 Overrides are dotted config keys of the ``data`` section (``data.dataset=cifar10
 data.root=DIR data.image_size=64``) plus ``run.eval_batch_size``, ``run.precision``,
@@ -183,20 +182,3 @@ def evaluate_checkpoint(checkpoint: str | Path, overrides: dict[str, Any] | list
     """``mlplab eval`` as a function: :func:`load_for_eval` then :func:`evaluate_setup`."""
     return evaluate_setup(load_for_eval(checkpoint, overrides, split=split, ema=ema), progress)
 
-
-def few_shot_setup(setup: EvalSetup, shots: tuple[int, ...] = (1, 5, 10, 25), *, draws: int = 5,
-                   seed: int = 0) -> dict[str, Any]:
-    """Linear k-shot accuracy (mean ± sd over ``draws`` draws of the shots) of ``setup.model``'s
-    frozen pre-logit features, for every k in ``shots``: shots and held-out examples from the
-    config's training split, accuracy on ``setup.split``."""
-    from ..analysis.fewshot import extract_features, linear_few_shot
-
-    if setup.split_name == "train":
-        raise BadInput("--few-shot draws its shots from the training split; evaluate on --split test or val")
-    dist = DistInfo()
-    batch = eval_batch_size(setup.cfg.run)
-    train = extract_features(setup.model, eval_loader(setup.data.train, setup.data, batch, dist), autocast=setup.autocast)
-    test = extract_features(setup.model, eval_loader(setup.split, setup.data, batch, dist), autocast=setup.autocast)
-    results = linear_few_shot(*train, *test, shots=shots, draws=draws, seed=seed)
-    return {str(k): {"mean": r.mean, "sd": r.sd, "accuracies": list(r.accuracies), "l2": list(r.l2),
-                     "holdout": r.holdout} for k, r in results.items()}
