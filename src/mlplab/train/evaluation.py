@@ -7,10 +7,9 @@ model (a run's last checkpoint, its EMA average with ``ema=True``, or any file t
 precision and test-time flips are the run's and ``test_acc`` in its ``results.json`` is
 reproduced exactly), and the data, loaded as training loads it (``train.data.load_run_data``).
 :func:`evaluate_setup` then measures top-1, top-5, mean cross-entropy and images/s with the
-training loop's own ``evaluate``.
-:func:`mlplab.experiments.fewshot.few_shot_setup` evaluates the same :class:`EvalSetup` by linear
-few-shot accuracy on its frozen pre-logit features (it lives above ``train`` and ``analysis``,
-which never import each other).
+training loop's own ``evaluate``. ``mlplab eval --few-shot`` evaluates the same setup by linear
+few-shot accuracy on its frozen pre-logit features (:mod:`mlplab.analysis.fewshot`, joined to
+this module in the command: train and analysis do not import each other).
 
 Overrides are dotted config keys of the ``data`` section (``data.dataset=cifar10
 data.root=DIR data.image_size=64``) plus ``run.eval_batch_size``, ``run.precision``,
@@ -38,7 +37,7 @@ from .data import RunData, Split, eval_loader, load_run_data
 from .distributed import DistInfo
 from .loop import evaluate, resolve_device, resolve_precision
 
-__all__ = ["EvalSetup", "load_for_eval", "evaluate_setup", "evaluate_checkpoint", "few_shot_setup", "EVAL_KEYS"]
+__all__ = ["EvalSetup", "load_for_eval", "evaluate_setup", "evaluate_checkpoint", "EVAL_KEYS"]
 
 #: the config keys ``mlplab eval`` accepts (``data.*`` as a whole section)
 EVAL_KEYS = ("run.eval_batch_size", "run.precision", "run.device", "run.threads", "augment.test_hflip")
@@ -193,4 +192,3 @@ def evaluate_checkpoint(checkpoint: str | Path, overrides: dict[str, Any] | list
                         split: str = "test", ema: bool = False, progress: bool | None = None) -> dict[str, Any]:
     """``mlplab eval`` as a function: :func:`load_for_eval` then :func:`evaluate_setup`."""
     return evaluate_setup(load_for_eval(checkpoint, overrides, split=split, ema=ema), progress)
-
