@@ -47,7 +47,7 @@ from common import default_out, environment, fmt_table, write_results  # noqa: E
 
 from mlplab.data import (AugmentConfig, ImageFolderDataset, Pack, PackedLoader, StreamingLoader, build_augment,
                          pack)
-from mlplab.data.augment import random_crop, random_hflip
+from mlplab.data.augment import crop_flip_host
 from mlplab.data.formats import png_bytes
 from mlplab.data.packed import FORMAT_NAME, FORMAT_VERSION, shard_files, sha256_file
 
@@ -128,7 +128,7 @@ def read_batches(part, batch: int, threads: int, then=None) -> None:
 
 
 def crop_flip_uint8(x: torch.Tensor, g: torch.Generator) -> torch.Tensor:
-    return random_hflip(random_crop(x, 4, g), g)
+    return crop_flip_host(x, 4, True, g)  # what Augment runs on a host batch (= random_crop + random_hflip)
 
 
 def drain(loader) -> None:
