@@ -17,7 +17,7 @@ ROOT = SRC / "mlplab"
 # a package may import only from packages of a lower rank (and from itself); equal ranks are
 # independent of each other: train and analysis never import one another, nor theory and interop
 RANK = {
-    "errors": 0,
+    "errors": 0, "version": 0,
     "utils": 1,
     "data": 2, "layers": 2,
     "models": 3,
@@ -26,6 +26,7 @@ RANK = {
     "experiments": 6,
     "commands": 7,
     "cli": 8,
+    "__main__": 9,
 }
 
 

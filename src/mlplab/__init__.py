@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import importlib
 
-from .models import create_model, list_models, model_config
-
-__version__ = "0.1.0"
+from .interop import create_model  # the registry's builder, plus pretrained= weights
+from .models import list_models, model_config
+from .version import __version__
 
 _LAZY = {
     "effective_mlp": "mlplab.theory",  # Prop. 3.2: the Mixer as an explicit wide sparse MLP
@@ -17,12 +17,15 @@ _LAZY = {
     "models_table": "mlplab.analysis.cost",  # params and FLOPs of every registered model
     "count_flops": "mlplab.models.counting",  # forward matmul FLOPs per example
     "load_dataset": "mlplab.data",
+    "pack": "mlplab.data",  # `mlplab pack`: an image folder or dataset -> streamable .npy shards
     "make_config": "mlplab.train",
     "reproduce": "mlplab.experiments",
     "run_sweep": "mlplab.experiments",
     "write_report": "mlplab.experiments",
     "load_pretrained": "mlplab.interop",  # timm / Flax / Scaling-MLPs / mlplab checkpoints -> model
     "save_pretrained": "mlplab.interop",
+    "push_to_hub": "mlplab.interop",  # save_pretrained(..., hub_layout=True) uploaded with huggingface_hub
+    "machine_info": "mlplab.train.machine",  # what `mlplab info` prints
     "expand_resolution": "mlplab.models.expand",  # docs/science.md §7: fine-tuning at K× the resolution
 }
 

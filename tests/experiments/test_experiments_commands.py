@@ -30,7 +30,9 @@ def test_sweep_file_and_report_commands(tmp_path, capsys):
     assert main(["sweep", str(f), "--out", str(tmp_path / "out")]) == 0
     assert len(list((tmp_path / "out" / "echo").glob("*/results.json"))) == 2
     out = tmp_path / "s9"
+    capsys.readouterr()
     assert main(["reproduce", "figS9", "--scale", "smoke", "--out", str(out)]) == 0
+    assert "[1/1] run (~" in capsys.readouterr().out  # runs done / total and the cost model's time left
     assert (out / "report.md").exists()
     (out / "report.md").unlink()
     assert main(["report", "figS9", "--out", str(out)]) == 0

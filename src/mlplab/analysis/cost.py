@@ -192,4 +192,4 @@ def model_summary(name: str, build: bool = False, **overrides: Any) -> dict[str,
 
 def models_table(family: str | None = None) -> list[dict[str, Any]]:
     """:func:`model_summary` of every registered model at its defaults (sorted by name)."""
-    return [model_summary(n) for n in list_models(family)]
+    return [model_summary(n) for n in list_models(family=family)]

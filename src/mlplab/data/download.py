@@ -4,7 +4,6 @@ from __future__ import annotations
 import gzip
 import hashlib
 import os
-import shutil
 import tarfile
 import tempfile
 import urllib.request
@@ -12,9 +11,10 @@ import zipfile
 from pathlib import Path, PurePosixPath
 from typing import Iterable
 
-from ..errors import RunFailure
+from ..errors import BadInput, RunFailure
+from ..utils.progress import byte_bar
 
-__all__ = ["DataError", "ChecksumError", "cache_dir", "file_checksum", "verify_checksum", "fetch",
+__all__ = ["DataError", "BadData", "ChecksumError", "cache_dir", "file_checksum", "verify_checksum", "fetch",
            "download_file", "safe_extract"]
 
 _CHUNK = 1 << 20
@@ -22,6 +22,11 @@ _CHUNK = 1 << 20
 
 class DataError(RunFailure):
     """A dataset file is missing, corrupt, truncated or unsafe. The message names the file."""
+
+
+class BadData(BadInput, DataError):
+    """The user's own data cannot be used as it is (an empty class folder, an image that does not
+    decode, a damaged pack): bad input (exit 2). The message names the file and what to change."""
 
 
 class ChecksumError(DataError):
@@ -80,7 +85,11 @@ def verify_checksum(path: str | os.PathLike, checksum: str, content_checksum: st
 def fetch(url: str, dest: str | os.PathLike, timeout: float = 60.0) -> None:
     """Copy ``url`` (https, http or file) to ``dest`` byte for byte. Tests monkeypatch this."""
     with urllib.request.urlopen(url, timeout=timeout) as r, open(dest, "wb") as f:  # noqa: S310
-        shutil.copyfileobj(r, f, _CHUNK)
+        size = r.headers.get("Content-Length") if hasattr(r, "headers") else None
+        with byte_bar(int(size) if size and size.isdigit() else None, Path(url).name) as bar:  # rate, time left
+            while chunk := r.read(_CHUNK):
+                f.write(chunk)
+                bar.update(len(chunk))
 
 
 def download_file(urls: Iterable[str], dest: str | os.PathLike, checksum: str = "") -> Path:

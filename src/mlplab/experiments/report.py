@@ -10,10 +10,11 @@ import json
 import math
 import time
 import traceback
+from collections import Counter
 from pathlib import Path
 from typing import Any, Sequence
 
-from ..utils.io import atomic_write_json, atomic_write_text
+from ..utils.io import atomic_write_json, atomic_write_text, read_json
 from .aggregate import RunRecord, load_runs, loss_change, rows_to_csv, union_columns
 from .claims import Analysis, Claim, require_plateau
 from .plan import Experiment
@@ -26,7 +27,7 @@ def load_manifest(out_dir: str | Path) -> dict[str, Any]:
     p = Path(out_dir) / "experiment.json"
     if not p.exists():
         raise FileNotFoundError(f"{p} does not exist: run `mlplab reproduce ID --out {out_dir}` first")
-    return json.loads(p.read_text())
+    return read_json(p, "experiment manifest")
 
 
 def _fmt(v: Any) -> str:
@@ -102,6 +103,11 @@ def write_report(out_dir: str | Path, exp: Experiment, verbose: bool = False) ->
     out_dir = Path(out_dir)
     manifest = load_manifest(out_dir)
     runs: list[RunRecord] = load_runs(out_dir)
+    skipped = [f"skipped {r.run_dir.relative_to(out_dir)}: {r.problem}; `mlplab reproduce` runs it again"
+               for r in runs if r.problem]
+    if verbose:
+        for line in skipped:
+            print(line)
     error = None
     try:
         analysis: Analysis = exp.analyse(runs, manifest)
@@ -109,6 +115,7 @@ def write_report(out_dir: str | Path, exp: Experiment, verbose: bool = False) ->
         error = traceback.format_exc()
         analysis = Analysis(table=[], figures={"figure": draw([], title=f"{exp.id}: analysis failed")},
                             claims=[], notes=["analysis failed; traceback below"])
+    analysis.notes.extend(skipped)
     if exp.needs_plateau:
         note = require_plateau(analysis.claims, [loss_change(r) for r in runs if r.results])
         if note:
@@ -141,9 +148,7 @@ def write_report(out_dir: str | Path, exp: Experiment, verbose: bool = False) ->
 def _markdown(exp, manifest: dict[str, Any], runs: list[RunRecord], a: Analysis, files: list[Path],
               error: str | None) -> str:
     sc = manifest.get("scale", {})
-    counts: dict[str, int] = {}
-    for r in runs:
-        counts[r.status] = counts.get(r.status, 0) + 1
+    counts = Counter(r.status for r in runs)
     L = [f"# {exp.id}: {exp.title}", ""]
     claim = published_claim(exp.doc)
     if claim:

@@ -21,6 +21,7 @@ class Imported:
     state: dict[str, torch.Tensor]  # mlplab parameter names -> tensors
     source_format: str
     notes: list[str] = field(default_factory=list)
+    pretrained_cfg: dict[str, Any] = field(default_factory=dict)  # input settings the file records
 
 
 def block_indices(names: set[str] | list[str], pattern: str) -> list[int]:

@@ -18,12 +18,16 @@ EXPECTED = "an mlplab safetensors file (metadata 'mlplab_model' and 'mlplab_conf
 
 
 def model_metadata(model: nn.Module) -> dict[str, str]:
-    """``{"mlplab_model": name, "mlplab_config": json}`` of a model built by ``create_model``
-    (empty for other modules)."""
+    """``{"mlplab_model": name, "mlplab_config": json, "mlplab_pretrained_cfg": json}`` of a model
+    built by ``create_model`` (empty for other modules)."""
     name, cfg = getattr(model, "model_name", None), getattr(model, "config", None)
     if name is None or cfg is None or not dataclasses.is_dataclass(cfg):
         return {}
-    return {"mlplab_model": name, "mlplab_config": json.dumps(dataclasses.asdict(cfg))}
+    meta = {"mlplab_model": name, "mlplab_config": json.dumps(dataclasses.asdict(cfg))}
+    pcfg = {k: v for k, v in (getattr(model, "pretrained_cfg", None) or {}).items() if k != "source"}
+    if pcfg:  # input settings (mean/std, ...) travel with the weights
+        meta["mlplab_pretrained_cfg"] = json.dumps(pcfg)
+    return meta
 
 
 def matches(tensors: dict[str, torch.Tensor], metadata: dict[str, str]) -> bool:
@@ -38,4 +42,9 @@ def to_mlplab(tensors: dict[str, torch.Tensor], metadata: dict[str, str]) -> Imp
         kwargs: dict[str, Any] = json.loads(metadata["mlplab_config"])
     except json.JSONDecodeError as e:
         raise ValueError(f"the file's 'mlplab_config' metadata is not JSON ({e})") from None
-    return Imported(metadata["mlplab_model"], kwargs, dict(tensors), "mlplab")
+    try:
+        pcfg = json.loads(metadata.get("mlplab_pretrained_cfg", "{}"))
+    except json.JSONDecodeError:
+        pcfg = {}
+    return Imported(metadata["mlplab_model"], kwargs, dict(tensors), "mlplab",
+                    pretrained_cfg=pcfg if isinstance(pcfg, dict) else {})

@@ -261,9 +261,13 @@ class SparseLinear(nn.Module):
         return W
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Under autocast the sparse products still run in the weights' dtype (float32): sparse
+        BLAS has no bf16 CSR kernels (MKL on CPU), so the layer takes its input out of autocast;
+        the layers around it keep autocasting."""
         lead = x.shape[:-1]
-        x2 = x.reshape(-1, self.in_features)  # (B, in)
-        y = _SparseMatmul.apply(x2, self.values * self.scale, self._pattern())
+        x2 = x.reshape(-1, self.in_features).to(self.values.dtype)  # (B, in)
+        with torch.autocast(x.device.type, enabled=False):
+            y = _SparseMatmul.apply(x2, self.values * self.scale, self._pattern())
         if self.bias is not None:
             y = y + self.bias
         return y.reshape(*lead, self.out_features)

@@ -139,6 +139,8 @@ def expand_resolution(model: nn.Module, K: int) -> Mixer:
     new = new.to(device=next(model.parameters()).device, dtype=next(model.parameters()).dtype)
     new.model_name = getattr(model, "model_name", "mlp_mixer")
     new.config = new_cfg
+    if isinstance(getattr(model, "pretrained_cfg", None), dict):  # same weights' settings, K x the input
+        new.pretrained_cfg = {**model.pretrained_cfg, "input_size": (cfg.in_chans, new_cfg.image_size, new_cfg.image_size)}
 
     sd = {k: v.detach().clone() for k, v in model.state_dict().items()}
     spatial = _spatial_tokens(K, n)

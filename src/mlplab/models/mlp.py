@@ -27,7 +27,7 @@ import torch
 import torch.nn as nn
 
 from ..layers.common import make_act
-from .base import VisionMLP
+from .base import VectorMLP
 from .registry import register_model
 
 __all__ = ["MLPConfig", "PlainMLP", "StandardBlock", "BottleneckBlock", "build_mlp", "SCALING_MLP_PRESETS",
@@ -90,7 +90,7 @@ class BottleneckBlock(nn.Module):
         return b, z + b
 
 
-class PlainMLP(VisionMLP):
+class PlainMLP(VectorMLP):
     """Flatten, linear embedding to width m, L standard or bottleneck blocks, linear head.
 
     Intermediate features: ``stem``, ``blocks.{i}`` (bottleneck: the branch before the skip;
@@ -129,21 +129,9 @@ class PlainMLP(VisionMLP):
         self.norm = nn.LayerNorm(m, eps=cfg.norm_eps) if cfg.final_norm else nn.Identity()
         self.head = nn.Linear(m, cfg.num_classes)
 
-    def forward_features(self, x: torch.Tensor, feats: dict | None = None) -> torch.Tensor:
-        cfg = self.cfg
-        if x.ndim != 4 or x.shape[1:] != (cfg.in_chans, cfg.image_size, cfg.image_size):
-            raise ValueError(
-                f"expected images of shape (N, {cfg.in_chans}, {cfg.image_size}, {cfg.image_size}), "
-                f"got {tuple(x.shape)}; set image_size/in_chans to match the data"
-            )
-        z = self.stem(x.flatten(1))  # (N, ch·H·W) -> (N, m)
-        if feats is not None:
-            feats["stem"] = z
-        for i, blk in enumerate(self.blocks):
-            b, z = blk(z)
-            if feats is not None:
-                feats[f"blocks.{i}"] = b
-        return self.norm(z)
+    def embed(self, x: torch.Tensor) -> torch.Tensor:
+        self.check_images(x)
+        return self.stem(x.flatten(1))  # (N, ch·H·W) -> (N, m)
 
 
 def build_mlp(cfg: MLPConfig) -> PlainMLP:

@@ -8,13 +8,15 @@ is meant; :func:`coerce` converts exactly those two cases and nothing else, and
 from __future__ import annotations
 
 import dataclasses
+import inspect
+import re
 import types
 import typing
 from typing import Any
 
 from ..errors import BadType
 
-__all__ = ["coerce", "type_ok", "check_types"]
+__all__ = ["coerce", "type_ok", "check_types", "describe_fields"]
 
 
 def _is_int(value: Any) -> bool:
@@ -83,3 +85,76 @@ def check_types(obj: Any, where: str) -> None:
         tp = hints.get(f.name, Any)
         if not type_ok(value, tp):
             raise BadType(f"{where}: {f.name}={value!r} has type {type(value).__name__}, expected {tp}")
+
+
+def type_name(tp: Any) -> str:
+    """An annotation as a person reads it: ``int | None``, ``auto|cpu|cuda``, ``tuple[float, float]``."""
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin is typing.Literal:
+        return "|".join(str(a) for a in args)
+    if origin in (typing.Union, types.UnionType):
+        return " | ".join(type_name(a) for a in args)
+    if tp is type(None):
+        return "None"
+    if origin is not None:
+        return f"{getattr(origin, '__name__', str(origin))}[{', '.join(type_name(a) for a in args)}]"
+    return getattr(tp, "__name__", str(tp))
+
+
+_FIELD = re.compile(r"^\s+(\w+)\s*:[^#]*?(?:#\s*(.*))?$")
+_COMMENT = re.compile(r"^\s+#\s*(.*)$")
+
+
+def _field_comments(cls: type) -> dict[str, str]:
+    """Each field's meaning from the class source: the comment at the end of its line
+    (``name: T = v  # meaning``), else the comment lines just above it."""
+    try:
+        lines = inspect.getsource(cls).splitlines()
+    except (OSError, TypeError):  # no source (a frozen build): no meanings
+        return {}
+    out: dict[str, str] = {}
+    above: list[str] = []
+    for line in lines[1:]:
+        if c := _COMMENT.match(line):
+            above.append(c.group(1).strip())
+        elif m := _FIELD.match(line):
+            out[m.group(1)] = (m.group(2) or "").strip() or " ".join(above)
+            above = []
+        else:
+            above = []
+    return out
+
+
+def describe_fields(config: Any, prefix: str = "") -> list[dict[str, str]]:
+    """Every field of a (nested) config dataclass, or of an instance (its values shown as the
+    defaults), as ``{"key", "type", "default", "meaning"}``: dotted keys, the annotation, the
+    default and the comment beside (or above) the field in the source — the schema itself is the
+    one description (``mlplab train --list-keys``)."""
+    cls = config if isinstance(config, type) else type(config)
+    if isinstance(config, type):
+        try:
+            config = cls()
+        except TypeError:  # a required field: show the fields' own defaults
+            pass
+    hints = typing.get_type_hints(cls)
+    comments = _field_comments(cls)
+    rows: list[dict[str, str]] = []
+    for f in dataclasses.fields(cls):
+        if not f.init:
+            continue
+        tp = hints.get(f.name, Any)
+        if not isinstance(config, type):
+            default = getattr(config, f.name)
+        elif f.default is not dataclasses.MISSING:
+            default = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            default = f.default_factory()
+        else:
+            default = dataclasses.MISSING
+        key = f"{prefix}{f.name}"
+        if dataclasses.is_dataclass(tp) and isinstance(tp, type):
+            rows += describe_fields(default if dataclasses.is_dataclass(default) else tp, key + ".")
+            continue
+        shown = "(required)" if default is dataclasses.MISSING else repr(default)
+        rows.append({"key": key, "type": type_name(tp), "default": shown, "meaning": comments.get(f.name, "")})
+    return rows

@@ -1,12 +1,14 @@
-"""Shared pieces of the experiment specs: model overrides (one table per family), the budget
-planner, and the small statistics the verdicts use."""
+"""Shared pieces of the experiment specs: model overrides (one table per family), the derived
+keys every training sweep uses, the budget planner, and the small statistics the verdicts use."""
 from __future__ import annotations
 
 from typing import Any, Callable, Sequence
 
 from ..aggregate import RunRecord, group_runs, loss_change, select, test_error
+from ..derived import Derive, derive, derived_key
+from ..recipes import Scale
 
-__all__ = ["mixer", "sw_mlp", "model_seed", "pairs_for", "sw_widths", "err_rows", "FAMILY_LABEL",
+__all__ = ["mixer", "sw_mlp", "model_seed", "trained", "pairs_for", "sw_widths", "err_rows", "FAMILY_LABEL",
            "log2", "fair_width", "connections", "loss_change", "TRAIN_METRICS", "TRAIN_COLUMNS",
            "seed_table", "per_seed"]
 
@@ -43,6 +45,7 @@ def sw_mlp(width: int, density: float, depth: int, patch: int, gamma: float = 1.
     return o
 
 
+@derived_key("model_seed")
 def model_seed(o: dict[str, Any]) -> dict[str, Any]:
     """Derived key: the model's own ``seed`` (RP permutations, SW-MLP masks) follows ``run.seed``
     for models that have one."""
@@ -55,6 +58,12 @@ def model_seed(o: dict[str, Any]) -> dict[str, Any]:
     except Exception:
         return {}
     return {"model.kwargs.seed": int(o.get("run.seed", 0))} if "seed" in fields else {}
+
+
+def trained(sc: Scale) -> list[Derive]:
+    """The derived keys that end every training sweep: the model's seed, then the family's lr at
+    cpu scale (:func:`mlplab.experiments.recipes.family_lr`)."""
+    return [derive("model_seed"), derive("family_lr", scale=sc.name)]
 
 
 def pairs_for(omega: float, gamma: float = 1.0, channels: Sequence[int] | None = None,
@@ -121,7 +130,7 @@ def train_error(r: RunRecord) -> float:
 
 # Columns every training table carries: test error, and what makes comparisons fair and shows
 # convergence — parameters (masked SW-MLP weights by their nonzeros, ``effective_params``; runs
-# written before 2026-11-25 have only the dense count), connections per mixing layer, training
+# written by older versions have only the dense count), connections per mixing layer, training
 # error, last-epochs loss change.
 TRAIN_METRICS: dict[str, Callable[[RunRecord], float]] = {
     "test_error": test_error, "train_error": train_error, "loss_change": loss_change,

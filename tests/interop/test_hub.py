@@ -1,0 +1,141 @@
+"""The Hugging Face Hub path, offline: a cache the test writes in the Hub's own layout
+(``models--ORG--NAME/snapshots/<rev>/``, ``refs/main``) holding timm's reference Mixer
+(tests/fixtures/interop, made by timm's code), read with ``HF_HUB_OFFLINE=1``; the Hub layout
+written by ``save_pretrained(hub_layout=True)`` reads back; ``push_to_hub`` against a mocked
+``HfApi``."""
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import mlplab
+from mlplab import cli
+from mlplab.errors import RunFailure
+
+huggingface_hub = pytest.importorskip("huggingface_hub")
+hub_constants = pytest.importorskip("huggingface_hub.constants")
+
+FIX = Path(__file__).resolve().parents[1] / "fixtures" / "interop"
+REPO = "timm/mixer_b16_224.goog_in21k_ft_in1k"
+# timm_mixer.safetensors: image 32, patch 8, C 16, D_S 8, D_C 32, 2 blocks, 5 classes
+TINY = dict(image_size=32, patch_size=8, hidden_dim=16, token_hidden=8, channel_hidden=32, depth=2)
+
+
+def _logits(model):
+    r = np.load(FIX / "timm_mixer_ref.npz")
+    with torch.no_grad():
+        return model.eval()(torch.from_numpy(r["x"])), torch.from_numpy(r["logits"])
+
+
+@pytest.fixture
+def hub_cache(tmp_path, monkeypatch):
+    """An offline Hub cache holding REPO with timm's tiny reference Mixer and a timm config.json."""
+    cache = tmp_path / "hub"
+    rev = "0123456789abcdef0123456789abcdef01234567"
+    repo_dir = cache / ("models--" + REPO.replace("/", "--"))
+    snap = repo_dir / "snapshots" / rev
+    snap.mkdir(parents=True)
+    (repo_dir / "refs").mkdir()
+    (repo_dir / "refs" / "main").write_text(rev)
+    shutil.copy(FIX / "timm_mixer.safetensors", snap / "model.safetensors")
+    (snap / "config.json").write_text(json.dumps({
+        "architecture": "mixer_b16_224", "num_classes": 5,
+        "pretrained_cfg": {"tag": "goog_in21k_ft_in1k", "mean": [0.5, 0.5, 0.5], "std": [0.5, 0.5, 0.5],
+                           "crop_pct": 0.875, "interpolation": "bicubic", "num_classes": 5}}))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    # huggingface_hub reads both when it is imported: set what it already read, too
+    monkeypatch.setattr(hub_constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(hub_constants, "HF_HUB_CACHE", str(cache))
+    return cache
+
+
+def test_load_pretrained_from_the_hub_cache_offline(hub_cache):
+    model = mlplab.load_pretrained("hf-hub:" + REPO)
+    out, ref = _logits(model)
+    assert (out - ref).abs().max().item() <= 1e-5
+    assert model.model_name == "mixer_b16_224"  # timm's name from config.json, at the file's sizes
+    cfg = model.pretrained_cfg
+    assert cfg["source"] == "hf-hub:" + REPO and cfg["mean"] == (0.5, 0.5, 0.5) and cfg["crop_pct"] == 0.875
+    assert cfg["input_size"] == (3, 32, 32) and cfg["num_classes"] == 5
+
+
+def test_create_model_pretrained_true_resolves_the_tag_to_timms_repo(hub_cache):
+    model = mlplab.create_model("mixer_b16_224.goog_in21k_ft_in1k", pretrained=True, num_classes=5, **TINY)
+    out, ref = _logits(model)
+    assert (out - ref).abs().max().item() <= 1e-5
+    assert model.pretrained_cfg["source"] == "hf-hub:" + REPO and model.pretrained_cfg["tag"] == "goog_in21k_ft_in1k"
+    # the architecture's default tag is the same weights; a new class count gives a new (zero) head
+    fresh = mlplab.create_model("mixer_b16_224", pretrained=True, num_classes=3, **TINY)
+    assert fresh.head.weight.shape == (3, 16) and not fresh.head.weight.any()
+    assert torch.equal(fresh.blocks[1].norm2.weight, model.blocks[1].norm2.weight)
+    # pretrained="hf-hub:..." and a local file are the same weights
+    a = mlplab.create_model("mixer_b16_224", pretrained="hf-hub:" + REPO, **TINY)
+    b = mlplab.create_model("mixer_b16_224", pretrained=FIX / "timm_mixer.safetensors", **TINY)
+    assert torch.equal(_logits(a)[0], _logits(b)[0]) and a.config.num_classes == 5
+
+
+def test_hub_errors_are_one_sentence(hub_cache, capsys):
+    with pytest.raises(RunFailure, match="HF_HUB_OFFLINE is set.*hf download timm/mixer_l16_224"):
+        mlplab.load_pretrained("hf-hub:timm/mixer_l16_224.goog_in21k")
+    with pytest.raises(ValueError, match="hf-hub:ORG/NAME"):
+        mlplab.load_pretrained("hf-hub:mixer_b16_224")
+    with pytest.raises(ValueError, match="mixer_s32_224 has no published weights"):
+        mlplab.create_model("mixer_s32_224", pretrained=True)
+    with pytest.raises(ValueError, match="mixer_b16_224 has: mixer_b16_224.goog_in21k_ft_in1k"):
+        mlplab.create_model("mixer_b16_224.goog_in1k", pretrained=True)
+    with pytest.raises(ValueError, match="tensor 'stem.proj.weight'"):  # B/16 sizes do not fit the tiny file
+        mlplab.create_model("mixer_b16_224", pretrained="hf-hub:" + REPO)
+    assert cli.main(["convert", "hf-hub:timm/mixer_l16_224.goog_in21k", "x.safetensors"]) == 1
+    assert capsys.readouterr().err.count("\n") == 1
+
+
+def test_hub_layout_round_trips_and_push_to_hub_uploads_it(tmp_path, monkeypatch):
+    model = mlplab.create_model("rp_mlp_mixer", image_size=16, hidden_dim=8, depth=2, num_classes=4, zero_head=False)
+    model.pretrained_cfg.update(mean=(0.1, 0.2, 0.3), std=(0.4, 0.5, 0.6))
+    folder = mlplab.save_pretrained(model, tmp_path / "repo", hub_layout=True)
+    assert sorted(p.name for p in folder.iterdir()) == ["README.md", "config.json", "model.safetensors"]
+    config = json.loads((folder / "config.json").read_text())
+    assert config["architecture"] == "rp_mlp_mixer" and config["num_classes"] == 4
+    assert config["pretrained_cfg"]["mean"] == [0.1, 0.2, 0.3]
+    back = mlplab.load_pretrained(folder)
+    x = torch.randn(2, 3, 16, 16)
+    assert torch.equal(back(x), model(x)) and back.pretrained_cfg["std"] == (0.4, 0.5, 0.6)
+
+    calls = {}
+
+    class FakeApi:
+        def __init__(self, token=None):
+            calls["token"] = token
+
+        def create_repo(self, repo_id, private=False, exist_ok=False, repo_type=None):
+            calls["create"] = (repo_id, private, exist_ok)
+
+        def upload_folder(self, repo_id, folder_path, commit_message, revision=None, repo_type=None):
+            shutil.copytree(folder_path, tmp_path / "uploaded")
+            calls["upload"] = (repo_id, commit_message)
+            return "https://huggingface.co/me/tiny/commit/abc"
+
+    monkeypatch.setattr(huggingface_hub, "HfApi", FakeApi)
+    url = mlplab.push_to_hub(model, "me/tiny", private=True, token="t0k")
+    assert url.endswith("/commit/abc")
+    assert calls == {"token": "t0k", "create": ("me/tiny", True, True), "upload": ("me/tiny", "Upload mlplab model")}
+    assert torch.equal(mlplab.load_pretrained(tmp_path / "uploaded")(x), model(x))
+    with pytest.raises(ValueError, match="hf-hub:ORG/NAME"):
+        mlplab.push_to_hub(model, "no-org")
+
+
+def test_a_run_folder_loads_with_its_datasets_normalisation(tmp_path):
+    from mlplab.data.table import DATASETS
+    from mlplab.train import make_config, train
+
+    cfg = make_config("synthetic_tiny", {"run.out_dir": str(tmp_path), "run.name": "r", "run.log": "none",
+                                         "schedule.epochs": None, "schedule.steps": 1})
+    res = train(cfg)
+    model = mlplab.load_pretrained(res["run_dir"])
+    info = DATASETS[cfg.data.dataset]
+    assert model.pretrained_cfg["mean"] == tuple(info.mean) and model.pretrained_cfg["std"] == tuple(info.std)
+    assert model.pretrained_cfg["source"] == res["run_dir"]
