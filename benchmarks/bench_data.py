@@ -20,7 +20,7 @@ process and its worker processes: on a machine shared with other jobs it shows w
 costs, where the wall-clock rate shows what the load left over. ``--rss`` trains a tiny model for 100 steps of
 batch 1024 on packs of 2k and 200k images (``data.stream=true``) and reports the peak RssAnon
 (anonymous resident memory: the process's own, not the page cache) sampled from /proc.
-Results go to ``benchmarks/results/bench_data-pt<torch>-<cpu>.json``.
+Results go to ``benchmarks/results/data-pt<torch>-<machine>.json`` (``common.default_out``).
 """
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import environment, fmt_table, write_results  # noqa: E402
+from common import default_out, environment, fmt_table, write_results  # noqa: E402
 
 from mlplab.data import (AugmentConfig, ImageFolderDataset, Pack, PackedLoader, StreamingLoader, build_augment,
                          pack)
@@ -192,8 +192,7 @@ def main() -> int:
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     env = environment()
-    cpu = re.sub(r"[^a-z0-9]+", "-", (env["processor"] or "cpu").lower()).strip("-")
-    out = a.out or REPO / "benchmarks" / "results" / f"bench_data-pt{torch.__version__.split('+')[0].replace('.', '')[:3]}-{cpu}.json"
+    out = a.out or default_out("bench_data")
     work = a.work or Path(tempfile.mkdtemp(prefix="bench_data."))
     if a.rss_only:
         try:

@@ -33,7 +33,7 @@ def test_pretraining_presets_are_the_published_recipe_and_sizes(size):
     with torch.device("meta"):  # the preset's model on its data: 64x64x3, the paper's 11,230 classes
         model = create_model(cfg.model.name, image_size=64, in_chans=3, num_classes=SCALING_MLP_CLASSES)
     published = SCALING_MLP_PRESETS[cfg.model.name][2]
-    assert count_params(model) // 10**6 == published  # SPEC §7: 9, 12, 24, 37, 74, 124 M
+    assert count_params(model) // 10**6 == published  # docs/science.md §7: 9, 12, 24, 37, 74, 124 M
     assert count_flops(model, (3, 64, 64)) / 1e6 == pytest.approx(_MFLOP[size], abs=0.05)  # the Time lines
     from mlplab.train.presets import DESCRIPTIONS
     assert all(f"{k}:" in DESCRIPTIONS[name] for k in ("Run", "Expect", "Time"))

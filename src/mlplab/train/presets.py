@@ -230,7 +230,7 @@ _register(
 
 # ----------------------------------------------------------------------------- Scaling MLPs at scale
 
-#: Scaling-MLPs pre-training on ImageNet-21k at 64x64 (Bachmann et al. 2023, SPEC §7): size ->
+#: Scaling-MLPs pre-training on ImageNet-21k at 64x64 (Bachmann et al. 2023, docs/science.md §7): size ->
 #: (model, epochs). Epochs are those of the released IN-21k checkpoints (scaling_mlps
 #: utils/download.py: 800, B-12/Wi-512 600); the Wi-256 sizes, not released, take 800 as well.
 SCALING_PRETRAIN: dict[str, tuple[str, int]] = {
@@ -254,13 +254,13 @@ for _size, (_model, _epochs) in SCALING_PRETRAIN.items():
     _register(
         f"in21k_{_size}",
         f"""Scaling-MLPs pre-training of B-{_L}/Wi-{_m} ({SCALING_MLP_PRESETS[_model][2]}M parameters published at
-    11,230 classes) on ImageNet-21k at 64x64 (Bachmann et al. 2023, SPEC §7): LION lr 1e-5, weight decay
+    11,230 classes) on ImageNet-21k at 64x64 (Bachmann et al. 2023, docs/science.md §7): LION lr 1e-5, weight decay
     1e-3, constant lr (scaling_mlps' default), label smoothing 0.3, crop + flip + mixup 0.8, global
     batch 16,384 as 4 accumulated micro-batches of 4,096 (one 24 GB GPU in the paper; under torchrun
     with N GPUs lower run.accumulate_steps, the batch stays 16,384), {_epochs} epochs. The data is an
     ImageNet-21k pack (mlplab pack IN21K_DIR DST --image-size 64); the class count comes from it.
     Run:      mlplab train in21k_{_size} data.root=DST
-    Expect:   fine-tuned (in21k_finetune_cifar10/100): SPEC §7 Table 2 / the released checkpoints
+    Expect:   fine-tuned (in21k_finetune_cifar10/100): docs/science.md §7 Table 2 / the released checkpoints
     Time:     {_epochs} x ~12M = {_epochs * 12e6:.2g} images, {_eflop:.2g} EFLOP of training: >= {_eflop * 1e18 / (0.4 * 989e12) / 3600:.1f} h
               on one H100 at 40% of its bf16 peak; in practice the loader's img/s bounds it.""",
         {
@@ -273,7 +273,7 @@ for _size, (_model, _epochs) in SCALING_PRETRAIN.items():
         },
     )
 
-#: Scaling-MLPs fine-tuning (SPEC §7; scaling_mlps README): SGD momentum 0.9, lr 0.01 head / 0.001 body,
+#: Scaling-MLPs fine-tuning (docs/science.md §7; scaling_mlps README): SGD momentum 0.9, lr 0.01 head / 0.001 body,
 #: weight decay 1e-4, label smoothing 0.3, gradient clipping 1, batch 2048, 50 epochs, 64x64
 _FINETUNE: dict[str, Any] = {
     "augment": {"crop_padding": 4, "hflip": True, "label_smoothing": 0.3},
@@ -285,15 +285,15 @@ _FINETUNE: dict[str, Any] = {
 
 for _ds, _what, _expect in (
         ("cifar10", "CIFAR-10 (32x32, upscaled to the model's 64x64)",
-         "B-12/Wi-1024: 93.6% (SPEC §7 Table 2; released checkpoint, 100 epochs: 94.2%)"),
+         "B-12/Wi-1024: 93.6% (docs/science.md §7 Table 2; released checkpoint, 100 epochs: 94.2%)"),
         ("cifar100", "CIFAR-100 (32x32, upscaled to the model's 64x64)",
-         "B-12/Wi-1024: 79.2% (SPEC §7 Table 2; released checkpoint, 100 epochs: 80.0%)"),
+         "B-12/Wi-1024: 79.2% (docs/science.md §7 Table 2; released checkpoint, 100 epochs: 80.0%)"),
         ("imagefolder", "an image folder (data.root=DIR: a subfolder per class, resized to 64x64)",
          "depends on the data")):
     _register(
         f"in21k_finetune_{_ds}",
         f"""Fine-tuning an ImageNet-21k pre-trained bottleneck MLP (in21k_*) on {_what},
-    Scaling-MLPs recipe (SPEC §7): SGD momentum 0.9, lr 0.01 for the new head and 0.001 for the body, weight decay
+    Scaling-MLPs recipe (docs/science.md §7): SGD momentum 0.9, lr 0.01 for the new head and 0.001 for the body, weight decay
     1e-4, label smoothing 0.3, gradient clipping 1, crop + flip, batch 2048, 50 epochs, cosine.
     Run:      mlplab finetune runs/in21k_b12_wi1024 in21k_finetune_{_ds}{' data.root=DIR' if _ds == 'imagefolder' else ''}
     Expect:   {_expect}
