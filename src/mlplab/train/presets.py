@@ -57,8 +57,8 @@ _register(
     batch 256 reached 89.1% val in 12 epochs, still underfitting. The final recipe trains on all
     60k images and evaluates once, at the end.
     Run:      mlplab train fmnist_fast
-    Expect:   >= 90% test accuracy (README: 3 seeds)
-    Time:     see the README's Performance section (measured on AVX2-only and AVX512-BF16 CPUs).""",
+    Expect:   >= 90% test accuracy (3 seeds: benchmarks/results/fmnist-fast-*.json)
+    Time:     < 1 min on 2 cores with native bf16, ~2.5 min in fp32 on AVX2 (docs/performance.md).""",
     {
         "model": {"name": "bottleneck_mlp", "kwargs": {"width": 256, "depth": 4, "final_norm": True}},
         "data": {"dataset": "fashion_mnist"},
@@ -87,8 +87,8 @@ _register(
     paired comparison on the same 6,000 images (77 right only with the flips, 43 only without;
     exact McNemar p = 0.0024).
     Run:      mlplab train fmnist_best
-    Expect:   about 92% test accuracy (README: 3 seeds)
-    Time:     see the README's Performance section.""",
+    Expect:   about 92% test accuracy (3 seeds: benchmarks/results/fmnist-best-*.json)
+    Time:     6-7 min on 2 cores with AMX (docs/performance.md).""",
     {
         "model": {"name": "sw_mlp", "kwargs": {"width": 343, "density": 0.0696, "depth": 6, "patch_size": 4,
                                                "block": "mlp", "expansion": 2.0}},
@@ -173,12 +173,12 @@ _register(
 _register(
     "fmnist_mixer_pretrain",
     """MLP-Mixer (patch 4, S0 = 49, C = 64, D_S = 64, D_C = 128, 4 blocks) on Fashion-MNIST at 28x28:
-    the pre-training half of the fine-tuning demonstration (README "Pretrained weights,
-    fine-tuning and linear probes"). Its checkpoint feeds ``mlplab finetune RUN fmnist_finetune`` (56x56 through expand_resolution) and
+    the pre-training half of the fine-tuning demonstration (docs/pretrained.md,
+    ``scripts/finetune_demo.sh``). Its checkpoint feeds ``mlplab finetune RUN fmnist_finetune`` (56x56 through expand_resolution) and
     ``mlplab finetune RUN fmnist_linear_probe``.
     Run:      mlplab train fmnist_mixer_pretrain
-    Expect:   above the 82.97% test accuracy that one epoch gave (README: measured)
-    Time:     ~3.5 min on 2 CPU cores (one epoch measured at 62 s training + 12 s test, load 3.3).""",
+    Expect:   ~87% test accuracy (benchmarks/results/finetune-demo-pt213-epyc-avx2.json)
+    Time:     ~1.5 min on 2 CPU cores in fp32.""",
     {
         "model": {"name": "mlp_mixer", "kwargs": {"patch_size": 4, "hidden_dim": 64, "token_hidden": 64,
                                                   "channel_hidden": 128, "depth": 4}},
@@ -199,7 +199,7 @@ _register(
     demo one epoch on a random 12,000 of the 60,000 training images (the 56x56 model costs about
     6x the FLOPs of the 28x28 one; data.train_subset=null trains on all).
     Run:      mlplab finetune runs/fmnist_mixer_pretrain fmnist_finetune
-    Expect:   close to the pre-trained accuracy at 56x56 (README: measured)
+    Expect:   close to the pre-trained accuracy at 56x56 (benchmarks/results/finetune-demo-*.json)
     Time:     under a minute on 2 CPU cores (S = 196 tokens, token-MLP width x4; ~440 img/s
               training, ~15 s for the 10,000 test images at 56x56).""",
     {
@@ -216,7 +216,7 @@ _register(
     """Linear probe (Scaling MLPs, docs/science.md §7): the body frozen, a new head trained with LION lr 1e-5
     on the pre-trained features (the paper trains 50 epochs; this demo 2).
     Run:      mlplab finetune runs/fmnist_mixer_pretrain fmnist_linear_probe
-    Expect:   a little below the pre-trained accuracy (README: measured)
+    Expect:   a little below the pre-trained accuracy (benchmarks/results/finetune-demo-*.json)
     Time:     well under a minute on 2 CPU cores (only the head's gradients).""",
     {
         "model": {"new_head": True},
