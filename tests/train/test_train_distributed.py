@@ -56,6 +56,8 @@ def test_two_gloo_processes_match_one_process(tmp_path, subprocess_env):
     run_dir = Path(cfg.run.out_dir) / "ddp"
     saved = json.loads((run_dir / "results.json").read_text())
     assert saved["world_size"] == 2 and saved["weights_sha256"] == ranks[0]["sha"]
+    # MFU is per device: the two processes' FLOP/s over two devices' matmul rate (not one device's)
+    assert saved["mfu"] == pytest.approx(saved["flops_per_s"] / (2 * saved["matmul_flops_per_s"]), rel=1e-12)
     single = train(make_config(cfg, {"run.name": "single"}))
     w2 = load_file(str(run_dir / "checkpoint" / "model.safetensors"))
     w1 = load_file(str(Path(single["run_dir"]) / "checkpoint" / "model.safetensors"))
