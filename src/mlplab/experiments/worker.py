@@ -5,7 +5,14 @@ when the run finished (or had finished before), 1 when it failed (traceback in `
 """
 from __future__ import annotations
 
+import signal
 import sys
+
+
+def _stop(signum, frame) -> None:
+    """SIGTERM as an exception, so that a file being written is removed, not left half-done
+    (``utils.io.atomic_save`` cleans up on any exception); the run stays unfinished."""
+    raise SystemExit(128 + signum)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -15,6 +22,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from .executors import execute_run
 
+    signal.signal(signal.SIGTERM, _stop)  # the executor stops its workers with SIGTERM
     status = execute_run(argv[0])
     print(f"mlplab worker: {status} {argv[0]}", flush=True)
     return 0 if status in ("done", "skipped") else 1
