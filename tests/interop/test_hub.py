@@ -139,3 +139,24 @@ def test_a_run_folder_loads_with_its_datasets_normalisation(tmp_path):
     info = DATASETS[cfg.data.dataset]
     assert model.pretrained_cfg["mean"] == tuple(info.mean) and model.pretrained_cfg["std"] == tuple(info.std)
     assert model.pretrained_cfg["source"] == res["run_dir"]
+
+
+def test_a_mixer_timm_builds_is_written_in_timms_layout(tmp_path):
+    from mlplab.interop import read_tensors
+
+    model = mlplab.create_model("mixer_s32_224", image_size=64, token_hidden=2, channel_hidden=64, num_classes=5,
+                                zero_head=False)
+    folder = mlplab.save_pretrained(model, tmp_path / "repo", hub_layout=True)
+    config = json.loads((folder / "config.json").read_text())
+    # timm.create_model("hf-hub:...") builds architecture(**model_args) and loads the file strictly
+    assert config["architecture"] == "mixer_s32_224"
+    assert config["model_args"] == {"img_size": 64, "in_chans": 3, "mlp_ratio": [2 / 512, 64 / 512], "num_classes": 5}
+    tensors, _ = read_tensors(folder / "model.safetensors")
+    assert set(tensors) == set(mlplab.interop.to_timm(model)) and tensors["stem.proj.weight"].ndim == 4
+    back = mlplab.load_pretrained(folder)
+    x = torch.randn(2, 3, 64, 64)
+    assert back.model_name == "mixer_s32_224" and torch.equal(back(x), model(x))
+    # mlplab's own LayerNorm eps (1e-5) is not timm's: that Mixer stays in mlplab's layout
+    own = mlplab.create_model("mixer_s32", image_size=64, token_hidden=2, channel_hidden=64)
+    config = json.loads((mlplab.save_pretrained(own, tmp_path / "own", hub_layout=True) / "config.json").read_text())
+    assert config["architecture"] == "mixer_s32" and "model_args" not in config
