@@ -129,16 +129,20 @@ def test_hub_layout_round_trips_and_push_to_hub_uploads_it(tmp_path, monkeypatch
 
 
 def test_a_run_folder_loads_with_its_datasets_normalisation(tmp_path):
-    from mlplab.data.table import DATASETS
+    from mlplab.interop.api import _dataset_inputs
     from mlplab.train import make_config, train
 
     cfg = make_config("synthetic_tiny", {"run.out_dir": str(tmp_path), "run.name": "r", "run.log": "none",
                                          "schedule.epochs": None, "schedule.steps": 1})
     res = train(cfg)
     model = mlplab.load_pretrained(res["run_dir"])
-    info = DATASETS[cfg.data.dataset]
-    assert model.pretrained_cfg["mean"] == tuple(info.mean) and model.pretrained_cfg["std"] == tuple(info.std)
     assert model.pretrained_cfg["source"] == res["run_dir"]
+    assert model.pretrained_cfg["mean"] is None  # synthetic data: no table statistics to claim
+    fmnist = _dataset_inputs({"data": {"dataset": "fashion_mnist"}})
+    assert fmnist == {"mean": (0.2860,), "std": (0.3530,)}  # the dataset table's, which the loader uses
+    (tmp_path / "r" / "config.json").write_text(json.dumps({**json.loads((tmp_path / "r" / "config.json").read_text()),
+                                                           "data": {"dataset": "fashion_mnist"}}))
+    assert mlplab.load_pretrained(res["run_dir"]).pretrained_cfg["mean"] == (0.2860,)
 
 
 def test_a_mixer_timm_builds_is_written_in_timms_layout(tmp_path):

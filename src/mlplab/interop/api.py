@@ -68,12 +68,15 @@ def read_checkpoint(path: str | os.PathLike, format: str = "auto", **overrides: 
 
 
 def _dataset_inputs(run_config: dict[str, Any]) -> dict[str, Any]:
-    """``{"mean", "std"}`` of the dataset a run trained on ({} when it is not a known dataset)."""
+    """``{"mean", "std"}`` of the dataset a run trained on, from the dataset table ({} for an
+    unknown dataset, and for synthetic data, whose statistics depend on how it was generated)."""
     from ..data.table import DATASETS
 
     data = run_config.get("data")
     info = DATASETS.get(data.get("dataset")) if isinstance(data, dict) else None
-    return {"mean": tuple(info.mean), "std": tuple(info.std)} if info is not None and info.mean else {}
+    if info is None or info.format == "synthetic" or not info.mean:
+        return {}
+    return {"mean": tuple(info.mean), "std": tuple(info.std)}
 
 
 def _json_or_empty(p: Path) -> dict[str, Any]:
