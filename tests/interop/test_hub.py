@@ -164,3 +164,17 @@ def test_a_mixer_timm_builds_is_written_in_timms_layout(tmp_path):
     own = mlplab.create_model("mixer_s32", image_size=64, token_hidden=2, channel_hidden=64)
     config = json.loads((mlplab.save_pretrained(own, tmp_path / "own", hub_layout=True) / "config.json").read_text())
     assert config["architecture"] == "mixer_s32" and "model_args" not in config
+
+
+def test_a_repository_without_weight_files_is_bad_input(monkeypatch):
+    from huggingface_hub import errors
+
+    def no_such_file(repo, name, revision=None):
+        raise errors.RemoteEntryNotFoundError(f"{name} not in {repo}", response=_Response())
+
+    class _Response:
+        status_code, headers, url, request = 404, {}, "https://huggingface.co", None
+
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", no_such_file)
+    with pytest.raises(ValueError, match="has neither model.safetensors nor pytorch_model.bin"):
+        mlplab.load_pretrained("hf-hub:me/empty")

@@ -61,10 +61,13 @@ def download(source: str) -> tuple[Path, dict[str, Any]]:
                              "`hf auth login` or set HF_TOKEN)") from None
         except errors.RevisionNotFoundError:
             raise ValueError(f"the Hub repository {repo!r} has no revision {revision!r}") from None
-        except errors.EntryNotFoundError:  # this repository has the other file
-            why.append(f"no {name}")
-        except (errors.LocalEntryNotFoundError, OSError) as e:  # offline, or not reachable, and not cached
+        except (errors.LocalEntryNotFoundError, OSError) as e:  # not cached, and offline or not reachable ...
+            if isinstance(e, errors.EntryNotFoundError) and not isinstance(e, errors.LocalEntryNotFoundError):
+                continue  # ... or the Hub says the repository has no such file: try the other
             why.append(f"{name}: {type(e).__name__}")
+    if weights is None and not why:
+        raise ValueError(f"the Hub repository {repo!r} has neither {' nor '.join(WEIGHT_FILES)}; it holds no "
+                         "weights mlplab reads")
     if weights is None:
         offline = "HF_HUB_OFFLINE is set" if constants.HF_HUB_OFFLINE else "the Hub could not be reached"
         raise RunFailure(f"cannot get the weights of {source}: neither {' nor '.join(WEIGHT_FILES)} is in the cache "
