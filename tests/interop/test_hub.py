@@ -178,3 +178,9 @@ def test_a_repository_without_weight_files_is_bad_input(monkeypatch):
     monkeypatch.setattr(huggingface_hub, "hf_hub_download", no_such_file)
     with pytest.raises(ValueError, match="has neither model.safetensors nor pytorch_model.bin"):
         mlplab.load_pretrained("hf-hub:me/empty")
+
+
+def test_info_lists_the_published_weights_in_the_hub_cache(hub_cache):
+    from mlplab.train.machine import _cached_weights
+
+    assert _cached_weights() == [REPO.partition("/")[2]]
