@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import describe, environment, fmt_table, write_results  # noqa: E402
+from common import default_out, describe, environment, fmt_table, write_results  # noqa: E402
 
 # the targets per named config: (test accuracy, wall seconds), for every seed
 TARGETS = {"fmnist_fast": (0.90, 180.0), "fmnist_best": (0.92, 600.0)}
@@ -92,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="run.device of every seed (auto: as a user's run picks)")
     p.add_argument("--curves", type=Path, nargs="*", default=[], help="run folders to draw with --plot")
     p.add_argument("--plot", type=Path, default=None, help="figure path (PNG and PDF)")
-    p.add_argument("--out", type=Path, default=Path("runs/benchmarks/bench_fmnist_fast.json"))
+    p.add_argument("--out", type=Path, default=None, help="JSON results (default: benchmarks/results/CONFIG-pt...-MACHINE.json)")
     a = p.parse_args(argv)
     targets = GPU_TARGETS if a.device == "cuda" else TARGETS
     target_acc, target_s = targets.get(a.config, TARGETS.get(a.config, TARGETS["fmnist_fast"]))
@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.plot:
         curves = a.curves + [Path(r["run_dir"]) for r in rows]
         print("figure:", ", ".join(map(str, plot_curves(curves, a.plot, (target_acc, target_s)))))
-    write_results(a.out, {"benchmark": "bench_fmnist_fast", "config": a.config, "environment": env, "runs": rows})
+    write_results(a.out or default_out(a.config.replace("_", "-")), {"benchmark": "bench_fmnist_fast", "config": a.config, "environment": env, "runs": rows})
     return 0
 
 

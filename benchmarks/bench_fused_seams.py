@@ -6,11 +6,11 @@ with (S, C) from very many tokens and few channels to the reverse. Whether a sea
 depends on the row length C and on whether inductor compiles the step; this benchmark measures
 both, per (S, C), with the candidates of one configuration interleaved:
 
-  fused             eager, ``fuse_seams = True`` (the default)
-  unfused           eager, ``fuse_seams = False`` (LayerNorm / GELU / add as torch ops)
+  fused             eager, ``impl = "auto"`` (the default)
+  unfused           eager, ``impl = "module"`` (LayerNorm / GELU / add as torch ops)
   fused_compiled    torch.compile of the default model (the fused kernels are custom ops
                     that inductor calls as they are)
-  unfused_compiled  torch.compile with ``fuse_seams = False`` (inductor generates the seams)
+  unfused_compiled  torch.compile with ``impl = "module"`` (inductor generates the seams)
 
 It prints ms per training step (forward, cross-entropy, backward, AdamW) and the unfused/fused
 time ratio, eager and compiled (> 1: fused faster).
@@ -43,7 +43,7 @@ FIG6_PAIRS = "124,8;41,40;40,41;83,16;8,124"  # (S, C): fig6 quick's four plus o
 def build(name: str, S: int, C: int, fused: bool, depth: int) -> torch.nn.Module:
     m = mlplab.create_model(name, image_size=28, in_chans=1, num_classes=10, patch_size=4,
                             num_tokens=S, hidden_dim=C, depth=depth)
-    m.fuse_seams = fused
+    m.impl = "auto" if fused else "module"
     return m
 
 

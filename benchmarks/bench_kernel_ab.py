@@ -5,8 +5,10 @@ two processes (up to 1.3x over an afternoon). Here both builds are loaded into o
 the same models' training steps alternate between them, round by round (A, B, A, B, ...), so
 the ratio of the two is measured under the same load. The old version is a git revision's
 kernel sources (default ``HEAD``: the working tree's uncommitted edits against the last commit)
-or a directory; the new one is the working tree's (or ``--new``, the same way). The Python side is the working tree's for
-both, so the two versions must share the kernels' C interface.
+or a directory; the new one is the working tree's (or ``--new``, the same way). The Python side
+is the working tree's for both, so the two versions must take the arguments of
+``mlplab.layers.fused.SIGNATURES`` (sources from before the kernels returned a status, which
+return nothing, are called as such).
 
 It prints each model's median step time with each build, the old/new paired median ratio (> 1:
 the new build is faster) and RP/normal with each build. Its own noise: the same sources against
@@ -29,7 +31,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import REPO, describe, environment, interleaved, setup_torch, train_step_fn, write_results  # noqa: E402
+from common import REPO, default_out, describe, environment, interleaved, setup_torch, train_step_fn, write_results  # noqa: E402
 
 import mlplab  # noqa: E402
 from mlplab.layers import fused  # noqa: E402
@@ -60,6 +62,11 @@ def load_builds(dirs: dict[str, Path]) -> dict[str, dict[bool, object]]:
             builds[tag] = {wide: fused._library(wide)[0] for wide in (False, True)}
             if builds[tag][False] is None:
                 raise SystemExit(f"the {tag} kernels do not build: {fused._library()[1]}")
+            if "residual_norm_api.h" not in (d / "residual_norm.c").read_text():  # kernels that return void
+                for kernels in filter(None, builds[tag].values()):
+                    for name in fused.SIGNATURES:
+                        for v in ("f64", "f32", "bf16"):
+                            kernels.function(name, v).restype = None
     finally:
         fused._KERNELS = home
         fused._library.cache_clear()
@@ -77,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--models", default="s_mixer,rp_s_mixer", help="comma list of registered Mixers")
     p.add_argument("--size", default="64,64,8", help="S,C,L (32x32x3 images, patch 4: S = 64)")
     p.add_argument("--batch", type=int, default=256)
-    p.add_argument("--out", type=Path, default=REPO / "results" / "bench" / "bench_kernel_ab.json")
+    p.add_argument("--out", type=Path, default=default_out("bench_kernel_ab"))
     a = p.parse_args(argv)
     setup_torch(a.threads)
     env = environment()

@@ -17,18 +17,19 @@ Suites (sizes from the command line):
   compiled, normal and RP are timed in the same interleaved rounds.
   ``--with-generic`` adds mlplab computing every PK layer by gathers (``compute_by_definition``):
   the "before" of the speed work, in the same run (fp32 only).
-  ``--with-unfused`` adds mlplab with its fused seams off (``fuse_seams = False``: the module
+  ``--with-unfused`` adds mlplab with its fused seams off (``impl = "module"``: the module
   path, LN/act/skip as separate ops), eager and, with ``--compile``, compiled.
 
-The GEMM rate is that of ``F.linear`` on two n×n fp32 tensors, under CPU autocast for bf16
-(the route the models' matmuls take). On CPUs without AVX512-BF16 bf16 GEMMs are emulated and
+The GEMM rate is that of ``F.linear`` on two n×n tensors already in the run's dtype, under
+autocast for bf16 (the route the models' matmuls take, without the casts). On CPUs without AVX512-BF16 bf16 GEMMs are emulated and
 far slower than fp32: compare the two GEMM lines before reading anything into bf16 timings.
 With more runnable threads than cores (a shared machine), every parallel region waits for the
 scheduler; ``--threads 1`` then measures the code rather than the contention.
 
 MFU: model FLOPs per step = 3 × forward matmul FLOPs (torch.utils.flop_counter) × batch,
 divided by the step time and by the GEMM rate measured in the same interleaved loop; with
-``--peak-tflops`` also by that peak (989 for an H100 SXM's dense bf16, the speed issue's figure).
+``--peak-tflops`` also by that peak for bf16 rows (989 for an H100 SXM's dense bf16) and with
+``--peak-tflops-fp32`` for fp32 rows (67 on an H100 SXM): a bf16 peak is never applied to fp32.
 
 ``--breakdown`` then profiles the eager mlplab models (``torch.profiler``, self CPU time) and
 splits their step into GEMMs (aten::mm/addmm/bmm), the fused seams and everything else, as
@@ -125,7 +126,7 @@ def timm_mixer(C: int, ds: int, dc: int, depth: int, patch: int, image: int = 32
 
 
 def _unfused(m: nn.Module) -> nn.Module:
-    m.fuse_seams = False
+    m.impl = "module"
     return m
 
 
@@ -218,10 +219,11 @@ def run_suite(suite: str, dtype: str, batch: int, a: argparse.Namespace) -> dict
     fwd = flops[ref_name]
     steps = {k: train_step_fn(m, x, y, a.optimizer, dtype) for k, m in models.items()}
     n = a.gemm_n if dtype == "fp32" else a.gemm_n_bf16
-    ga = torch.randn(n, n, device=dev)
-    gb = torch.randn(n, n, device=dev)
+    cast = torch.bfloat16 if dtype == "bf16" else torch.float32
+    ga = torch.randn(n, n, device=dev).to(cast)  # operands cast once: the rate is the GEMM's, not the casts'
+    gb = torch.randn(n, n, device=dev).to(cast)
 
-    def gemm():  # the model's own route: F.linear on fp32 tensors, autocast to bf16 when bf16
+    def gemm():  # the model's own route: F.linear under autocast when bf16
         with autocast_ctx(dtype, dev.type):
             out = F.linear(ga, gb)
         if dev.type == "cuda":
@@ -239,6 +241,7 @@ def run_suite(suite: str, dtype: str, batch: int, a: argparse.Namespace) -> dict
     gemm_gflops = 2 * n**3 / gemm_s / 1e9
     step_flops = 3 * fwd * batch
     base = "timm" if "timm" in times else ref_name
+    peak_tflops = a.peak_tflops if dtype == "bf16" else a.peak_tflops_fp32  # a datasheet peak is per dtype
     rows, out = [], {}
     for k, ts in times.items():
         med = statistics.median(ts)
@@ -249,7 +252,7 @@ def run_suite(suite: str, dtype: str, batch: int, a: argparse.Namespace) -> dict
             "fwd_flops_per_example_counted": flops[k],
             "gflops_per_s": step_flops / med / 1e9,
             "mfu": step_flops / med / 1e9 / gemm_gflops,
-            "mfu_vs_peak": step_flops / med / 1e12 / a.peak_tflops if a.peak_tflops else None,
+            "mfu_vs_peak": step_flops / med / 1e12 / peak_tflops if peak_tflops else None,
             "speed_vs_reference": statistics.median(times[ref_name]) / med,
         }
         if "timm" in times:
@@ -266,8 +269,8 @@ def run_suite(suite: str, dtype: str, batch: int, a: argparse.Namespace) -> dict
     for k, r in out.items():
         rows.append([k, r["ms_per_step"], r["images_per_s"], r["speed_vs_reference"],
                      r.get("speed_vs_timm", float("nan")), r["gflops_per_s"], 100 * r["mfu"]]
-                    + ([100 * r["mfu_vs_peak"]] if a.peak_tflops else []))
-    peak = [f"MFU % of {a.peak_tflops:g} TFLOP/s"] if a.peak_tflops else []
+                    + ([100 * r["mfu_vs_peak"]] if peak_tflops else []))
+    peak = [f"MFU % of {peak_tflops:g} TFLOP/s"] if peak_tflops else []
     print(fmt_table(["model", "ms/step", "img/s", "speed/ref", "speed/timm", "GFLOP/s", "MFU %"] + peak, rows))
     print(f"GEMM {dtype} {n}³: {gemm_gflops:.1f} GFLOP/s; RP/normal step-time ratio (paired median) "
           f"{rp_ratio:.3f} eager" + (f", {rp_ratio_c:.3f} compiled" if rp_ratio_c else "") +
@@ -291,7 +294,7 @@ def run_suite(suite: str, dtype: str, batch: int, a: argparse.Namespace) -> dict
     return {
         "breakdown": shares,
         "suite": suite, "dtype": dtype, "batch": batch, "device": a.device, "image": image,
-        "peak_tflops": a.peak_tflops, "optimizer": a.optimizer, "clock": a.clock,
+        "peak_tflops": peak_tflops, "optimizer": a.optimizer, "clock": a.clock,
         "num_threads": torch.get_num_threads(),
         "fwd_flops_per_example": fwd, "step_flops": step_flops, "gemm_n": n, "gemm_gflops": gemm_gflops,
         "rp_over_normal_time_ratio": rp_ratio, "rp_over_normal_time_ratio_compiled": rp_ratio_c,
@@ -341,7 +344,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dtypes", default="fp32,bf16", help="comma list of fp32, bf16 (autocast)")
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="where the steps run")
     p.add_argument("--peak-tflops", type=float, default=None,
-                   help="also report MFU against this peak (e.g. 989: H100 SXM dense bf16)")
+                   help="also report bf16 rows' MFU against this peak (e.g. 989: H100 SXM dense bf16)")
+    p.add_argument("--peak-tflops-fp32", type=float, default=None,
+                   help="the same for fp32 rows (e.g. 67: H100 SXM fp32 without TF32)")
     p.add_argument("--b16-image", type=int, default=B16["image"], help="Mixer-B/16 image side (default 224)")
     p.add_argument("--b16-depth", type=int, default=B16["depth"], help="Mixer-B/16 blocks (default 12)")
     p.add_argument("--C", type=int, default=256, help="Mixer hidden dim C")

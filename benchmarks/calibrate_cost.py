@@ -18,7 +18,7 @@ seconds per example against 3F), the start-up per run from each experiment's wal
 
     python benchmarks/calibrate_cost.py --runs runs/experiments/fig6-cpu runs/experiments/scaling-cpu
 
-The numbers it printed are kept in ``mlplab.experiments.cost.CALIBRATION`` with their date;
+The numbers it printed are kept in ``src/mlplab/experiments/data/cost_calibration.json`` (``rows``);
 ``--calibration`` refits those rows and prints each whole experiment's measured / estimated minutes
 at the fit and at the module's constants:
 
@@ -124,8 +124,10 @@ def experiment_minutes(key: str, rate: float, kappa: float, tau: float, epochs: 
 
 
 def fit_calibration() -> dict:
-    """Refit the rows of ``CALIBRATION`` and compare the whole experiments at the fit and now."""
-    from mlplab.experiments.cost import CALIBRATION, KAPPA_S, RATE, TAU_S
+    """Refit the calibration rows and compare the whole experiments at the fit and now."""
+    from mlplab.experiments.cost import KAPPA_S, RATE, TAU_S, calibration
+
+    CALIBRATION = calibration()["rows"]
 
     rows = [{**r, "us_per_example": 1e6 * r["s_per_example"]} for r in CALIBRATION if "s_per_example" in r]
     # rows timed only as a pair (table1) enter the fit as one row: their mean F, A and time
@@ -179,7 +181,7 @@ def main() -> None:
     ap.add_argument("--runs", nargs="+", type=Path, default=None,
                     help="fit to finished `mlplab reproduce` folders instead of training here")
     ap.add_argument("--calibration", action="store_true",
-                    help="refit mlplab.experiments.cost.CALIBRATION and compare the measured experiments")
+                    help="refit the cost calibration rows and compare the measured experiments")
     ap.add_argument("--out", default=None, help="write the rows and the fit as JSON here")
     args = ap.parse_args()
     if args.calibration:

@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 import torch
 
-from mlplab.utils.cpu import cpu_has_native_bf16, cpu_info
+from mlplab.utils.cpu import cpu_has_native_bf16, cpu_info, machine_tag
 
 __all__ = [
     "add_common_args",
@@ -50,7 +50,12 @@ TRAINED_MODELS = {
 
 
 def default_out(name: str) -> Path:
-    return REPO / "results" / "bench" / f"{name}.json"
+    """``benchmarks/results/<what>-pt<torch>-<machine>.json``: what was measured, with which torch
+    and on which CPU kind (timm's ``results/benchmark-...-pt240-...`` naming); ``docs/performance.md``
+    is generated from these files (``python scripts/gen_docs.py``)."""
+    what = name.removeprefix("bench_").replace("_", "-")
+    torch_tag = "pt" + "".join(torch.__version__.split("+")[0].split(".")[:2])
+    return REPO / "benchmarks" / "results" / f"{what}-{torch_tag}-{machine_tag()}.json"
 
 
 def add_common_args(p: argparse.ArgumentParser, name: str) -> None:
@@ -251,6 +256,10 @@ def train_step_fn(
     return step
 
 
+#: every table printed by :func:`fmt_table` in this process; :func:`write_results` stores them
+_TABLES: list[dict[str, Any]] = []
+
+
 def fmt_table(headers: list[str], rows: list[list[Any]]) -> str:
     """A plain fixed-width table (strings as given, floats with 4 significant digits)."""
     def cell(v: Any) -> str:
@@ -259,6 +268,7 @@ def fmt_table(headers: list[str], rows: list[list[Any]]) -> str:
         return str(v)
 
     body = [[cell(v) for v in r] for r in rows]
+    _TABLES.append({"columns": list(headers), "rows": body})
     widths = [max(len(h), *(len(r[i]) for r in body)) if body else len(h) for i, h in enumerate(headers)]
     line = "  ".join(h.ljust(w) for h, w in zip(headers, widths))
     sep = "  ".join("-" * w for w in widths)
@@ -269,6 +279,8 @@ def fmt_table(headers: list[str], rows: list[list[Any]]) -> str:
 def write_results(path: Path, obj: dict[str, Any]) -> Path:
     from mlplab.utils.io import atomic_write_json
 
+    obj = {"machine": machine_tag(), "command": " ".join(["python", *sys.argv]), **obj}
+    obj.setdefault("tables", _TABLES)
     p = atomic_write_json(path, obj)
     print(f"wrote {p}")
     return p

@@ -1,5 +1,6 @@
-"""The catalogue of bad inputs and faults (issue 10): each is one or two lines on stderr, exit
-status 2 for bad input and 1 for a runtime failure, and nothing is lost or left behind.
+"""The catalogue of bad inputs and faults (issues 10 and 25): each is one or two lines on stderr,
+exit status 2 for bad input, 1 for a runtime failure, 130/143 for Ctrl-C/SIGTERM (with the command
+that continues), and nothing is lost, left half-written or in the way of the retry.
 
 Every case runs the real ``mlplab`` entry point in-process on ``synthetic_tiny`` (8x8 synthetic
 images, a 2-block S-Mixer; well under a second per run) and compares the output folder before and
@@ -7,6 +8,7 @@ after."""
 from __future__ import annotations
 
 import errno
+import re
 import fcntl
 import json
 import os
@@ -18,7 +20,7 @@ import torch
 import mlplab
 from mlplab import cli
 from mlplab.train import checkpoint as ckpt
-from mlplab.train import loop, rundir
+from mlplab.train import loop, rundir, runplan
 
 TINY = ["synthetic_tiny", "run.log=none", "run.device=cpu", "run.threads=1"]
 
@@ -42,7 +44,6 @@ def _assert_message(err: str, pattern: str, command: str) -> None:
     assert 1 <= len(lines) <= 2, err
     assert lines[0].startswith(f"mlplab {command}: error: "), err
     assert "Traceback" not in err
-    import re
     assert re.search(pattern, err), (pattern, err)
 
 
@@ -64,7 +65,7 @@ CONFIG_FILES = {
 
 
 @pytest.mark.parametrize("overrides, pattern", [
-    (["optim.lrr=1"], r"unknown config key 'optim\.lrr'; valid keys"),
+    (["optim.lrr=1"], r"unknown config key 'optim\.lrr'; did you mean 'optim\.lr'\? valid keys"),
     (["optim.lr=fast"], r"config key 'optim\.lr'.*expected"),
     (["data.dataset=cifar-10"], r"unknown dataset 'cifar-10'; did you mean 'cifar10'"),
     (["model.kwargs.patch_size=5"], r"patch_size=5 does not divide image_size=8"),
@@ -268,7 +269,7 @@ def test_out_of_memory_is_one_line(tmp_path, capsys, monkeypatch):
     def oom(name, **kw):
         raise MemoryError()
 
-    monkeypatch.setattr(loop, "create_model", oom)
+    monkeypatch.setattr(runplan, "create_model", oom)
     rc, _, err = _run(["train", *TINY, f"run.out_dir={tmp_path / 'runs'}"], capsys)
     assert rc == 1
     _assert_message(err, r"out of memory; lower run\.batch_size", "train")
@@ -337,7 +338,7 @@ def test_real_bugs_still_show_tracebacks(tmp_path, monkeypatch, capsys):
     def bug(name, **kw):
         raise KeyError("a bug")
 
-    monkeypatch.setattr(loop, "create_model", bug)
+    monkeypatch.setattr(runplan, "create_model", bug)
     with pytest.raises(KeyError):
         cli.main(["train", *TINY, f"run.out_dir={tmp_path / 'runs'}"])
 
@@ -412,3 +413,705 @@ def test_killing_the_executor_kills_its_workers(tmp_path):
         time.sleep(0.2)
     assert not any(_alive(c) for c in children)
     assert not any((tmp_path / "k").rglob("results.json"))  # killed: unfinished, never "done"
+
+
+# ============================================================================= issue 25: round two
+# Every case asserts the exit status, the message and what is left on disk.
+
+SRC = str(Path(__file__).resolve().parents[1] / "src")
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "interop"
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = SRC + os.pathsep + env.get("PYTHONPATH", "")
+    env["OMP_NUM_THREADS"] = "1"
+    env.pop("WORLD_SIZE", None)
+    env.pop("MLPLAB_DEBUG", None)
+    return env
+
+
+def _mlplab(args: list[str], **kw):
+    """``mlplab ARGS`` in a child process (signals and resource limits act on it alone)."""
+    import subprocess
+    import sys
+
+    return subprocess.Popen([sys.executable, "-m", "mlplab.cli", *args], env=_env(), text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kw)
+
+
+def _tmp_files(root: Path) -> list[Path]:
+    return [p for p in root.rglob("*") if p.name.endswith(".tmp") or p.name == "checkpoint.new"]
+
+
+def _load_tiny(run_or_ckpt: Path) -> dict:
+    model = mlplab.create_model("s_mixer", image_size=8, patch_size=4, hidden_dim=16, depth=2, num_classes=10,
+                                in_chans=3)
+    d = run_or_ckpt if (run_or_ckpt / ckpt.STATE_FILE).exists() else ckpt.find_checkpoint(run_or_ckpt)
+    return ckpt.load_checkpoint(d, model)
+
+
+# ----------------------------------------------------------------------------- bad values: exit 2, nothing written
+
+@pytest.mark.parametrize("overrides, pattern", [
+    (["optim.weight_decay=NaN"], r"config key 'optim\.weight_decay' is nan; give a finite number"),
+    (["optim.lr=NaN"], r"config key 'optim\.lr' is nan"),
+    (["optim.momentum=Infinity"], r"config key 'optim\.momentum' is inf"),
+    (["schedule.epochs=NaN"], r"config key 'schedule\.epochs' is nan"),
+    (["schedule.min_lr=-Infinity"], r"config key 'schedule\.min_lr' is -inf"),
+    (["run.divergence_factor=NaN"], r"config key 'run\.divergence_factor' is nan"),
+    (["optim.name=adamw", "optim.betas=[NaN,0.9]"], r"config key 'optim\.betas' is nan"),
+    (["model.kwargs.drop_path_rate=NaN"], r"config key 'model\.kwargs\.drop_path_rate' is nan"),
+    (["optim.name=adamw", "optim.betas=[2,0]"], r"optim\.betas must both be in \[0, 1\), got \[2\.0, 0\.0\]"),
+    (["run.name=line1\nline2"], r"run\.name 'line1\\nline2' must be a plain folder name \(no '/', newline"),
+    (["run.name=a\tb"], r"run\.name 'a\\tb' must be a plain folder name"),
+    (["run.name=.."], r"run\.name '\.\.' must be a plain folder name"),
+    (["optimm.lr=0.1"], r"unknown config key 'optimm\.lr': did you mean 'optim'\?"),
+    (["optim.weight_decy=0.1"], r"did you mean 'optim\.weight_decay'\?"),
+    (["model.name=s_mixr"], r"unknown model 's_mixr'; did you mean 's_mixer'\?"),
+    (["model.kwargs.hidden_dimm=8"], r"unknown override\(s\) \['hidden_dimm'\].*did you mean 'hidden_dim'\?"),
+    (["run.batch_sise=8"], r"did you mean 'run\.batch_size'\?"),
+])
+def test_bad_values_are_refused_naming_the_key(tmp_path, capsys, overrides, pattern):
+    out = tmp_path / "runs"
+    rc, stdout, err = _run(["train", *TINY, f"run.out_dir={out}", *overrides], capsys)
+    assert rc == 2
+    _assert_message(err, pattern, "train")
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("config, pattern", [
+    ("synthetic_tinyy", r"unknown config 'synthetic_tinyy'.*did you mean 'synthetic_tiny'\?"),
+    ("{folder}", r"config '.*cfgdir' is a folder; give a JSON config file"),
+    ("{sections}", r"unknown config section 'optimm'; did you mean 'optim'\?"),
+])
+def test_config_names_and_folders(tmp_path, capsys, config, pattern):
+    (tmp_path / "cfgdir").mkdir()
+    (tmp_path / "sections.json").write_text('{"optimm": {"lr": 0.1}}')
+    config = config.format(folder=tmp_path / "cfgdir", sections=tmp_path / "sections.json")
+    rc, _, err = _run(["train", config, f"run.out_dir={tmp_path / 'runs'}"], capsys)
+    assert rc == 2
+    _assert_message(err, pattern, "train")
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("argv, pattern", [
+    (["reproduce", "fig66"], r"unknown experiment 'fig66'; did you mean 'fig6'\?"),
+    (["sweep", "fig66", "--dry-run"], r"unknown experiment 'fig66'; did you mean 'fig6'\?"),
+    (["report", "fig66"], r"unknown experiment 'fig66'; did you mean 'fig6'\?"),
+])
+def test_experiment_ids_suggest_the_closest(tmp_path, capsys, argv, pattern):
+    rc, _, err = _run([*argv, "--out", str(tmp_path / "exp")], capsys)
+    assert rc == 2
+    _assert_message(err, pattern, argv[0])
+    assert not (tmp_path / "exp").exists()
+
+
+# ----------------------------------------------------------------------------- the run folder: never blocks the retry
+
+def test_a_run_that_diverged_before_its_first_checkpoint_does_not_block_the_corrected_retry(tmp_path, capsys):
+    out = tmp_path / "runs"
+    rc, _, err = _run(["train", *TINY, f"run.out_dir={out}", "run.name=r", "optim.lr=1e6", "run.nan_check_every=1"],
+                      capsys)
+    assert rc == 1
+    _assert_message(err, r"diverged .*no checkpoint was written", "train")
+    assert (out / "r" / "config.json").exists() and ckpt.find_checkpoint(out / "r") is None
+    rc, _, err = _run(["train", *TINY, f"run.out_dir={out}", "run.name=r", "schedule.epochs=1"], capsys)
+    assert rc == 0, err
+    assert json.loads((out / "r" / "config.json").read_text())["optim"]["lr"] == 0.003
+    assert json.loads((out / "r" / "results.json").read_text())["epochs"] == 1
+
+
+def test_a_run_stopped_before_its_first_checkpoint_reruns_with_the_same_command(tmp_path, capsys):
+    run_dir = _finished_run(tmp_path / "runs", capsys, "r")
+    for name in ("checkpoint", "checkpoint.prev"):
+        import shutil
+        shutil.rmtree(run_dir / name, ignore_errors=True)
+    (run_dir / "results.json").unlink()
+    rc, _, err = _run(["train", *TINY, f"run.out_dir={tmp_path / 'runs'}", "run.name=r", "schedule.epochs=1"], capsys)
+    assert rc == 0, err
+    assert ckpt.find_checkpoint(run_dir) is not None and (run_dir / "results.json").exists()
+
+
+def test_an_unfinished_run_with_a_checkpoint_says_what_to_add(tmp_path, capsys):
+    run_dir = _finished_run(tmp_path / "runs", capsys, "r")
+    (run_dir / "results.json").unlink()
+    before = _snapshot(run_dir)
+    rc, _, err = _run(["train", *TINY, f"run.out_dir={tmp_path / 'runs'}", "run.name=r", "schedule.epochs=1"], capsys)
+    assert rc == 2
+    _assert_message(err, r"already holds an unfinished run \(last checkpoint: epoch 1\); pass --resume", "train")
+    assert _snapshot(run_dir) == before
+
+
+def test_resume_with_a_mistyped_run_name_is_refused(tmp_path, capsys):
+    _finished_run(tmp_path / "runs", capsys, "baseline")
+    rc, _, err = _run(["train", *TINY, f"run.out_dir={tmp_path / 'runs'}", "run.name=baselin", "schedule.epochs=1",
+                       "--resume"], capsys)
+    assert rc == 2
+    _assert_message(err, r"nothing to resume: .*baselin holds no run; did you mean run\.name=baseline\? drop --resume",
+                    "train")
+    assert not (tmp_path / "runs" / "baselin").exists()
+
+
+def test_resume_of_a_finished_run_says_so(tmp_path, capsys):
+    run_dir = _finished_run(tmp_path / "runs", capsys)
+    before = _snapshot(run_dir)
+    rc, out, err = _run(["train", *TINY, f"run.out_dir={tmp_path / 'runs'}", "run.name=done", "schedule.epochs=1",
+                         "--resume"], capsys)
+    assert rc == 0 and err == ""
+    assert re.search(r"done finished before \(test acc [0-9.]+\); nothing to do\. --overwrite trains it again", out)
+    assert _snapshot(run_dir) == before
+
+
+@pytest.mark.parametrize("overwrite", [False, True])
+def test_run_name_of_a_folder_of_someone_elses_files(tmp_path, capsys, overwrite):
+    folder = tmp_path / "runs" / "thesis"
+    folder.mkdir(parents=True)
+    (folder / "chapter1.tex").write_text("precious")
+    rc, _, err = _run(["train", *TINY, f"run.out_dir={tmp_path / 'runs'}", "run.name=thesis", "schedule.epochs=1",
+                       *(["--overwrite"] if overwrite else [])], capsys)
+    assert (folder / "chapter1.tex").read_text() == "precious"  # never deleted
+    if overwrite:
+        assert rc == 0 and (folder / "results.json").exists()
+    else:
+        assert rc == 2
+        _assert_message(err, r"thesis is not an mlplab run folder but holds files \(chapter1\.tex\); choose another "
+                             r"run\.name, or pass --overwrite", "train")
+        assert sorted(p.name for p in folder.iterdir()) == [rundir.LOCK_FILE, "chapter1.tex"]
+
+
+def test_a_run_left_with_only_checkpoint_prev_resumes_from_it(tmp_path, capsys):
+    out = tmp_path / "runs"
+    argv = ["train", *TINY, f"run.out_dir={out}", "run.name=p", "schedule.epochs=3"]
+    assert _run(argv, capsys)[0] == 0
+    run_dir = out / "p"
+    (run_dir / "results.json").unlink()
+    import shutil
+    shutil.rmtree(run_dir / "checkpoint")  # a kill between the two renames of a checkpoint swap
+    assert _load_tiny(run_dir)["epoch"] == 2
+    rc, stdout, err = _run([*argv, "--resume"], capsys)
+    assert rc == 0, err
+    assert json.loads((run_dir / "results.json").read_text())["epochs"] == 3
+    assert _load_tiny(run_dir / "checkpoint")["epoch"] == 3
+
+
+# ----------------------------------------------------------------------------- truncated and corrupt run files
+
+def _cut(path: Path, keep: float = 0.5) -> None:
+    data = path.read_bytes()
+    path.write_bytes(data[: int(len(data) * keep)])
+
+
+@pytest.mark.parametrize("victim, pattern", [
+    ("checkpoint/state.pt", r"checkpoint file .*checkpoint/state\.pt is unreadable \(it is cut short or not a PyTorch "
+                            r"file\); it is truncated"),
+    ("checkpoint/model.safetensors", r"checkpoint file .*checkpoint/model\.safetensors is unreadable .*truncated"),
+    ("config.json", r"run config .*config\.json is not valid JSON .*cut short or damaged"),
+])
+def test_resume_with_a_damaged_file_names_it(tmp_path, capsys, victim, pattern):
+    run_dir = _finished_run(tmp_path / "runs", capsys, "r")
+    (run_dir / "results.json").unlink()
+    _cut(run_dir / victim, 0.9 if victim.endswith("state.pt") else 0.5)
+    before = _snapshot(run_dir)
+    rc, _, err = _run(["train", *TINY, f"run.out_dir={tmp_path / 'runs'}", "run.name=r", "schedule.epochs=1",
+                       "--resume"], capsys)
+    assert rc == 1
+    _assert_message(err, pattern, "train")
+    assert "Invalid argument" not in err
+    assert _snapshot(run_dir) == before  # nothing repaired behind the user's back, nothing lost
+
+
+@pytest.mark.parametrize("keep", [0.0, 0.5])
+def test_a_cut_results_json_counts_as_unfinished_and_resume_rewrites_it(tmp_path, capsys, keep):
+    run_dir = _finished_run(tmp_path / "runs", capsys, "r")
+    _cut(run_dir / "results.json", keep)
+    argv = ["train", *TINY, f"run.out_dir={tmp_path / 'runs'}", "run.name=r", "schedule.epochs=1"]
+    rc, _, err = _run(argv, capsys)
+    assert rc == 2
+    _assert_message(err, r"already holds an unfinished run \(last checkpoint: epoch 1\); pass --resume", "train")
+    rc, _, err = _run([*argv, "--resume"], capsys)
+    assert rc == 0, err
+    assert json.loads((run_dir / "results.json").read_text())["epochs"] == 1
+
+
+def test_a_metrics_line_cut_by_a_kill_is_dropped_on_resume(tmp_path, capsys):
+    out = tmp_path / "runs"
+    argv = ["train", *TINY, f"run.out_dir={out}", "run.name=m", "schedule.epochs=2"]
+    assert _run(argv, capsys)[0] == 0
+    run_dir = out / "m"
+    (run_dir / "results.json").unlink()
+    with open(run_dir / "metrics.jsonl", "a") as f:
+        f.write('{"epoch": 3, "train_lo')  # a line cut by a kill
+    assert _run([*argv, "--resume"], capsys)[0] == 0
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(x)["epoch"] for x in lines] == [1, 2]
+
+
+# ----------------------------------------------------------------------------- files a team can share (umask)
+
+@pytest.mark.parametrize("umask, mode", [(0o022, 0o644), (0o002, 0o664), (0o077, 0o600)])
+def test_run_files_honour_the_umask(tmp_path, capsys, umask, mode):
+    old = os.umask(umask)
+    try:
+        run_dir = _finished_run(tmp_path / "runs", capsys)
+    finally:
+        os.umask(old)
+    for name in ("config.json", "results.json", "metrics.jsonl", "checkpoint/model.safetensors",
+                 "checkpoint/state.pt"):
+        assert (run_dir / name).stat().st_mode & 0o777 == mode, name
+
+
+def test_converted_files_and_reports_honour_the_umask(tmp_path):
+    from mlplab.utils.io import atomic_write_json
+
+    old = os.umask(0o002)
+    try:
+        atomic_write_json(tmp_path / "x.json", {"a": 1})
+        mlplab.save_pretrained(_tiny_model(), tmp_path / "w.safetensors")
+    finally:
+        os.umask(old)
+    assert (tmp_path / "x.json").stat().st_mode & 0o777 == 0o664
+    assert (tmp_path / "w.safetensors").stat().st_mode & 0o777 == 0o664
+
+
+# ----------------------------------------------------------------------------- convert: no user file destroyed
+
+@pytest.fixture
+def tiny_weights(tmp_path):
+    path = tmp_path / "src.safetensors"
+    mlplab.save_pretrained(_tiny_model(), path)
+    return path
+
+
+def _convert(capsys, *args):
+    return _run(["convert", *map(str, args)], capsys)
+
+
+def test_convert_refuses_to_overwrite_without_the_flag(tmp_path, capsys, tiny_weights):
+    dst = tmp_path / "mine.safetensors"
+    dst.write_bytes(b"my own file")
+    rc, _, err = _convert(capsys, tiny_weights, dst)
+    assert rc == 2
+    _assert_message(err, r"mine\.safetensors already exists; pass --overwrite to replace it", "convert")
+    assert dst.read_bytes() == b"my own file" and not _tmp_files(tmp_path)
+    rc, out, err = _convert(capsys, tiny_weights, dst, "--overwrite")
+    assert rc == 0, err
+    assert mlplab.load_pretrained(dst) is not None
+
+
+@pytest.mark.parametrize("overwrite", [[], ["--overwrite"]])
+def test_convert_never_writes_into_a_runs_checkpoint(tmp_path, capsys, overwrite):
+    run_dir = _finished_run(tmp_path / "runs", capsys)
+    before = _snapshot(run_dir)
+    rc, _, err = _convert(capsys, FIXTURES / "timm_mixer.safetensors", run_dir / "checkpoint" / "model.safetensors",
+                          *overwrite)
+    assert rc == 2
+    _assert_message(err, r"belongs to the checkpoint of run .*done; replacing it would break that run", "convert")
+    assert _snapshot(run_dir) == before
+
+
+def test_convert_onto_its_source_is_refused(tmp_path, capsys, tiny_weights):
+    before = tiny_weights.read_bytes()
+    rc, _, err = _convert(capsys, tiny_weights, tiny_weights, "--overwrite")
+    assert rc == 2
+    _assert_message(err, r"src\.safetensors is the file being converted; write the result to another file", "convert")
+    assert tiny_weights.read_bytes() == before
+
+
+def test_convert_onto_a_folder_is_refused(tmp_path, capsys, tiny_weights):
+    (tmp_path / "outdir").mkdir()
+    rc, _, err = _convert(capsys, tiny_weights, tmp_path / "outdir")
+    assert rc == 2
+    _assert_message(err, r"outdir is a folder; give the file to write, e\.g\. .*outdir/model\.safetensors", "convert")
+    assert list((tmp_path / "outdir").iterdir()) == []
+
+
+def test_convert_does_not_create_folders(tmp_path, capsys, tiny_weights):
+    rc, _, err = _convert(capsys, tiny_weights, tmp_path / "no" / "such" / "w.safetensors")
+    assert rc == 2
+    _assert_message(err, r"the folder .*no/such does not exist; create it first", "convert")
+    assert not (tmp_path / "no").exists()
+
+
+def test_convert_reads_a_run_left_with_only_checkpoint_prev(tmp_path, capsys):
+    out = tmp_path / "runs"
+    assert _run(["train", *TINY, f"run.out_dir={out}", "run.name=p", "schedule.epochs=2"], capsys)[0] == 0
+    import shutil
+    shutil.rmtree(out / "p" / "checkpoint")
+    rc, stdout, err = _convert(capsys, out / "p", tmp_path / "p.safetensors")
+    assert rc == 0, err
+    assert "(mlplab)" in stdout
+    model = mlplab.load_pretrained(out / "p")
+    assert model.config.hidden_dim == 16
+    assert sorted(p.name for p in (out / "p").iterdir() if p.name.startswith("checkpoint")) == ["checkpoint.prev"]
+
+
+@pytest.mark.parametrize("content, pattern", [
+    (b"", r"bad\.pth is neither safetensors, \.npz nor a PyTorch file .*cut short or not a PyTorch file"),
+    (b"\x00" * 100, r"bad\.pth is neither safetensors.*cut short or not a PyTorch file"),
+    ("pickle", r"bad\.pth is neither safetensors.*holds objects other than tensors .*Unsupported global"),
+    ("cut", r"bad\.safetensors is not a readable safetensors file"),
+], ids=["empty", "zeros", "pickled_module", "cut_safetensors"])
+def test_convert_of_a_damaged_or_unsafe_file_names_it(tmp_path, capsys, tiny_weights, content, pattern):
+    if content == "pickle":
+        path = tmp_path / "bad.pth"
+        torch.save({"model": torch.nn.Linear(2, 2)}, path)  # a pickled module: weights_only refuses it
+    elif content == "cut":
+        path = tmp_path / "bad.safetensors"
+        path.write_bytes(tiny_weights.read_bytes()[:200])
+    else:
+        path = tmp_path / "bad.pth"
+        path.write_bytes(content)
+    rc, _, err = _convert(capsys, path, tmp_path / "out.safetensors")
+    assert rc == 2
+    _assert_message(err, pattern, "convert")
+    assert "weights_only` set to `False`" not in err and "\x1b[" not in err
+    assert not (tmp_path / "out.safetensors").exists()
+
+
+def test_finetune_with_new_head_false_and_another_class_count_is_refused(tmp_path, capsys):
+    run_dir = _finished_run(tmp_path / "runs", capsys)
+    src = tmp_path / "five.safetensors"
+    assert _convert(capsys, run_dir, src, "num_classes=5")[0] == 0
+    rc, _, err = _run(["finetune", str(src), "synthetic_tiny", "model.new_head=false", "run.log=none",
+                       "run.device=cpu", f"run.out_dir={tmp_path / 'ft'}"], capsys)
+    assert rc == 2
+    _assert_message(err, r"model\.new_head=false keeps the checkpoint's 5-class head, but synthetic has 10 "
+                         r"classes; drop model\.new_head", "finetune")
+    assert not (tmp_path / "ft").exists()
+
+
+# ----------------------------------------------------------------------------- full disks and file-size limits
+
+def test_a_write_error_inside_a_library_is_the_os_error_naming_the_target(tmp_path):
+    from mlplab.utils.io import atomic_save
+
+    def safetensors_like(tmp):
+        Path(tmp).write_bytes(b"partial")
+        raise Exception("Error while serializing: I/O error: No space left on device (os error 28)")
+
+    with pytest.raises(OSError) as e:
+        atomic_save(tmp_path / "w.safetensors", safetensors_like)
+    assert e.value.errno == errno.ENOSPC and e.value.filename == str(tmp_path / "w.safetensors")
+    assert cli.explain(e.value)[1].startswith(f"cannot write {tmp_path / 'w.safetensors'}: No space left on device; "
+                                             "free space")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_bug_inside_a_writer_is_not_disguised(tmp_path):
+    from mlplab.utils.io import atomic_save
+
+    def bug(tmp):
+        raise KeyError("a bug")
+
+    with pytest.raises(KeyError):
+        atomic_save(tmp_path / "x.bin", bug)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_full_disk_from_the_start_names_the_path(tmp_path, capsys, monkeypatch):
+    from mlplab.utils import io as mio
+
+    def full(tmp):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    real = mio.atomic_save
+    monkeypatch.setattr(mio, "atomic_save", lambda path, writer: real(path, full))
+    rc, _, err = _run(["train", *TINY, f"run.out_dir={tmp_path / 'runs'}", "run.name=f"], capsys)
+    assert rc == 1
+    _assert_message(err, r"cannot write .*runs/f/config\.json: No space left on device; free space", "train")
+    assert not (tmp_path / "runs" / "f").exists()  # refused before the first file: nothing left
+
+
+def _rlimit(limit: int):
+    def child():
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+    return child
+
+
+def test_a_disk_that_fills_during_a_checkpoint_keeps_the_last_one(tmp_path, capsys):
+    """A file-size limit (``RLIMIT_FSIZE``) in a child process: ``state.pt`` grows with the run's
+    history, so the limit lets epochs 1-2 through and stops epoch 3's checkpoint mid-write."""
+    sizes = []
+    probe = mlplab.train.make_config("synthetic_tiny", {"run.log": "none", "run.device": "cpu", "run.threads": 1,
+                                                        "run.out_dir": str(tmp_path / "probe"), "schedule.epochs": 3})
+    mlplab.train.train(probe, on_epoch_end=lambda rec: sizes.append(
+        (tmp_path / "probe" / probe.run.name / "checkpoint" / ckpt.STATE_FILE).stat().st_size))
+    assert sizes[0] < sizes[1] < sizes[2]
+    out = tmp_path / "runs"
+    argv = ["train", *TINY, f"run.out_dir={out}", "run.name=full", "schedule.epochs=3"]
+    p = _mlplab(argv, preexec_fn=_rlimit(sizes[1]))
+    _, err = p.communicate(timeout=600)
+    assert p.returncode == 1, err
+    _assert_message(err, r"cannot write the checkpoint of epoch 3 in .*full \(File too large\); the last good "
+                         r"checkpoint \(epoch 2\) is kept\. Free space, then continue with --resume", "train")
+    assert "SafetensorError" not in err
+    run_dir = out / "full"
+    assert _load_tiny(run_dir / "checkpoint")["epoch"] == 2
+    assert not _tmp_files(run_dir) and not (run_dir / "results.json").exists()
+    rc, _, err = _run([*argv, "--resume"], capsys)  # space again
+    assert rc == 0, err
+    assert json.loads((run_dir / "results.json").read_text())["epochs"] == 3
+
+
+def test_a_file_size_limit_below_the_first_checkpoint_does_not_block_the_rerun(tmp_path, capsys):
+    out = tmp_path / "runs"
+    argv = ["train", *TINY, f"run.out_dir={out}", "run.name=tiny_disk", "schedule.epochs=1"]
+    p = _mlplab(argv, preexec_fn=_rlimit(4096))  # config.json fits, model.safetensors does not
+    _, err = p.communicate(timeout=600)
+    assert p.returncode == 1, err
+    _assert_message(err, r"cannot write the checkpoint of epoch 1 .*\(File too large\); no earlier checkpoint "
+                         r"exists", "train")
+    assert ckpt.find_checkpoint(out / "tiny_disk") is None and not _tmp_files(out / "tiny_disk")
+    rc, _, err = _run(argv, capsys)  # the same command, once there is room
+    assert rc == 0, err
+
+
+@pytest.mark.parametrize("code, pattern", [
+    (errno.ENOSPC, r"cannot write /r/x: No space left on device; free space, then run the same command again"),
+    (errno.EFBIG, r"cannot write /r/x: File too large; free space \(or raise the file-size limit, ulimit -f\)"),
+    (errno.EACCES, r"cannot write /r/x: Permission denied; fix its permissions or choose another location"),
+    (errno.EROFS, r"cannot write /r/x: Read-only file system; fix its permissions"),
+    (errno.EISDIR, r"/r/x is a folder; give a file name"),
+])
+def test_os_errors_name_the_path_and_the_fix(code, pattern):
+    status, message = cli.explain(OSError(code, os.strerror(code), "/r/x"))
+    assert status == 1 and re.match(pattern, message), message
+
+
+# ----------------------------------------------------------------------------- Ctrl-C and SIGTERM
+
+def _wait_for(predicate, proc, timeout: float = 300.0) -> None:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if proc.poll() is not None:
+            raise AssertionError(f"exited early ({proc.returncode}): {proc.stderr.read()}")
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)
+
+
+@pytest.mark.parametrize("sig, status", [(2, 130), (15, 143)])
+def test_interrupting_train_says_where_it_stopped_and_how_to_continue(tmp_path, capsys, sig, status):
+    import shlex
+    import signal as signal_
+
+    out = tmp_path / "runs"
+    argv = ["train", *TINY, f"run.out_dir={out}", "run.name=sig", "schedule.epochs=25"]
+    p = _mlplab(argv)
+    run_dir = out / "sig"
+    _wait_for(lambda: (run_dir / "checkpoint" / ckpt.MODEL_FILE).exists(), p)
+    p.send_signal(sig)
+    _, err = p.communicate(timeout=120)
+    assert p.returncode == status, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in err, err
+    m = re.match(r"mlplab train: interrupted at epoch (\d+) of .*sig \(the checkpoint of epoch (\d+) is kept\); "
+                 r"continue with (mlplab train .*--resume)$", lines[0])
+    assert m, lines[0]
+    epoch = _load_tiny(run_dir)["epoch"]
+    assert int(m.group(2)) == epoch and int(m.group(1)) >= epoch + 1
+    assert not _tmp_files(run_dir) and not (run_dir / "results.json").exists()
+    command = shlex.split(m.group(3))[1:]
+    assert command == [*argv, "--resume"]
+    rc, stdout, err = _run(command, capsys)
+    assert rc == 0, err
+    assert json.loads((run_dir / "results.json").read_text())["epochs"] == 25
+
+
+@pytest.mark.parametrize("sig, status, extra", [(2, 130, []), (15, 143, ["--jobs", "2"])])
+def test_interrupting_reproduce_keeps_finished_runs_and_says_how_to_continue(tmp_path, capsys, sig, status, extra):
+    import shlex
+
+    out = tmp_path / "exp"
+    argv = ["reproduce", "fig6", "--scale", "smoke", "--out", str(out), "--no-report", "--set", "schedule.epochs=60",
+            *extra]
+    p = _mlplab(argv)
+    _wait_for(lambda: any(out.glob("*/*/checkpoint/model.safetensors")), p)
+    p.send_signal(sig)
+    _, err = p.communicate(timeout=120)
+    assert p.returncode == status, err
+    last = err.strip().splitlines()[-1]
+    assert "Traceback" not in err, err
+    m = re.match(r"mlplab reproduce: interrupted .*; continue with (mlplab reproduce .*)$", last)
+    assert m, err
+    assert shlex.split(m.group(1))[1:] == argv
+    summary = json.loads(next(out.glob("*/summary.json")).read_text())
+    assert summary["counts"].get("done", 0) < 4 and not any(out.rglob("results.json"))
+    assert not any(out.rglob("*.tmp"))
+    import time
+    time.sleep(1)  # workers get SIGTERM with the executor: no one writes any more
+    assert not (out / ".lock").read_text().strip()  # released
+
+
+# ----------------------------------------------------------------------------- sweeps repair themselves
+
+def _echo_sweep(tmp_path: Path, **extra) -> Path:
+    f = tmp_path / "s.json"
+    f.write_text(json.dumps({"name": "echo", "task": "mlplab.experiments.tasks:echo_task",
+                             "axes": [["value", [1, 2, 3]]], **extra}))
+    return f
+
+
+@pytest.mark.parametrize("damage", ["empty", "cut", "list"])
+def test_a_sweep_rereuns_a_run_whose_results_are_unreadable(tmp_path, capsys, damage):
+    f = _echo_sweep(tmp_path)
+    out = tmp_path / "out"
+    assert _run(["sweep", str(f), "--out", str(out)], capsys)[0] == 0
+    victim = sorted((out / "echo").glob("*/results.json"))[1]
+    victim.write_bytes({"empty": b"", "cut": victim.read_bytes()[:10], "list": b"[1, 2]"}[damage])
+    from mlplab.experiments.aggregate import load_runs
+
+    runs = {r.run_dir: r for r in load_runs(out)}
+    assert runs[victim.parent].status == "unfinished"
+    assert re.match(r"results\.json (is empty|is not valid JSON|holds a JSON list)", runs[victim.parent].problem)
+    rc, stdout, err = _run(["sweep", str(f), "--out", str(out)], capsys)
+    assert rc == 0, err
+    assert "1 done, 2 skipped" in stdout
+    assert json.loads(victim.read_text())["echo"]["value"] in (1, 2, 3)
+    assert (victim.parent / "results.unreadable.json").exists()  # kept for a look
+
+
+def test_report_names_the_files_it_skipped(tmp_path, capsys):
+    out = tmp_path / "s9"
+    assert _run(["reproduce", "figS9", "--scale", "smoke", "--out", str(out), "--no-report"], capsys)[0] == 0
+    victim = next(out.rglob("results.json"))
+    victim.write_text('{"test_acc": 0.')
+    rc, stdout, err = _run(["report", "figS9", "--out", str(out)], capsys)
+    assert rc == 0, err
+    assert re.search(r"skipped .*: results\.json is not valid JSON .*; `mlplab reproduce` runs it again", stdout)
+    assert "results.json is not valid JSON" in (out / "report.md").read_text()
+    assert victim.read_text() == '{"test_acc": 0.'  # report reads, never repairs
+
+
+def test_a_cut_spec_json_is_rewritten_from_the_sweep(tmp_path, capsys):
+    f = _echo_sweep(tmp_path)
+    out = tmp_path / "out"
+    assert _run(["sweep", str(f), "--out", str(out)], capsys)[0] == 0
+    run_dir = sorted((out / "echo").glob("*/spec.json"))[0].parent
+    (run_dir / "results.json").unlink()
+    (run_dir / "spec.json").write_text('{"name": ')
+    rc, stdout, err = _run(["sweep", str(f), "--out", str(out)], capsys)
+    assert rc == 0, err
+    assert json.loads((run_dir / "spec.json").read_text())["name"] == run_dir.name
+    assert (run_dir / "results.json").exists()
+
+
+def test_a_cut_run_config_in_a_sweep_is_rewritten_and_the_run_resumes(tmp_path, capsys):
+    from mlplab.experiments import Sweep, product, run_sweep
+
+    sw = Sweep("t", "synthetic_tiny", [product(("optim.lr", [0.003]))],
+               base_overrides={"run.log": "none", "run.device": "cpu", "run.threads": 1, "schedule.epochs": 1})
+    res = run_sweep(sw, tmp_path, verbose=False)
+    run_dir = next(iter(res.run_dirs.values()))
+    (run_dir / "results.json").unlink()
+    (run_dir / "config.json").write_text('{"model": {')
+    res = run_sweep(sw, tmp_path, verbose=False)
+    assert list(res.status.values()) == ["done"]
+    assert json.loads((run_dir / "config.json").read_text())["optim"]["lr"] == 0.003
+
+
+@pytest.mark.parametrize("content, pattern", [
+    ('{"name": "x", "axes": "optim.lr"}', r"sweep 'x': 'axes' must be a list of axes .*got 'optim\.lr'"),
+    ('{"name": "x", "axes": [["optim.lr", 0.1]]}', r"sweep 'x': cannot read axis \['optim\.lr', 0\.1\]; an axis is"),
+    ('{"name": "x", "axes": [{"zip": "ab"}]}', r"sweep 'x': zip takes \[\"key\", \[values\]\] pairs"),
+    ('{"name": "x", "axes": [', r"sweep file .*s\.json is not valid JSON \(.* at line 1 column \d+\); fix it"),
+    ("", r"sweep file .*s\.json is empty; fix it"),
+])
+def test_bad_sweep_files_name_the_file_or_the_axis(tmp_path, capsys, content, pattern):
+    f = tmp_path / "s.json"
+    f.write_text(content)
+    rc, _, err = _run(["sweep", str(f), "--out", str(tmp_path / "out")], capsys)
+    assert rc == 2
+    _assert_message(err, pattern, "sweep")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_second_reproduce_of_the_same_out_is_refused_while_the_first_runs(tmp_path, capsys):
+    out = tmp_path / "exp"
+    argv = ["reproduce", "fig6", "--scale", "smoke", "--out", str(out), "--no-report", "--set", "schedule.epochs=8"]
+    first = _mlplab(argv)
+    _wait_for(lambda: (out / rundir.LOCK_FILE).exists() and (out / rundir.LOCK_FILE).read_text().strip(), first)
+    rc, _, err = _run(argv, capsys)
+    assert rc == 1
+    _assert_message(err, rf"exp is in use by process {first.pid}; another mlplab reproduce or sweep is writing there; "
+                         r"wait for it to finish", "reproduce")
+    _, err1 = first.communicate(timeout=600)
+    assert first.returncode == 0, err1
+    summary = json.loads(next(out.glob("*/summary.json")).read_text())
+    assert summary["counts"] == {"done": 4}  # the first was not disturbed
+    assert not any(r.read_text() for r in out.rglob("error.txt"))
+    rc, stdout, err = _run(argv, capsys)  # afterwards: everything is skipped
+    assert rc == 0, err
+
+
+def test_a_sweep_into_a_folder_held_by_another_sweep_is_refused(tmp_path, capsys):
+    from mlplab.utils.io import folder_lock
+
+    f = _echo_sweep(tmp_path)
+    out = tmp_path / "out"
+    out.mkdir()
+    import subprocess
+    import sys
+    holder = subprocess.Popen([sys.executable, "-c", "import fcntl, os, sys, time\n"
+                               f"fd = os.open({str(out / '.lock')!r}, os.O_RDWR | os.O_CREAT)\n"
+                               "fcntl.flock(fd, fcntl.LOCK_EX); os.write(fd, b'777\\n'); print('held', flush=True)\n"
+                               "time.sleep(60)\n"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        rc, _, err = _run(["sweep", str(f), "--out", str(out)], capsys)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert rc == 1
+    _assert_message(err, r"out is in use by process 777; another mlplab reproduce or sweep", "sweep")
+    assert sorted(p.name for p in out.iterdir()) == [".lock"]
+    with folder_lock(out):  # the holder is gone: the kernel released its lock
+        pass
+
+
+@pytest.mark.parametrize("argv, started, expected", [
+    (["train", "c.json", "--overwrite"], True, "mlplab train c.json --resume"),
+    (["train", "c.json", "--overwrite"], False, "mlplab train c.json --overwrite"),  # nothing written yet
+    (["train", "c.json", "run.name=a b", "--resume"], True, "mlplab train c.json 'run.name=a b' --resume"),
+    (["reproduce", "fig6", "--out", "x"], True, "mlplab reproduce fig6 --out x"),
+])
+def test_the_continue_command(argv, started, expected):
+    assert cli.continue_command(argv[0], argv, started) == expected
+
+
+def test_ctrl_c_before_the_run_folder_exists_writes_nothing(tmp_path, capsys, monkeypatch):
+    def interrupted(cfg):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(loop, "_prepare", lambda cfg, dist: interrupted(cfg))
+    argv = ["train", *TINY, f"run.out_dir={tmp_path / 'runs'}", "run.name=k"]
+    rc, _, err = _run(argv, capsys)
+    assert rc == 130
+    assert err.strip() == "mlplab train: interrupted; continue with mlplab " + " ".join(
+        __import__("shlex").quote(a) for a in argv)
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_damaged_latest_checkpoint_points_at_the_intact_previous_one(tmp_path, capsys):
+    out = tmp_path / "runs"
+    argv = ["train", *TINY, f"run.out_dir={out}", "run.name=two", "schedule.epochs=2"]
+    assert _run(argv, capsys)[0] == 0
+    run_dir = out / "two"
+    (run_dir / "results.json").unlink()
+    _cut(run_dir / "checkpoint" / ckpt.STATE_FILE, 0.9)
+    before = _snapshot(run_dir)
+    rc, _, err = _run([*argv, "--resume"], capsys)
+    assert rc == 1
+    _assert_message(err, r"checkpoint/state\.pt is unreadable .*The previous checkpoint is intact: to continue from "
+                         r"it, replace .*two/checkpoint by .*two/checkpoint\.prev", "train")
+    assert _snapshot(run_dir) == before
+    import shutil
+    shutil.rmtree(run_dir / "checkpoint")
+    os.replace(run_dir / "checkpoint.prev", run_dir / "checkpoint")  # what the message says
+    rc, _, err = _run([*argv, "--resume"], capsys)
+    assert rc == 0, err
+    assert json.loads((run_dir / "results.json").read_text())["epochs"] == 2

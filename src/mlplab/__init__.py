@@ -13,10 +13,11 @@ from .version import __version__
 
 _LAZY = {
     "effective_mlp": "mlplab.theory",  # Prop. 3.2: the Mixer as an explicit wide sparse MLP
-    "plan_budget": "mlplab.theory",  # SPEC §3: (S, C) pairs / SW-MLP widths for a budget Ω
+    "plan_budget": "mlplab.theory",  # docs/science.md §3: (S, C) pairs / SW-MLP widths for a budget Ω
     "models_table": "mlplab.analysis.cost",  # params and FLOPs of every registered model
     "count_flops": "mlplab.models.counting",  # forward matmul FLOPs per example
     "load_dataset": "mlplab.data",
+    "pack": "mlplab.data",  # `mlplab pack`: an image folder or dataset -> streamable .npy shards
     "make_config": "mlplab.train",
     "reproduce": "mlplab.experiments",
     "run_sweep": "mlplab.experiments",
@@ -25,7 +26,7 @@ _LAZY = {
     "save_pretrained": "mlplab.interop",
     "push_to_hub": "mlplab.interop",  # save_pretrained(..., hub_layout=True) uploaded with huggingface_hub
     "machine_info": "mlplab.train.machine",  # what `mlplab info` prints
-    "expand_resolution": "mlplab.models.expand",  # SPEC §7: fine-tuning at K× the resolution
+    "expand_resolution": "mlplab.models.expand",  # docs/science.md §7: fine-tuning at K× the resolution
 }
 
 __all__ = ["create_model", "list_models", "model_config", "__version__", "train", *_LAZY]

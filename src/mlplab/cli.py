@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import errno
 import importlib
 import os
+import re
+import shlex
+import signal
 import sys
+from typing import Iterator
 
-from .errors import RunFailure
+from .errors import Interrupted, RunFailure
 
 # subcommand -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -19,31 +25,78 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "reproduce": ("mlplab.commands.reproduce", "run a published experiment by id"),
     "report": ("mlplab.commands.report", "aggregate runs of an experiment into figures and a report"),
     "finetune": ("mlplab.commands.finetune", "fine-tune or linear-probe a pretrained checkpoint"),
+    "eval": ("mlplab.commands.eval", "evaluate a run or checkpoint on a dataset split (accuracy, loss, img/s)"),
     "convert": ("mlplab.commands.convert", "convert timm / Flax / Scaling-MLPs checkpoints to mlplab or timm"),
     "info": ("mlplab.commands.info", "show this machine's setup: torch, CPU, threads, compile, kernels, GPUs, data"),
+    "pack": ("mlplab.commands.pack", "pack an image folder or dataset into streamable uint8 .npy shards"),
 }
 
 
 _DEBUG_HINT = " (MLPLAB_DEBUG=1 shows the traceback)"
 
 
-def explain(e: BaseException) -> tuple[int | None, str]:
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+_DENIED = (errno.EACCES, errno.EPERM, errno.EROFS)
+
+
+def _explain_os_error(e: OSError, where_hint: str) -> str:
+    path = e.filename or "a file"
+    if e.errno in _FULL:
+        limit = " (or raise the file-size limit, ulimit -f)" if e.errno == errno.EFBIG else ""
+        return f"cannot write {path}: {e.strerror}; free space{limit}, then run the same command again"
+    if e.errno in _DENIED:
+        return f"cannot write {path}: {e.strerror}; fix its permissions or {where_hint}"
+    if e.errno == errno.EISDIR:
+        return f"{path} is a folder; give a file name"
+    if e.errno in (errno.ENOTDIR, errno.EEXIST):
+        return f"cannot use {path}: a file is in the way of a folder; {where_hint}"
+    return f"cannot use {path}: {e.strerror or e}; free space, fix permissions or {where_hint}"
+
+
+def explain(e: BaseException, command: str | None = None) -> tuple[int | None, str]:
     """The exit status and one-line message for an expected error (``mlplab.errors``): 2 for bad
     input, 1 for a runtime failure; ``(None, "")`` for anything else, which is a bug."""
+    where = "choose another run.out_dir" if command in ("train", "finetune") else "choose another location"
     if isinstance(e, (ValueError, FileNotFoundError)):  # BadInput, BadType and the library's plain ValueErrors
-        return 2, str(e)
+        return 2, _ANSI.sub("", str(e))
     if isinstance(e, RunFailure):
-        return 1, str(e)
+        return 1, _ANSI.sub("", str(e))
     if isinstance(e, MemoryError) or type(e).__name__ == "OutOfMemoryError":
         return 1, ("out of memory; lower run.batch_size or the model size, or use a machine with more "
                    "memory" + _DEBUG_HINT)
     if isinstance(e, OSError) and e.errno is not None:
-        where = f" {e.filename}" if e.filename else ""
-        return 1, f"cannot use{where}: {e.strerror or e}; free space, fix permissions or choose another run.out_dir" \
-            + _DEBUG_HINT
+        return 1, _explain_os_error(e, where) + _DEBUG_HINT
     if isinstance(e, (OverflowError, RecursionError)):
         return 2, f"a value is too large to handle ({e}); use a smaller one"
     return None, ""
+
+
+def continue_command(command: str, argv: list[str], run_started: bool = True) -> str:
+    """The command line that continues an interrupted ``command``: ``train``/``finetune`` with
+    ``--resume`` (and without ``--overwrite``) once its run folder was written, else the same
+    command; a sweep the same command (finished runs are skipped)."""
+    args = [a for a in argv if a != "--overwrite"] if run_started else list(argv)
+    if command in ("train", "finetune") and run_started and "--resume" not in args:
+        args.append("--resume")
+    return "mlplab " + " ".join(shlex.quote(a) for a in args)
+
+
+@contextlib.contextmanager
+def _term_as_interrupt() -> Iterator[None]:
+    """SIGTERM (``kill PID``, a cluster's pre-emption) stops a command the way Ctrl-C does."""
+    def handler(signum, frame):
+        raise Interrupted("", signum)
+
+    try:
+        old = signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
 
 
 def version() -> str:
@@ -99,13 +152,23 @@ def main(argv: list[str] | None = None) -> int:
         build_parser().print_help()
         return 2
     module = importlib.import_module(COMMANDS[args.command][0])
+    argv = sys.argv[1:] if argv is None else list(argv)
     try:
-        return int(module.run(args) or 0)
+        with _term_as_interrupt():
+            return int(module.run(args) or 0)
+    except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM: what was kept and how to go on, no traceback
+        if os.environ.get("MLPLAB_DEBUG"):
+            raise
+        signum = getattr(e, "signum", None) or signal.SIGINT
+        where = getattr(e, "message", "")  # empty: stopped before a run folder was written
+        print(f"mlplab {args.command}: {where or 'interrupted'}; continue with "
+              f"{continue_command(args.command, argv, bool(where))}", file=sys.stderr)
+        return 128 + int(signum)
     except BrokenPipeError:  # the reader went away (`mlplab train --list-keys | head`): stop quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     except Exception as e:
-        status, message = explain(e)
+        status, message = explain(e, args.command)
         if status is None or os.environ.get("MLPLAB_DEBUG"):
             raise  # a bug (or MLPLAB_DEBUG=1): the traceback is what helps
         print(f"mlplab {args.command}: error: {message}", file=sys.stderr)

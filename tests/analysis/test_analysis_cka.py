@@ -1,4 +1,4 @@
-"""Mini-batch linear CKA (SPEC §6): identities, invariances, and agreement with references."""
+"""Mini-batch linear CKA (docs/science.md §6): identities, invariances, and agreement with references."""
 from itertools import permutations
 
 import numpy as np

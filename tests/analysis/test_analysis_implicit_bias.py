@@ -1,4 +1,4 @@
-"""Implicit regularisation of the linear S-Mixer (SPEC §5, Prop. 3.3 / Lemma B.1), float64."""
+"""Implicit regularisation of the linear S-Mixer (docs/science.md §5, Prop. 3.3 / Lemma B.1), float64."""
 import numpy as np
 import pytest
 

@@ -1,4 +1,4 @@
-"""Scaling-law fits (SPEC §7) recover known parameters from synthetic runs."""
+"""Scaling-law fits (docs/science.md §7) recover known parameters from synthetic runs."""
 import numpy as np
 import pytest
 

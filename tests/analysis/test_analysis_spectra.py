@@ -1,4 +1,4 @@
-"""Spectra of Mixer and SW-MLP weights (SPEC §4)."""
+"""Spectra of Mixer and SW-MLP weights (docs/science.md §4)."""
 import math
 
 import numpy as np
@@ -20,7 +20,7 @@ def test_theory_values():
     assert sw_lplus(1.0, 1.0, 100) == pytest.approx(4.0)  # dense: the MP edge squared
     # L+ = c² + 3c²√γ(1−p)/q², q² = p m
     assert sw_lplus(2.0, 0.1, 500) == pytest.approx(mp_edge(2) ** 2 * (1 + 3 * math.sqrt(2) * 0.9 / 50))
-    # at fixed Ω = pγm², (1−p)/q² = γm/Ω − 1/m (SPEC §4)
+    # at fixed Ω = pγm², (1−p)/q² = γm/Ω − 1/m (docs/science.md §4)
     omega, gamma, m = 2.0 ** 16, 2.0, 300
     p = omega / (gamma * m * m)
     c2 = mp_edge(gamma) ** 2

@@ -108,6 +108,31 @@ def test_streaming_loader_matches_device_loader(tmp_path):
         assert torch.equal(xa, xb) and torch.equal(ya, yb)
 
 
+def test_streaming_loader_resumes_mid_epoch_and_takes_indices(tmp_path):
+    imgs = np.random.default_rng(1).integers(0, 256, (14, 3, 8, 8), dtype=np.uint8)
+    for i in range(14):
+        p = tmp_path / "train" / f"c{i % 2}" / f"{i:02d}.png"
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(png_bytes(imgs[i]))
+    ds = ImageFolderDataset(tmp_path, "train", image_size=8)
+    aug = build_augment(AugmentConfig(random_resized_crop=True, hflip=True), mean=(0.5,) * 3, std=(0.25,) * 3)
+    kw = dict(augment=aug, seed=4, num_workers=0, drop_last=True)
+    full = collect(StreamingLoader(ds, 3, **kw))
+    part = StreamingLoader(ds, 3, **kw)
+    it = iter(part)
+    next(it), next(it)
+    resumed = StreamingLoader(ds, 3, **kw)
+    resumed.load_state_dict(part.state_dict())
+    rest = collect(resumed)
+    assert len(full) == 4 and len(rest) == 2 and resumed.epoch == 1
+    for (xa, ya), (xb, yb) in zip(rest, full[2:]):
+        assert torch.equal(xa, xb) and torch.equal(ya, yb)
+    idx = torch.tensor([13, 2, 7])
+    ys = torch.cat([y for _, y in StreamingLoader(ds, 2, shuffle=False, indices=idx, num_workers=0, mean=(0.5,) * 3,
+                                                  std=(0.25,) * 3)])
+    assert torch.equal(ys, ds.labels[idx])
+
+
 def test_indices_select_rows_in_order_without_copying(data):
     """``indices`` gives the batches of images[indices] (augmentation seeded the same), and the
     loader keeps the caller's dataset tensor itself, not a per-epoch copy."""

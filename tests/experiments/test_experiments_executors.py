@@ -8,7 +8,7 @@ import pytest
 from mlplab.experiments import Sweep, product, run_sweep
 from mlplab.experiments.executors import execute_run
 
-ECHO = "mlplab.experiments.tasks:echo_task"
+ECHO = "echo"  # a registered task (mlplab.experiments.tasks.TASKS)
 
 
 def _sweep(name="e", **kw):

@@ -1,4 +1,4 @@
-"""Experiments by id: every SPEC §7 id is registered, documented, plannable at every scale, and
+"""Experiments by id: every docs/science.md §7 id is registered, documented, plannable at every scale, and
 every training run it plans is a valid run config (checked against the real ``make_config``)."""
 import pytest
 
@@ -8,10 +8,13 @@ from mlplab.experiments.specs.common import fair_width
 
 SPEC_IDS = ["fig2a-c", "fig2d", "fig4", "fig5", "fig6", "fig7", "figS1", "figS2-S3", "figS4", "figS5",
             "figS6-S8", "figS9", "table1", "tableS3", "implicit-bias", "scaling"]
+IMAGENET_IDS = ["fig6-imagenet", "table1-imagenet"]  # smoke and paper scale only
+ALL_IDS = ["fig2a-c", "fig2d", "fig4", "fig5", "fig6", "fig6-imagenet", "fig7", "figS1", "figS2-S3", "figS4", "figS5",
+           "figS6-S8", "figS9", "table1", "table1-imagenet", "tableS3", "implicit-bias", "scaling"]
 
 
 def test_every_spec_id_is_registered():
-    assert list_experiments() == SPEC_IDS
+    assert list_experiments() == ALL_IDS
 
 
 @pytest.mark.parametrize("alias,id", [("figS2/S3", "figS2-S3"), ("FIGS2-S3", "figS2-S3"), ("fig2", "fig2a-c"),
@@ -27,19 +30,22 @@ def test_unknown_id_lists_valid_ids():
     assert "fig99" in msg and all(i in msg for i in SPEC_IDS)
 
 
-@pytest.mark.parametrize("id", SPEC_IDS)
+@pytest.mark.parametrize("id", ALL_IDS)
 def test_docstring_gives_command_result_and_time(id):
     doc = get_experiment(id).doc
     for word in ("Command:", "Tests:", "Published:", "Time:"):
         assert word in doc, f"{id}: docstring lacks {word!r}"
     assert f"mlplab reproduce {id}" in doc
+    time = doc[doc.index("Time:"):].split("\n")
+    assert len([line for line in time if line.strip() and not line.strip().endswith('"""')]) <= 3, \
+        f"{id}: the Time paragraph is longer than 3 lines"
 
 
 @pytest.mark.parametrize("scale", ["smoke", "cpu", "paper"])
 def test_plans_are_valid_run_configs(scale):
     from mlplab.train import make_config
 
-    for id in SPEC_IDS:
+    for id in SPEC_IDS + (IMAGENET_IDS if scale != "cpu" else []):
         _, sc, plan = plan_experiment(id, scale, check_available=False)
         assert plan.stages and all(plan.stages)
         c = estimate_cost(plan)
@@ -63,11 +69,11 @@ def test_paper_scale_keeps_the_published_settings():
     assert (o["optim.name"], o["optim.lr"], o["run.batch_size"], o["schedule.epochs"]) == ("adamw", 0.02, 1024, 2000)
     assert o["model.kwargs.depth"] == 12
     pairs = sorted({(s.overrides["meta.C"], s.overrides["meta.S"]) for s in specs})
-    assert pairs == [(16, 504), (32, 346), (64, 226), (226, 64), (346, 32), (504, 16)]  # SPEC §3, Ω = 2^21
+    assert pairs == [(16, 504), (32, 346), (64, 226), (226, 64), (346, 32), (504, 16)]  # docs/science.md §3, Ω = 2^21
     assert len(specs) == 6 * 3
     _, _, p5 = plan_experiment("fig5", "paper", check_available=False)
     sw_widths = sorted({s.overrides["meta.m"] for s in expand(p5.sweeps[0]) if s.overrides["meta.family"] == "sw_mlp"})
-    # SPEC §3 widths at Ω = 2^18 (540, 612, 724, 935, 1619), each rounded to a multiple of S0 = 64 so that the
+    # docs/science.md §3 widths at Ω = 2^18 (540, 612, 724, 935, 1619), each rounded to a multiple of S0 = 64 so that the
     # SW-MLP gets the Mixer's per-patch stem (issue 8); the density then follows from Ω
     assert sw_widths == [512, 640, 704, 960, 1600]
     assert sw_widths == [fair_width(m, 64) for m in (540, 612, 724, 935, 1619)]
@@ -84,7 +90,7 @@ def test_cpu_scale_falls_back_to_fashion_mnist():
 
 def test_list_shows_every_id_with_cost():
     text = format_list()
-    for id in SPEC_IDS:
+    for id in ALL_IDS:
         assert id in text
     assert "runs" in text and "run-epochs" in text
 
@@ -160,8 +166,9 @@ def test_spec_modules_never_import_the_registry_or_the_report():
 
 
 def test_cpu_scale_trains_on_the_full_set_with_the_fast_engine_and_family_lr():
-    from mlplab.experiments.recipes import CPU_BATCH, CPU_LR, CPU_SEEDS
+    from mlplab.experiments.recipes import CPU_BATCH, CPU_SEEDS, cpu_lr
 
+    CPU_LR = cpu_lr()
     _, _, plan = plan_experiment("fig5", "cpu", check_available=False)
     specs = expand(plan.sweeps[0])
     assert {s.overrides["run.seed"] for s in specs} == set(range(CPU_SEEDS))
@@ -178,8 +185,10 @@ def test_cpu_scale_trains_on_the_full_set_with_the_fast_engine_and_family_lr():
 
 
 def test_table1_runs_each_model_at_its_own_searched_lr_and_the_search_knows_them():
-    from mlplab.experiments.recipes import CPU_LR, LR_SEARCH, lr_search
+    from mlplab.experiments.lr_search import lr_search
+    from mlplab.experiments.recipes import cpu_lr, lr_search_table
 
+    CPU_LR, LR_SEARCH = cpu_lr(), lr_search_table()
     _, _, plan = plan_experiment("table1", "cpu", dataset="fashion_mnist", check_available=False)
     specs = expand(plan.sweeps[0])
     assert len(specs) == 6
@@ -198,8 +207,9 @@ def test_table1_runs_each_model_at_its_own_searched_lr_and_the_search_knows_them
 
 
 def test_every_cpu_lr_was_searched_and_fig2d_trains_each_shallow_family_at_its_own():
-    from mlplab.experiments.recipes import CPU_LR, LR_SEARCH
+    from mlplab.experiments.recipes import cpu_lr, lr_search_table
 
+    CPU_LR, LR_SEARCH = cpu_lr(), lr_search_table()
     # RP variants share their normal family's lr; everything else in the table has a search entry
     unsearched = {k for k in CPU_LR if k not in LR_SEARCH["models"]}
     assert unsearched == {"default"} | {k for k in CPU_LR if k.startswith("rp_")}
@@ -234,7 +244,7 @@ def test_every_id_fits_30_minutes_by_the_list_estimate(scale):
     """The estimate ``reproduce --list`` prints (plan_experiment + cost.estimate_cost) is ≤ 30 min
     for every id, planned on Fashion-MNIST as on a machine without the published datasets."""
     over = {}
-    for id in list_experiments():
+    for id in SPEC_IDS:
         _, _, plan = plan_experiment(id, scale, dataset="fashion_mnist", check_available=False)
         minutes = estimate_cost(plan, scale)["est_s"] / 60
         if minutes > 30:
@@ -246,7 +256,7 @@ def test_trained_ids_run_three_seeds_or_more_at_cpu_scale():
     from mlplab.experiments.recipes import CPU_SEEDS
 
     five = {"fig2d", "figS5", "figS6-S8"}  # small effects: five seeds
-    for id in list_experiments():
+    for id in SPEC_IDS:
         _, _, plan = plan_experiment(id, "cpu", dataset="fashion_mnist", check_available=False)
         for sw in plan.sweeps:
             if sw.task != "train" or id == "scaling":  # scaling: one run per (size, N, T), bootstrap over runs
@@ -280,19 +290,19 @@ def test_quick_figS6_S8_is_a_subset_of_cpu_that_can_be_decided():
 
 
 def _measured_experiments() -> dict[str, tuple[float, float, int | None]]:
-    from mlplab.experiments.cost import CALIBRATION
+    from mlplab.experiments.cost import calibration
 
-    (row,) = [r for r in CALIBRATION if "s_per_example" not in r]
+    (row,) = [r for r in calibration()["rows"] if "s_per_example" not in r]
     return {k: v for k, v in row.items() if k not in ("what", "source")}
 
 
 def test_cost_constants_reproduce_the_calibration_rows():
-    """t(F, A) at the module's constants meets every timed row of ``cost.CALIBRATION`` within 31 %
+    """t(F, A) at the module's constants meets every timed row of ``cost.calibration()`` within 31 %
     (the S = 124, C = 8 S-Mixer is 30 % low, the rest within 22 %); table1's two models, timed
     only together, within 5 % on their mean."""
-    from mlplab.experiments.cost import CALIBRATION, example_s
+    from mlplab.experiments.cost import calibration, example_s
 
-    rows = [r for r in CALIBRATION if "s_per_example" in r]
+    rows = [r for r in calibration()["rows"] if "s_per_example" in r]
     for r in rows:
         if not r.get("pair_mean"):
             assert abs(example_s(r["flops"], r["activations"]) / r["s_per_example"] - 1) <= 0.31, r["what"]
@@ -304,8 +314,8 @@ def test_cost_constants_reproduce_the_calibration_rows():
 @pytest.mark.parametrize("key", sorted(_measured_experiments()))
 def test_estimate_is_at_least_the_measured_experiment(key):
     """Every experiment timed on the 2-core machine took no longer than its estimate (the plan as
-    it was timed: today's plan, or at the epochs CALIBRATION names, on Fashion-MNIST), and
-    CALIBRATION states that estimate."""
+    it was timed: today's plan, or at the epochs the calibration names, on Fashion-MNIST), and
+    the calibration states that estimate."""
     id, scale = key.split()
     measured, stated, epochs = _measured_experiments()[key]
     overrides = {"schedule.epochs": epochs} if epochs is not None else None

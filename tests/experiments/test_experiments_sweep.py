@@ -57,7 +57,7 @@ def test_derived_from_the_budget_planner():
                          derived=[lambda o: [{"meta.C": c, "meta.S": s} for c, s in
                                              pairs_for(o["meta.omega"], channels=[16, 32, 48])]]))
     got = [(s.overrides["meta.C"], s.overrides["meta.S"]) for s in specs]
-    assert got == [(16, 173), (32, 113), (48, 83), (83, 48), (113, 32), (173, 16)]  # SPEC §3
+    assert got == [(16, 173), (32, 113), (48, 83), (83, 48), (113, 32), (173, 16)]  # docs/science.md §3
 
 
 def test_folder_names_from_varying_overrides():

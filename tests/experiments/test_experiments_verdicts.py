@@ -4,7 +4,7 @@ import math
 import numpy as np
 import pytest
 
-from mlplab.experiments.verdicts import (ALPHA, Verdict, best_is_interior, compare, deterministic, holm,
+from mlplab.experiments.verdicts import (ALPHA, Verdict, best_is_interior, compare, deterministic, holm, holm_decision,
                                          interior_optimum, lowest_of, noninferior, paired_t, quadratic_minimum,
                                          ratio_interval, trend, worst_of)
 
@@ -271,4 +271,17 @@ def test_verdict_prints_its_unit_and_refuses_an_unknown_kind():
     t = trend(M, seeds_of([40, 35, 31, 28]), sign=-1, what="Δ error", unit="points")
     assert t.unit == "points" and t.effect_name == "mean Δ error per doubling"
     with pytest.raises(ValueError, match="kind"):
-        Verdict(None, kind="guess")
+        Verdict(held=None, kind="guess")
+    with pytest.raises(TypeError):  # keyword-only: eleven positional numbers and strings are easy to swap
+        Verdict(True, "paired t", 1.0, 0.01)
+
+
+def test_holm_decision_held_refuted_undecided():
+    """Holm over two tests: adjusted p's 2·min, then max(that, the other); HELD needs every claim
+    test to reject, a single reverse test rejecting refutes."""
+    claim, against, held, p = holm_decision([0.01, 0.02], [0.99, 0.98])
+    assert claim == [0.02, 0.02] and held is True and p == 0.02
+    claim, against, held, p = holm_decision([0.01, 0.6], [0.99, 0.01])
+    assert against == [0.99, 0.02] and held is False and p == 0.02
+    _, _, held, p = holm_decision([0.01, 0.6], [0.99, 0.4])
+    assert held is None and p == 0.6

@@ -2,7 +2,12 @@
 
 float64: exact (libm erf/exp) to 1e-12, forward and every gradient; float32 and bfloat16 (the
 vectorised erf/exp, bf16 rounding) to their precision; NaN passes through; the build is cached
-and a machine without a compiler reports why."""
+and a machine without a compiler reports why; the C prototypes come from one signature table."""
+import os
+import re
+import subprocess
+import sys
+
 import pytest
 import torch
 import torch.nn as nn
@@ -150,8 +155,57 @@ def test_unsupported_inputs_are_refused():
     ln = _norm(8, torch.float32)
     with pytest.raises(TypeError, match="no kernel"):
         fused.residual_norm(torch.randn(2, 8), torch.randn(2, 8, dtype=torch.float64), ln)
-    with pytest.raises(ValueError, match="rows of at most"):
+    with pytest.raises(ValueError, match="weight and bias of the residual's dtype"):
         fused.residual_norm(torch.randn(2, 8, dtype=torch.float64), torch.randn(2, 8, dtype=torch.float64), ln)
+    with pytest.raises(ValueError, match="CPU tensors"):
+        fused.residual_norm(torch.randn(2, 8, device="meta"), torch.randn(2, 8, device="meta"), ln)
+
+
+def test_status_names_the_library():
+    assert fused.status() == {"available": True, "reason": None, "library": str(fused._library()[0].path)}
+
+
+def test_a_signature_that_disagrees_with_the_c_source_fails_the_build_once(tmp_path, monkeypatch):
+    """The build writes the prototypes from SIGNATURES: an argument typed differently there than
+    in the C definition is a compile error, not a corrupted call; the failure is remembered for
+    the cache key, so the next process does not run the compiler again."""
+    monkeypatch.setenv("MLPLAB_KERNEL_CACHE", str(tmp_path))
+    sig = dict(fused.SIGNATURES)
+    sig["residual_norm_forward"] = sig["residual_norm_forward"].replace("int act", "double act")
+    monkeypatch.setattr(fused, "SIGNATURES", sig)
+    path, why = fused._build()
+    assert path is None and "conflicting types" in why, why
+    assert [p.suffix for p in tmp_path.iterdir()] == [".failed"]
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: pytest.fail("the failed build was retried"))
+    path, again = fused._build()
+    assert path is None and again.startswith(why) and "delete" in again
+
+
+def test_calls_are_checked_against_the_signatures():
+    kernels = fused._library()[0]
+    e = torch.empty(0)
+    args = dict(R=0, C=8, x=e, t=e, tb=None, div=0, act=0, gamma=e, beta=e, eps=1e-5, u_out=e, h=e, mean=e, rstd=e,
+                nthreads=1)
+    kernels("residual_norm_forward", "f32", **args)
+    with pytest.raises(TypeError, match="missing argument 'eps'"):
+        kernels("residual_norm_forward", "f32", **{k: v for k, v in args.items() if k != "eps"})
+    with pytest.raises(TypeError, match="unknown argument"):
+        kernels("residual_norm_forward", "f32", **args, bias=e)
+    with pytest.raises(TypeError, match="x must be a contiguous torch.float32 tensor, got torch.float64"):
+        kernels("residual_norm_forward", "f32", **{**args, "x": e.double()})
+    # a buffer the kernel cannot allocate (a 2**40-entry row) is an exception, not a crash
+    with pytest.raises(MemoryError, match="could not allocate"):
+        kernels("residual_norm_forward", "f32", **{**args, "C": 2 ** 40})
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/maps")
+def test_the_kernels_run_on_torchs_openmp_runtime():
+    """One OpenMP runtime in the process: the kernels' libgomp.so.1 is torch's copy."""
+    fused._library()
+    with open("/proc/self/maps") as f:
+        runtimes = {os.path.realpath(line.split()[-1]) for line in f
+                    if re.search(r"/lib(g|i)?omp[^/]*\.so", line.split()[-1])}
+    assert len(runtimes) == 1, runtimes
 
 
 def test_the_build_is_cached_per_source_and_cpu(tmp_path, monkeypatch):

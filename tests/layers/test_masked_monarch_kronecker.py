@@ -120,7 +120,7 @@ def test_kronecker_equals_v_kron_w():
     kr = KroneckerLinear(12, 20, in_shape=(3, 4), out_shape=(5, 4)).to(f64)
     x = torch.randn(6, 12, dtype=f64)
     torch.testing.assert_close(kr(x), x @ kr.dense().T + kr.bias, rtol=0, atol=1e-12)
-    # vec(W X Vᵀ) with X = unvec(x) (column-major, SPEC §1)
+    # vec(W X Vᵀ) with X = unvec(x) (column-major, docs/science.md §1)
     X = x[0].reshape(4, 3).T  # (a, b) = (3, 4): vec(X) = x[0]
     torch.testing.assert_close(kr(x[:1])[0] - kr.bias, vec(kr.W @ X @ kr.V.T), rtol=0, atol=1e-12)
     assert KroneckerLinear(784, 784).in_shape == (28, 28)

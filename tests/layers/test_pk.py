@@ -22,12 +22,12 @@ def _copy(mod):
 
 
 def _token(S_in, S, C, inner, force=False):
-    return PKMixing(inner, (S_in, C), (S, C), C, S_in, S, arrangement="gather" if force else None).double()
+    return PKMixing(inner, (S_in, C), (S, C), "columns", impl="definition" if force else "auto").double()
 
 
 def _channel(S, C, inner, force=False):
-    return PKMixing(inner, (S, C), (S, C), S, C, C, commutation_perm(S, C),
-                    invert_perm(commutation_perm(S, C)), arrangement="gather" if force else None).double()
+    return PKMixing(inner, (S, C), (S, C), "rows", commutation_perm(S, C), invert_perm(commutation_perm(S, C)),
+                    impl="definition" if force else "auto").double()
 
 
 @pytest.mark.parametrize("kind, S_in, S, C", [("token", 5, 5, 3), ("token", 6, 4, 3), ("channel", 4, 4, 5)])
@@ -63,7 +63,8 @@ def test_gather_path_is_j2_kron_j1_with_mlp_inner():
     g = torch.Generator().manual_seed(2)
     p_in, p_out = random_perm(12, g), random_perm(n1 * n2o, g)
     inner = Mlp(n2, 4, n2o).double()
-    layer = PKMixing(inner, (rows, cols), (n2o, n1), n1, n2, n2o, p_in, p_out).double()
+    layer = PKMixing(inner, (rows, cols), (n2o, n1), n1, p_in, p_out).double()
+    assert (layer.n1, layer.n2, layer.n2_out) == (n1, n2, n2o)  # derived from the shapes
     X = torch.randn(2, rows, cols, dtype=D)
     eye = torch.eye(n1, dtype=D)
     h = torch.kron(eye, inner.fc1.weight.detach()) @ perm_matrix(p_in) @ vec(X).T
@@ -84,7 +85,7 @@ def test_pk_layer_vec_form_and_effective_weight():
 def test_permutations_survive_state_dict_round_trip():
     g = torch.Generator().manual_seed(4)
     S, C = 4, 3
-    a = PKMixing(nn.Linear(C, C), (S, C), (S, C), S, C, C, random_perm(S * C, g), random_perm(S * C, g)).double()
+    a = PKMixing(nn.Linear(C, C), (S, C), (S, C), "rows", random_perm(S * C, g), random_perm(S * C, g)).double()
     b = _channel(S, C, nn.Linear(C, C))  # given permutations that happen to be the rows arrangement
     assert b.arrangement == "rows"
     buf = io.BytesIO()
@@ -100,16 +101,22 @@ def test_permutations_survive_state_dict_round_trip():
 
 
 def test_fixed_arrangements_store_nothing_and_check_their_shapes():
-    rows = PKMixing(nn.Linear(3, 3), (4, 3), (4, 3), 4, 3, 3, arrangement="rows")
-    cols = PKMixing(nn.Linear(4, 4), (4, 3), (4, 3), 3, 4, 4, arrangement="columns")
+    rows = PKMixing(nn.Linear(3, 3), (4, 3), (4, 3), "rows")
+    cols = PKMixing(nn.Linear(4, 4), (4, 3), (4, 3), "columns")
     assert dict(rows.named_buffers()) == {} and dict(cols.named_buffers()) == {}
+    assert (rows.n1, rows.n2, cols.n1, cols.n2) == (4, 3, 3, 4)
     assert torch.equal(rows.j1(), commutation_perm(4, 3)) and torch.equal(cols.j1(), torch.arange(12))
-    with pytest.raises(ValueError, match="arrangement='rows' needs"):
-        PKMixing(nn.Linear(4, 4), (4, 3), (4, 3), 3, 4, 4, arrangement="rows")
-    with pytest.raises(ValueError, match="pass no permutations"):
-        PKMixing(nn.Linear(3, 3), (4, 3), (4, 3), 4, 3, 3, torch.arange(12), arrangement="rows")
-    with pytest.raises(ValueError, match="arrangement must be one of"):
-        PKMixing(nn.Linear(3, 3), (4, 3), (4, 3), 4, 3, 3, arrangement="diagonal")
+    assert rows.gathers is None and rows.arrangement == "rows"
+    with pytest.raises(ValueError, match="group map takes 4 -> 4 entries"):
+        PKMixing(nn.Linear(4, 4), (4, 3), (4, 3), "rows")
+    with pytest.raises(ValueError, match="groups='columns' keeps the columns"):
+        PKMixing(nn.Linear(4, 4), (4, 3), (4, 2), "columns")
+    with pytest.raises(ValueError, match="groups must be"):
+        PKMixing(nn.Linear(3, 3), (4, 3), (4, 3), "diagonal")
+    with pytest.raises(ValueError, match="groups must be"):
+        PKMixing(nn.Linear(3, 3), (4, 3), (4, 3), 4)  # a group count needs free permutations
+    with pytest.raises(ValueError, match="impl must be one of"):
+        PKMixing(nn.Linear(3, 3), (4, 3), (4, 3), "rows", impl="fast")
 
 
 def test_rp_mixer_permutations_saved_with_the_model():
@@ -137,12 +144,12 @@ def test_rp_mixer_permutations_saved_with_the_model():
 )
 def test_bad_permutations_refused(perm_in, perm_out, match):
     with pytest.raises(ValueError, match=match):
-        PKMixing(nn.Linear(3, 3), (4, 3), (4, 3), 4, 3, 3, perm_in, perm_out)
+        PKMixing(nn.Linear(3, 3), (4, 3), (4, 3), "rows", perm_in, perm_out)
 
 
 def test_bad_grouping_refused():
-    with pytest.raises(ValueError, match="does not fit"):
-        PKMixing(nn.Linear(3, 3), (4, 3), (4, 3), 5, 3, 3)
+    with pytest.raises(ValueError, match="5 groups do not fit"):
+        PKMixing(nn.Linear(3, 3), (4, 3), (4, 3), 5, torch.arange(12))
 
 
 def test_permute_entries_gradient():
@@ -153,8 +160,8 @@ def test_permute_entries_gradient():
 
 
 def test_dtype_move_keeps_paths():
-    layer = PKMixing(nn.Linear(3, 3), (4, 3), (4, 3), 4, 3, 3, torch.arange(12), arrangement="gather")
+    layer = PKMixing(nn.Linear(3, 3), (4, 3), (4, 3), "rows", torch.arange(12), impl="definition")
     layer = layer.double()
-    assert layer.arrangement == "gather" and layer._gather[0].dtype == torch.long
+    assert layer.arrangement == "gather" and layer.gathers[0].dtype == torch.long
     x = torch.randn(2, 4, 3, dtype=D)
     assert layer(x).dtype == D

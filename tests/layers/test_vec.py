@@ -1,4 +1,4 @@
-"""The vec convention of SPEC §1 (column-major) and the permutation index convention."""
+"""The vec convention of docs/science.md §1 (column-major) and the permutation index convention."""
 import pytest
 import torch
 

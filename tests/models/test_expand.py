@@ -1,4 +1,4 @@
-"""expand_resolution (SPEC §7): on a K×K tiling of K² images the expanded Mixer's logits are the
+"""expand_resolution (docs/science.md §7): on a K×K tiling of K² images the expanded Mixer's logits are the
 mean of the original's logits on the tiles, exactly up to float64 rounding."""
 import pytest
 import torch

@@ -99,7 +99,7 @@ def test_checkpoints_with_implied_permutations_still_load_and_rp_ones_are_refuse
 def test_columns_arrangement_with_bias_free_linear_and_generic_inner():
     torch.manual_seed(1)
     for inner in (nn.Linear(5, 7, bias=False).double(), nn.Sequential(nn.Linear(5, 7), nn.Tanh()).double()):
-        pk = PKMixing(inner, (5, 3), (7, 3), 3, 5, 7)
+        pk = PKMixing(inner, (5, 3), (7, 3), "columns")
         assert pk.arrangement == "columns"
         x = torch.randn(2, 5, 3, dtype=torch.float64)
         y = pk(x)

@@ -166,3 +166,20 @@ def test_wrong_image_shape_is_refused():
         model = build(name)
         with pytest.raises(ValueError, match="set image_size/in_chans"):
             model(torch.zeros(1, 3, 5, 5))
+
+
+@pytest.mark.parametrize("name,extra", [(n, {}) for n in ALL] + [("sw_mlp", {"storage": "sparse"})],
+                         ids=[*ALL, "sw_mlp-sparse"])
+def test_every_family_trains_under_bf16_autocast(name, extra):
+    """``precision=auto`` picks bf16 autocast on CPUs with native bf16 and on Ampere+ GPUs: every
+    model, the CSR-stored SW-MLP included, must take a finite step there."""
+    model = build(name, **extra)
+    with torch.no_grad():
+        torch.nn.init.normal_(model.head.weight, std=0.1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss = torch.nn.functional.cross_entropy(model(images(model)), torch.tensor([0, 1, 2]))
+    loss.backward()
+    assert torch.isfinite(loss)
+    assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in model.parameters() if p.requires_grad)
+    opt.step()

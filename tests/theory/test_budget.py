@@ -1,4 +1,4 @@
-"""The connection budget Ω (SPEC §3): formulas, and every integer list the paper uses."""
+"""The connection budget Ω (docs/science.md §3): formulas, and every integer list the paper uses."""
 import json
 import math
 
@@ -27,7 +27,7 @@ def test_paper_pairs_and_symmetric_pairs(omega, channels, tokens):
 
 
 def test_paper_pairs_written_out():
-    # SPEC §3, literally
+    # docs/science.md §3, literally
     assert plan_budget(2**18, channels=[16, 32, 48], symmetric=True).pairs() == [
         (16, 173), (32, 113), (48, 83), (83, 48), (113, 32), (173, 16)]
     assert plan_budget(2**21, channels=[16, 32, 64], symmetric=True).pairs() == [

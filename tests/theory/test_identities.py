@@ -1,4 +1,4 @@
-"""The identities of SPEC §1 and Corollary 3.4, exactly, in float64 on small random matrices."""
+"""The identities of docs/science.md §1 and Corollary 3.4, exactly, in float64 on small random matrices."""
 import pytest
 import torch
 

@@ -1,6 +1,9 @@
 """Compile policy: auto compiles on CUDA only, an explicit choice is kept, a missing C++ compiler
-falls back to eager with one line, and a compiled run trains to the eager run's result."""
+falls back to eager with one line, and a compiled run trains to the eager run's result; the run
+names the implementation each model ran."""
 import io
+import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -19,6 +22,7 @@ from train_helpers import tiny_overrides
     (True, "cpu", "fp32", 1, True), (False, "cuda", "bf16", 5000, False)])
 def test_resolve_compile(monkeypatch, choice, device, precision, steps, expect):
     monkeypatch.setattr(backend, "cpp_compiler", lambda: "/usr/bin/c++")
+    monkeypatch.setattr(backend, "compile_unavailable_reason", lambda device: None)  # a GPU Triton supports
     assert backend.resolve_compile(choice, torch.device(device), precision, steps) is expect
 
 
@@ -62,12 +66,13 @@ def test_compiled_run_matches_eager(tmp_path):
     (True, "cuda", False, "fp32"),  # a GPU without bf16: the CPU's flags do not matter
 ])
 def test_precision_auto_follows_the_hardware(monkeypatch, native, device, cuda_bf16, expect):
-    from mlplab.train import loop
+    from mlplab.train import runplan
 
-    monkeypatch.setattr(loop, "cpu_has_native_bf16", lambda: native)
+    monkeypatch.setattr(runplan, "cpu_has_native_bf16", lambda: native)
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: cuda_bf16)
-    assert loop.resolve_precision("auto", torch.device(device)) == expect
-    assert loop.resolve_precision("fp32", torch.device(device)) == "fp32"
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (9, 0))  # per generation: test_gpu_policy
+    assert runplan.resolve_precision("auto", torch.device(device)) == expect
+    assert runplan.resolve_precision("fp32", torch.device(device)) == "fp32"
 
 
 _FAULTS_PER_CYCLE = r"""
@@ -112,3 +117,52 @@ def test_keep_freed_memory_reuses_blocks_without_page_faults():
     assert unmapped >= 3 * 1024, unmapped  # the measurement sees unmapping
     assert float(kept) < unmapped / 8, (kept, unmapped)
     assert backend.keep_freed_memory() is backend.keep_freed_memory()  # idempotent
+
+
+# ----------------------------------------------------------------------------- implementation
+
+def test_the_run_names_the_implementation_each_model_ran(monkeypatch):
+    from mlplab.layers import fused
+    from mlplab.models import create_model
+    from mlplab.train.backend import describe_implementation, implementation_line
+
+    cpu = torch.device("cpu")
+    mixer = create_model("s_mixer", hidden_dim=8, depth=2, image_size=8)
+    if fused.available():
+        d = describe_implementation(mixer, cpu, "fp32", False)
+        assert d["path"] == "fused seams" and d["why_not_fused"] is None and d["kernels"]["available"]
+        assert implementation_line(d) == "fused seams, eager, fp32"
+    mixer.impl = "module"
+    assert implementation_line(describe_implementation(mixer, cpu, "bf16", True)) == \
+        "module path (impl=module), compiled, bf16"
+    mixer.impl = "auto"
+    monkeypatch.setattr(fused, "available", lambda: False)
+    monkeypatch.setattr(fused, "status", lambda: {"available": False, "reason": "no C compiler", "library": None})
+    d = describe_implementation(mixer, cpu, "fp32", False)
+    assert (d["path"], d["why_not_fused"]) == ("module path", "the fused kernels are unavailable: no C compiler")
+    assert d["kernels"]["reason"] == "no C compiler"
+    d = describe_implementation(create_model("mlp", image_size=8), cpu, "fp32", False)
+    assert (d["path"], d["why_not_fused"], d["kernels"]) == ("module path", None, None)  # no fused path to miss
+
+
+def test_an_impl_the_model_or_machine_lacks_is_refused_in_one_sentence():
+    from mlplab.errors import BadInput
+    from mlplab.models import create_model
+    from mlplab.train.backend import apply_impl
+
+    cpu = torch.device("cpu")
+    with pytest.raises(BadInput, match="model.impl=fused: mlp has no 'fused' implementation"):
+        apply_impl(create_model("mlp", image_size=8), "fused", cpu, "fp32")
+    with pytest.raises(BadInput, match="the fused seams cannot run this training step: a Mixer without LayerNorms"):
+        apply_impl(create_model("s_mixer", hidden_dim=8, depth=1, image_size=8, norm=False), "fused", cpu, "fp32")
+    assert apply_impl(create_model("s_mixer", hidden_dim=8, depth=1, image_size=8), "definition", cpu, "fp32").impl \
+        == "definition"
+
+
+def test_results_record_the_implementation(tiny):
+    from mlplab.train import train
+
+    res = train(tiny("impl", **{"model.impl": "module"}))
+    saved = json.loads((Path(res["run_dir"]) / "results.json").read_text())
+    assert saved["implementation"]["path"] == "module path" and saved["implementation"]["impl"] == "module"
+    assert saved["implementation"]["why_not_fused"] == "impl=module"

@@ -8,6 +8,7 @@ import torch
 from safetensors.torch import load_file
 
 import mlplab.train.loop as loop
+import mlplab.train.runplan as runplan
 from mlplab.models import create_model
 from mlplab.train import NonFiniteError, RunExistsError, make_config, train
 from mlplab.train.config import to_dict
@@ -63,7 +64,7 @@ def test_non_finite_loss_stops_with_the_step(tiny, monkeypatch):
         model.forward = fwd
         return model
 
-    monkeypatch.setattr(loop, "create_model", poisoned)
+    monkeypatch.setattr(runplan, "create_model", poisoned)
     with pytest.raises(NonFiniteError, match=r"non-finite loss or gradient at step 6 \(epoch 1\)"):
         train(tiny("nan", **{"run.nan_check_every": 3}))
     assert not (Path(tiny("nan").run.out_dir) / "nan" / "checkpoint").exists()  # none from bad weights
@@ -75,7 +76,7 @@ def test_grad_norm_check_catches_non_finite_gradients(tiny, monkeypatch):
         model.head.weight.register_hook(lambda g: g * float("inf"))
         return model
 
-    monkeypatch.setattr(loop, "create_model", poisoned)
+    monkeypatch.setattr(runplan, "create_model", poisoned)
     with pytest.raises(NonFiniteError, match="at step 1 "):
         train(tiny("inf", **{"optim.grad_clip": 1.0}))
 

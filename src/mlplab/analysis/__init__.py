@@ -1,4 +1,4 @@
-"""Analysis: CKA, spectra, weight pictures, implicit regularisation, scaling-law fits, cost.
+"""Analysis: CKA, linear few-shot evaluation, spectra, weight pictures, implicit regularisation, scaling-law fits, cost.
 
 Submodules are imported on first use (matplotlib and scipy cost seconds to import), so
 ``import mlplab.analysis.cost`` stays cheap for the training loop.
@@ -46,6 +46,9 @@ _EXPORTS = {
     "spectrum_vs_width": "spectra",
     "sw_lambda_max_theory": "spectra",
     "sw_lplus": "spectra",
+    "FewShotResult": "fewshot",
+    "extract_features": "fewshot",
+    "linear_few_shot": "fewshot",
     "count_flops": "cost",
     "count_params": "cost",
     "model_summary": "cost",

@@ -1,4 +1,4 @@
-"""Linear CKA between representations, full batch and mini-batch (SPEC §6).
+"""Linear CKA between representations, full batch and mini-batch (docs/science.md §6).
 
 Centred kernel alignment compares two sets of features X ∈ R^{n×p}, Y ∈ R^{n×q} of the same n
 examples through their Gram matrices K = XXᵀ, L = YYᵀ:
@@ -51,7 +51,7 @@ def _as_f64(x) -> torch.Tensor:
 
 
 def _flatten(x) -> torch.Tensor:
-    """(N, ...) -> (N, -1) in float64: each example's feature as one vector (SPEC §6)."""
+    """(N, ...) -> (N, -1) in float64: each example's feature as one vector (docs/science.md §6)."""
     x = _as_f64(x)
     return x.reshape(x.shape[0], -1)
 
@@ -109,7 +109,7 @@ def linear_cka(X, Y, unbiased: bool = False) -> float:
 
     ``unbiased=False``: the original CKA (Kornblith et al. 2019) with the biased HSIC₀, equal to
     ‖YcᵀXc‖_F² / (‖XcᵀXc‖_F ‖YcᵀYc‖_F) for column-centred features; in [0, 1].
-    ``unbiased=True``: HSIC₁ in place of HSIC₀ (a one-batch mini-batch CKA, SPEC §6).
+    ``unbiased=True``: HSIC₁ in place of HSIC₀ (a one-batch mini-batch CKA, docs/science.md §6).
     """
     X, Y = _flatten(X), _flatten(Y)
     if X.shape[0] != Y.shape[0]:
@@ -126,7 +126,7 @@ def linear_cka(X, Y, unbiased: bool = False) -> float:
 
 
 class MinibatchCKA:
-    """Accumulates Σ_k HSIC₁ over mini-batches for every (layer of A, layer of B) pair (SPEC §6).
+    """Accumulates Σ_k HSIC₁ over mini-batches for every (layer of A, layer of B) pair (docs/science.md §6).
 
     >>> acc = MinibatchCKA(num_a=3, num_b=2)
     >>> acc.update([xa0, xa1, xa2], [yb0, yb1])   # one mini-batch, features of each layer

@@ -1,8 +1,8 @@
-"""Numeric check of the implicit regularisation of a linear S-Mixer (SPEC §5; paper Prop. 3.3,
+"""Numeric check of the implicit regularisation of a linear S-Mixer (docs/science.md §5; paper Prop. 3.3,
 Lemma B.1).
 
 A linear S-Mixer H = W X Vᵀ (W ∈ R^{S×S}, V ∈ R^{C×C}) is the linear map vec(H) = (V ⊗ W) vec(X)
-(SPEC §1) of width m = S·C. Weight decay on the two small factors acts on the wide weight
+(docs/science.md §1) of width m = S·C. Weight decay on the two small factors acts on the wide weight
 β = V ⊗ W as an L1 penalty that favours sparsity:
 
     min_{V,W} L(V ⊗ W) + (λ/2)(‖V‖_F² + ‖W‖_F²)  ≥  min_B L(B) + (λ/(CS)) ‖B‖₁      (Prop. 3.3)
@@ -44,7 +44,7 @@ def make_bilinear_regression(S: int = 3, C: int = 3, n: int = 64, noise: float =
                              seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """Inputs X (n, SC) and targets Y (n, SC) with y = (V* ⊗ W*) x + noise, x ~ N(0, I).
 
-    Rows are examples; x and y are vec's of S×C feature matrices (column-major, SPEC §1).
+    Rows are examples; x and y are vec's of S×C feature matrices (column-major, docs/science.md §1).
     """
     rng = np.random.default_rng(seed)
     m = S * C
@@ -213,7 +213,7 @@ class ImplicitBiasResult:
 def check_implicit_regularisation(S: int = 3, C: int = 3, n: int = 64, lam: float = 0.1,
                                   noise: float = 0.1, seed: int = 0,
                                   data: tuple[np.ndarray, np.ndarray] | None = None) -> ImplicitBiasResult:
-    """Train both sides of Prop. 3.3 on a bilinear regression and compare (SPEC §5).
+    """Train both sides of Prop. 3.3 on a bilinear regression and compare (docs/science.md §5).
 
     ``data=(X, Y)`` uses given data (rows: examples, SC columns); otherwise
     :func:`make_bilinear_regression`. The chain checked is

@@ -4,7 +4,7 @@ Each picture has two halves: an *array builder* that returns exactly the matrice
 shown (tested on its own), and a *plot* function that draws them on a matplotlib ``Figure``
 (Agg canvas, no pyplot global state) and optionally saves PNG + PDF atomically.
 
-* Paper Fig. S.9 (SPEC §7 figS9): the SW-MLP weight M ⊙ A, the Mixer's effective token-mixing
+* Paper Fig. S.9 (docs/science.md §7 figS9): the SW-MLP weight M ⊙ A, the Mixer's effective token-mixing
   weight I_C ⊗ W and the RP-Mixer's J1 (I_C ⊗ W) J2, at S = C = 8 (m = 64). All three have
   density 1/C; only the first is unstructured.
 * Learned token-mixing units: row u of the first token-mixing weight holds one weight per
@@ -83,8 +83,8 @@ def effective_weight_arrays(S: int = 8, C: int = 8, density: float | None = None
     """The three m×m (m = S·C) matrices of paper Fig. S.9, float64 numpy arrays.
 
     * ``"sw"``: M ⊙ A, M ~ Bernoulli(p) (default p = 1/C, the Mixer's density), A ~ N(0, 1/m)
-      with the mask's ones scaled by 1/√p (SPEC §4).
-    * ``"mixer"``: I_C ⊗ W, the effective token-mixing weight (SPEC §1, Prop. 3.2), W ∈ R^{S×S}
+      with the mask's ones scaled by 1/√p (docs/science.md §4).
+    * ``"mixer"``: I_C ⊗ W, the effective token-mixing weight (docs/science.md §1, Prop. 3.2), W ∈ R^{S×S}
       (given, or N(0, 1/S)).
     * ``"rp_mixer"``: J1 (I_C ⊗ W) J2 with independent uniformly random permutations J1, J2.
 

@@ -1,4 +1,4 @@
-"""Scaling-law fits in compute (SPEC §7, after Bachmann et al. 2023, "Scaling MLPs").
+"""Scaling-law fits in compute (docs/science.md §7, after Bachmann et al. 2023, "Scaling MLPs").
 
 * Compute of a run: C = FLOP(f) · 3 · N · T — forward FLOPs per example, ×3 for forward plus
   backward, N examples, T epochs (:func:`compute_budget`).
@@ -43,14 +43,14 @@ PUBLISHED_EXPONENTS = {"beta_P": 0.35, "beta_N": 0.65}
 
 
 def compute_budget(flops_per_example, num_examples, epochs):
-    """C = FLOP(f) · 3 · N · T (SPEC §7): forward FLOPs per example, ×3 for the backward pass,
+    """C = FLOP(f) · 3 · N · T (docs/science.md §7): forward FLOPs per example, ×3 for the backward pass,
     N training examples, T epochs. Broadcasts over arrays."""
     return np.asarray(flops_per_example, dtype=np.float64) * 3.0 * np.asarray(num_examples, dtype=np.float64) \
         * np.asarray(epochs, dtype=np.float64)
 
 
 def scaling_law(C, a: float, b: float, alpha: float, e_inf: float):
-    """E(C) = a (b + C)^(−α) + E∞ (SPEC §7)."""
+    """E(C) = a (b + C)^(−α) + E∞ (docs/science.md §7)."""
     return a * np.power(b + np.asarray(C, dtype=np.float64), -alpha) + e_inf
 
 
@@ -84,7 +84,7 @@ def _log_model(x, log_A, log10_b, alpha, e_inf):
 
 def fit_scaling_law(C: Sequence[float], E: Sequence[float], p0: dict | None = None,
                     fix_b_zero: bool = False, maxfev: int = 20000) -> ScalingLawFit:
-    """Fit E(C) = a (b + C)^(−α) + E∞ by least squares on log E (SPEC §7).
+    """Fit E(C) = a (b + C)^(−α) + E∞ by least squares on log E (docs/science.md §7).
 
     ``C``: compute per run (see :func:`compute_budget`), ``E``: error (> 0), at least 4 runs.
     ``p0``: optional initial guesses {a, b, alpha, e_inf} in raw units (tried first).
@@ -210,7 +210,7 @@ def fit_power(x: Sequence[float], y: Sequence[float]) -> tuple[float, float]:
 def fit_frontier_exponents(C: Sequence[float], E: Sequence[float], params: Sequence[float] | None = None,
                            examples: Sequence[float] | None = None, method: str = "pareto",
                            num_buckets: int = 10) -> dict:
-    """Exponents of the compute-optimal allocation: P*(C) ∝ C^β_P, N*(C) ∝ C^β_N (SPEC §7).
+    """Exponents of the compute-optimal allocation: P*(C) ∝ C^β_P, N*(C) ∝ C^β_N (docs/science.md §7).
 
     ``params``: parameter count per run; ``examples``: examples seen per run (N·T). The frontier
     comes from :func:`compute_optimal_frontier`. Returns β_P and β_N (those given), the

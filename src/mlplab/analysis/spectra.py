@@ -1,4 +1,4 @@
-"""Largest singular values of Mixer and sparse-weight (SW) MLP weights (SPEC §4).
+"""Largest singular values of Mixer and sparse-weight (SW) MLP weights (docs/science.md §4).
 
 Why this matters (Hayase & Karakida 2024, Fig. 4 right and Fig. S.1): at a fixed connection budget Ω
 a wider SW-MLP has a sparser weight M ⊙ A, and sparse random matrices have a larger top
@@ -7,10 +7,10 @@ through Kronecker products with identities and permutations, which leave the spe
 small dense weights unchanged. So the SW-MLP's λ_max grows with width while the Mixer's stays
 at the Marchenko–Pastur edge.
 
-* Dense γn×n weight, i.i.d. N(0, 1/n): λ_max → c_γ = 1 + √γ (MP edge; SPEC §4).
+* Dense γn×n weight, i.i.d. N(0, 1/n): λ_max → c_γ = 1 + √γ (MP edge; docs/science.md §4).
 * I_n ⊗ W and J2 (I_n ⊗ W) J1 (permutations J1, J2) have exactly the singular values of W.
 * SW weight M ⊙ A (γm×m), M_ij ~ Bernoulli(p) with ones scaled by 1/√p, A_ij ~ N(0, 1/m): with
-  q = sqrt(p m),  λ_max² ≈ L+ = c_γ² + 3 c_γ² √γ (1 − p)/q² + O(1/q⁴)   (SPEC §4, the L+
+  q = sqrt(p m),  λ_max² ≈ L+ = c_γ² + 3 c_γ² √γ (1 − p)/q² + O(1/q⁴)   (docs/science.md §4, the L+
   equation). At fixed Ω = p γ m², (1 − p)/q² = γm/Ω − 1/m grows linearly in m.
 """
 from __future__ import annotations
@@ -49,7 +49,7 @@ __all__ = [
 # --------------------------------------------------------------------------- theory
 def mp_edge(gamma: float = 1.0) -> float:
     """c_γ = 1 + √γ: the limit of the largest singular value of a γn×n matrix with i.i.d.
-    N(0, 1/n) entries (Marchenko–Pastur upper edge, SPEC §4)."""
+    N(0, 1/n) entries (Marchenko–Pastur upper edge, docs/science.md §4)."""
     if gamma <= 0:
         raise ValueError(f"gamma must be > 0, got {gamma}")
     return 1.0 + math.sqrt(gamma)
@@ -57,7 +57,7 @@ def mp_edge(gamma: float = 1.0) -> float:
 
 def sw_lplus(gamma: float, p: float, m: float) -> float:
     """L+ = c_γ² + 3 c_γ² √γ (1 − p)/q², q = sqrt(p m): the predicted λ_max² of the SW-MLP
-    weight M ⊙ A (SPEC §4, the L+ equation; the O(1/q⁴) term dropped).
+    weight M ⊙ A (docs/science.md §4, the L+ equation; the O(1/q⁴) term dropped).
 
     Measured (3 seeds, Lanczos): γ=1, m=2048, p=0.01: λ_max = 2.179 vs sqrt(L+) = 2.140;
     γ=2, m=2048, p=0.01: 2.562 vs 2.650 — within ~2–4 % at these sizes."""
@@ -82,7 +82,7 @@ def _generator(seed: int | torch.Generator | None) -> torch.Generator:
 
 def sample_mixer_weight(n: int, gamma: float = 1.0, seed: int | torch.Generator | None = 0,
                         dtype: torch.dtype = torch.float64) -> torch.Tensor:
-    """A Mixer mixing weight of shape (round(γn), n) with i.i.d. N(0, 1/n) entries (SPEC §4)."""
+    """A Mixer mixing weight of shape (round(γn), n) with i.i.d. N(0, 1/n) entries (docs/science.md §4)."""
     rows = max(1, int(round(gamma * n)))
     g = _generator(seed)
     return torch.randn(rows, n, generator=g, dtype=dtype) / math.sqrt(n)
@@ -90,7 +90,7 @@ def sample_mixer_weight(n: int, gamma: float = 1.0, seed: int | torch.Generator 
 
 def sample_sw_weight(m: int, p: float, gamma: float = 1.0, seed: int | torch.Generator | None = 0,
                      sparse: bool | None = None, dtype: torch.dtype = torch.float64):
-    """The SW-MLP weight M ⊙ A of shape (round(γm), m) for the spectral analysis (SPEC §2, §4).
+    """The SW-MLP weight M ⊙ A of shape (round(γm), m) for the spectral analysis (docs/science.md §2, §4).
 
     M_ij ~ Bernoulli(p) with its ones scaled by 1/√p, A_ij ~ N(0, 1/m), so every entry has
     variance 1/m as in the dense case. ``sparse=True`` returns a ``scipy.sparse.csr_matrix``
@@ -208,14 +208,14 @@ def largest_singular_value(W, method: str = "auto", tol: float = 1e-10, seed: in
 
 # --------------------------------------------------------------------------- fixed-Ω sweep
 def mixer_pair_for_tokens(omega: float, gamma: float, S: int) -> tuple[int, int]:
-    """(S, C) of an MLP-Mixer with Ω = γ(C S² + C² S)/2 (SPEC §3): C = (sqrt(S² + 8Ω/(γS)) − S)/2
+    """(S, C) of an MLP-Mixer with Ω = γ(C S² + C² S)/2 (docs/science.md §3): C = (sqrt(S² + 8Ω/(γS)) − S)/2
     (``mlplab.theory.budget.channels_for``), rounded to the nearest integer."""
     return int(S), max(1, round_half_up(channels_for(omega, S, gamma)))
 
 
 def mixer_pair_for_width(omega: float, gamma: float, m: float) -> tuple[int, int]:
     """(S, C) with S·C ≈ m and Ω = γ m (S + C)/2, S ≤ C: the roots of t² − (2Ω/(γm)) t + m = 0
-    (SPEC §3). A Mixer at budget Ω reaches only (sqrt(1 + 8Ω/γ) − 1)/2 ≤ m ≤ (Ω/γ)^{2/3}
+    (docs/science.md §3). A Mixer at budget Ω reaches only (sqrt(1 + 8Ω/γ) − 1)/2 ≤ m ≤ (Ω/γ)^{2/3}
     (``mlplab.theory.budget.width_bounds``)."""
     lo, hi = width_bounds(omega, gamma)
     if not lo * (1 - 1e-9) <= m <= hi * (1 + 1e-9):
@@ -230,7 +230,7 @@ def spectrum_vs_width(omega: float, gamma: float = 1.0, s_list: Sequence[int] | 
                       method: str = "auto") -> list[dict]:
     """λ_max of Mixer and SW-MLP weights against width at a fixed budget Ω (paper Fig. 4 right).
 
-    Give ``s_list`` (token counts; C follows from Ω, SPEC §3, and m = S·C) or ``widths`` (m;
+    Give ``s_list`` (token counts; C follows from Ω, docs/science.md §3, and m = S·C) or ``widths`` (m;
     the Mixer's (S, C) with S·C ≈ m from Ω, reported as ``m_mixer``). For each width m:
 
     * Mixer: the first-layer token weight (γS×S) and channel weight (γC×C), N(0, 1/n); their
@@ -305,7 +305,7 @@ def _sparse_singular_values(Z: sp.spmatrix) -> np.ndarray:
 
 @dataclass
 class NormalisedSpectrum:
-    """Singular values of Z = M ⊙ W after scaling ZZᵀ by its mean diagonal (SPEC §4, Fig. S.1).
+    """Singular values of Z = M ⊙ W after scaling ZZᵀ by its mean diagonal (docs/science.md §4, Fig. S.1).
 
     ``singular_values``: (trials, m), each row sorted in decreasing order (zeros included).
     """
@@ -322,7 +322,7 @@ class NormalisedSpectrum:
 
 
 def normalised_spectrum(a: float, omega: float = 1e3, trials: int = 50, seed: int = 0) -> NormalisedSpectrum:
-    """Spectrum experiment of SPEC §4 (paper Fig. S.1, there a = 1.5, Ω = 10³, 50 trials).
+    """Spectrum experiment of docs/science.md §4 (paper Fig. S.1, there a = 1.5, Ω = 10³, 50 trials).
 
     Width m = Ω^{(1+a)/2}, density p = Ω^{−a} (so p m² = Ω connections), Z = M ⊙ W with
     W_ij ~ N(0, 1) and M_ij ~ Bernoulli(p); ZZᵀ is divided by its mean diagonal ‖Z‖_F²/m and its
@@ -369,7 +369,7 @@ def _masked_effective_weight(mod: nn.Module):
 
 
 def model_weight_spectra(model: nn.Module, method: str = "auto", include_other: bool = False) -> list[dict]:
-    """Per-layer λ_max of a (trained) model's mixing weights (SPEC §4; paper Fig. 4 right).
+    """Per-layer λ_max of a (trained) model's mixing weights (docs/science.md §4; paper Fig. 4 right).
 
     * Mixer family: every ``nn.Linear`` inside ``blocks[i].token_mixing.inner`` /
       ``.channel_mixing.inner``; λ_max of W equals λ_max of its effective weight J2(I ⊗ W)J1.

@@ -25,8 +25,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--print-config", action="store_true", help="print the resolved config as JSON and exit")
 
 
-def finetune_config(checkpoint: str, config: str, overrides: list[str] | dict | None = None):
-    """The run config of ``mlplab finetune``: CONFIG with its model taken from CHECKPOINT."""
+def _finetune_config(checkpoint: str, config: str, overrides: list[str] | dict | None):
+    """(the run config, the checkpoint read into mlplab's terms): CONFIG with its model taken
+    from CHECKPOINT."""
     from ..interop import read_checkpoint
     from ..train.config import load_config, make_config, parse_overrides, run_name
 
@@ -34,29 +35,42 @@ def finetune_config(checkpoint: str, config: str, overrides: list[str] | dict | 
     ov = parse_overrides(overrides)
     model = dict(base.get("model", {}))
     fmt = ov.get("model.init_format", model.get("init_format", "auto"))
-    name = read_checkpoint(checkpoint, fmt).model_name
+    imported = read_checkpoint(checkpoint, fmt)
     # a fine-tuning config (no model.name) may carry model.kwargs overrides; another config's kwargs
     # describe its own model, not this checkpoint's, and are dropped
     keep = ("expand", "new_head", "init_format") + (("kwargs",) if "name" not in model else ())
-    base["model"] = {**{k: v for k, v in model.items() if k in keep}, "name": name, "init_from": str(checkpoint)}
+    base["model"] = {**{k: v for k, v in model.items() if k in keep}, "name": imported.model_name,
+                     "init_from": str(checkpoint)}
     base.get("data", {}).pop("image_size", None)  # the data is resized to the model's resolution
     if "run.name" not in ov and not base.get("run", {}).get("name"):
         stem = Path(checkpoint).stem if Path(checkpoint).is_file() else Path(checkpoint).name
         ov["run.name"] = run_name(ov, label=f"{label}-from-{stem}")
-    return make_config(base, ov)
+    return make_config(base, ov), imported
+
+
+def finetune_config(checkpoint: str, config: str, overrides: list[str] | dict | None = None):
+    """The run config of ``mlplab finetune``: CONFIG with its model taken from CHECKPOINT."""
+    return _finetune_config(checkpoint, config, overrides)[0]
+
+
+def finetune_plan(checkpoint: str, config: str, overrides: list[str] | dict | None = None):
+    """The run plan of ``mlplab finetune`` (``mlplab.train.runplan.RunPlan``), CHECKPOINT read once."""
+    from ..train.runplan import plan_run
+
+    cfg, imported = _finetune_config(checkpoint, config, overrides)
+    return plan_run(cfg, checkpoint=imported)
 
 
 def run(args: argparse.Namespace) -> int:
     from ..train import train
     from ..train.config import to_dict
-    from ..train.loop import check_run
 
     if args.resume and args.overwrite:
         print("mlplab finetune: error: --resume and --overwrite exclude each other", file=sys.stderr)
         return 2
-    cfg = check_run(finetune_config(args.checkpoint, args.config, args.overrides))  # before anything is written
+    plan = finetune_plan(args.checkpoint, args.config, args.overrides)  # before anything is written
     if args.print_config:
-        print(json.dumps(to_dict(cfg), indent=2))
+        print(json.dumps(to_dict(plan.cfg), indent=2))
         return 0
-    results = train(cfg, resume=args.resume, overwrite=args.overwrite)
+    results = train(plan, resume=args.resume, overwrite=args.overwrite)
     return 0 if results else 1

@@ -1,4 +1,4 @@
-"""``mlplab plan``: (S, C) pairs and SW-MLP widths for a connection budget Ω (SPEC §3).
+"""``mlplab plan``: (S, C) pairs and SW-MLP widths for a connection budget Ω (docs/science.md §3).
 
     mlplab plan --omega 2^18 --channels 16,32,48 --symmetric
     mlplab plan --omega 2^19 --gamma 2 --family mlp_mixer --tokens 4,8,16,32,64

@@ -7,8 +7,12 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import shlex
+import shutil
 import sys
+from pathlib import Path
+from typing import Iterator
 
 from ..experiments.recipes import SCALES
 
@@ -29,6 +33,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-report", action="store_true", help="run only; `mlplab report` later")
     parser.add_argument("--slurm", action="append", default=[], metavar="KEY=VALUE",
                         help="submitit parameter for --executor slurm (repeatable)")
+
+
+@contextlib.contextmanager
+def _out_lock(id: str, scale: str, out: str | None) -> Iterator[None]:
+    """Hold the experiment folder's lock; a folder made here and refused before any run is removed."""
+    from ..experiments.executors import SWEEP_BUSY
+    from ..experiments.registry import default_out_dir
+    from ..utils.io import LOCK_FILE, folder_lock
+
+    folder = Path(out) if out else default_out_dir(id, scale)
+    created = not folder.exists()
+    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        with folder_lock(folder, SWEEP_BUSY):
+            yield
+    except BaseException:
+        if created and [p.name for p in folder.iterdir()] == [LOCK_FILE]:
+            shutil.rmtree(folder, ignore_errors=True)
+        raise
 
 
 def run(args: argparse.Namespace) -> int:
@@ -52,9 +75,10 @@ def run(args: argparse.Namespace) -> int:
         parts += ["--set", o]
     cmd = "mlplab reproduce " + " ".join(shlex.quote(a) for a in parts)
     slurm = parse_overrides(args.slurm, what="--slurm", example="slurm_partition=gpu")
-    res = reproduce(exp.id, args.scale, dataset=args.dataset, out_dir=args.out, jobs=args.jobs, executor=executor,
-                    slurm=slurm, report=not args.no_report, command=cmd,
-                    overrides=parse_overrides(args.overrides, what="--set"))
+    overrides = parse_overrides(args.overrides, what="--set")
+    with _out_lock(exp.id, args.scale, args.out):  # a second reproduce of the same --out is refused before it writes
+        res = reproduce(exp.id, args.scale, dataset=args.dataset, out_dir=args.out, jobs=args.jobs, executor=executor,
+                        slurm=slurm, report=not args.no_report, command=cmd, overrides=overrides)
     print(f"{res['out_dir']}: {len(res['status'])} runs, {len(res['failed'])} failed")
     if res["report"]:
         print(f"report: {res['report']}")

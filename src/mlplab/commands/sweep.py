@@ -31,7 +31,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..experiments.registry import default_out_dir, get_experiment, plan_experiment, reproduce
-    from ..experiments.executors import run_sweep
+    from ..experiments.executors import finished, run_sweep
     from ..experiments.sweep import expand, load_sweep_file
     from ..train.config import parse_overrides
 
@@ -54,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
                 specs = expand(sw)
                 print(f"stage {i + 1} sweep {sw.name}: {len(specs)} runs ({sw.task})")
                 for s in specs:
-                    done = (out / sw.name / s.name / "results.json").exists()
+                    done = finished(out / sw.name / s.name)
                     print(f"  {'[done] ' if done else ''}{out / sw.name / s.name}")
                 n += len(specs)
         print(f"{n} runs in {out}")

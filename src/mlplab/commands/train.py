@@ -26,8 +26,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..train import CONFIGS, make_config, train
-    from ..train.loop import check_run
     from ..train.config import to_dict
+    from ..train.runplan import plan_run
     from ..train.presets import DESCRIPTIONS
 
     if args.list:
@@ -50,9 +50,9 @@ def run(args: argparse.Namespace) -> int:
     if args.resume and args.overwrite:
         print("mlplab train: error: --resume and --overwrite exclude each other", file=sys.stderr)
         return 2
-    cfg = check_run(make_config(args.config, args.overrides))  # before anything is written or printed
+    plan = plan_run(make_config(args.config, args.overrides))  # before anything is written or printed
     if args.print_config:
-        print(json.dumps(to_dict(cfg), indent=2))
+        print(json.dumps(to_dict(plan.cfg), indent=2))
         return 0
-    results = train(cfg, resume=args.resume, overwrite=args.overwrite)
+    results = train(plan, resume=args.resume, overwrite=args.overwrite)
     return 0 if results else 1

@@ -7,16 +7,19 @@
     for x, y in loader: ...                              # x float normalised, y int64 or (B, K)
 """
 from .table import DATASETS, DataFile, DatasetInfo, FASHION_MNIST_DEBIAN_DIR, get_info
-from .download import ChecksumError, DataError, cache_dir, download_file, safe_extract, verify_checksum
+from .download import BadData, ChecksumError, DataError, cache_dir, download_file, safe_extract, verify_checksum
 from .datasets import ImageData, holdout_split, load_dataset, make_synthetic, resize_images
 from .augment import Augment, AugmentConfig, build_augment
 from .autoaugment import AutoAugment, RandAugment, parse_randaugment
-from .loader import DeviceLoader, ImageFolderDataset, StreamingLoader
+from .loader import DeviceLoader, ImageFolderDataset, PackedLoader, StreamingLoader
+from .packed import Pack, PackedImages, verify_pack
+from .packing import pack
 
 __all__ = [
     "DATASETS", "DataFile", "DatasetInfo", "FASHION_MNIST_DEBIAN_DIR", "get_info",
-    "ChecksumError", "DataError", "cache_dir", "download_file", "safe_extract", "verify_checksum",
+    "BadData", "ChecksumError", "DataError", "cache_dir", "download_file", "safe_extract", "verify_checksum",
     "ImageData", "holdout_split", "load_dataset", "make_synthetic", "resize_images",
     "Augment", "AugmentConfig", "build_augment", "AutoAugment", "RandAugment", "parse_randaugment",
-    "DeviceLoader", "ImageFolderDataset", "StreamingLoader",
+    "DeviceLoader", "ImageFolderDataset", "PackedLoader", "StreamingLoader",
+    "Pack", "PackedImages", "pack", "verify_pack",
 ]

@@ -11,6 +11,12 @@ Magnitudes:
   op applied with probability 0.5, magnitude noise ``N(m, mstd)`` clipped to [0, mmax], ops drawn
   with replacement; ``inc1`` uses the variants whose strength increases with the magnitude.
 Geometric ops fill uncovered pixels with ``fill`` (the dataset mean, i.e. 0 after normalisation).
+
+Random draws are made on the batch's device from the generator passed in (which lives there).
+On the CPU each op runs on the samples that drew it (a gather and a scatter per op); on an
+accelerator that selection would need the count of selected samples on the host (a sync per op),
+so there each op runs on the whole batch and ``torch.where`` keeps it for the samples that drew
+it — the same result per sample (tested), with no host sync.
 """
 from __future__ import annotations
 
@@ -57,7 +63,9 @@ def contrast(x: Tensor, f: Tensor, fill: float = 0.0) -> Tensor:
 def sharpness(x: Tensor, f: Tensor, fill: float = 0.0) -> Tensor:
     """PIL's SHARPNESS: blend with the SMOOTH-filtered image (borders unchanged)."""
     c = x.shape[1]
-    k = torch.tensor([[1.0, 1.0, 1.0], [1.0, 5.0, 1.0], [1.0, 1.0, 1.0]], device=x.device, dtype=x.dtype) / 13
+    k = torch.ones(3, 3, device=x.device, dtype=x.dtype)
+    k[1, 1] = 5.0
+    k = k / 13
     smooth = F.conv2d(x, k.expand(c, 1, 3, 3), groups=c).round_()
     degenerate = x.clone()
     degenerate[..., 1:-1, 1:-1] = smooth
@@ -250,14 +258,21 @@ def apply_op(x: Tensor, name: str, level: Tensor, sign: Tensor | None = None, de
 
 
 def _apply_grouped(x: Tensor, names: tuple[str, ...], op_idx: Tensor, active: Tensor, level: Tensor,
-                   sign: Tensor, denom: float, fill: float) -> Tensor:
-    """For each op, apply it to the samples that drew it (and are active): one call per op."""
+                   sign: Tensor, denom: float, fill: float, *, select: bool | None = None) -> Tensor:
+    """For each op, apply it to the samples that drew it (and are active): one call per op.
+
+    ``select`` (default: on the CPU) gathers those samples first; otherwise the op runs on the
+    whole batch and ``torch.where`` keeps it where drawn (no host sync; see the module docstring)."""
+    if select is None:
+        select = x.device.type == "cpu"
     for k, name in enumerate(names):
-        sel = ((op_idx == k) & active).nonzero().squeeze(1)
-        if sel.numel() == 0:
-            continue
-        sel_d = sel.to(x.device)
-        x[sel_d] = apply_op(x[sel_d], name, level[sel], sign[sel], denom, fill)
+        drawn = (op_idx == k) & active
+        if select:
+            sel = drawn.nonzero().squeeze(1)
+            if sel.numel():
+                x[sel] = apply_op(x[sel], name, level[sel], sign[sel], denom, fill)
+        else:
+            x = torch.where(drawn.view(-1, 1, 1, 1), apply_op(x, name, level, sign, denom, fill), x)
     return x
 
 
@@ -272,19 +287,30 @@ class AutoAugment:
         self.fill = fill
         self.names = tuple(sorted({op for sub in self.policy for op, _, _ in sub}))
         idx = {n: i for i, n in enumerate(self.names)}
-        self._op = torch.tensor([[idx[op] for op, _, _ in sub] for sub in self.policy])  # (P, 2)
-        self._p = torch.tensor([[p for _, p, _ in sub] for sub in self.policy])
-        self._m = torch.tensor([[float(m) for _, _, m in sub] for sub in self.policy])
+        self._tables: dict[str, tuple[Tensor, Tensor, Tensor]] = {}  # device -> (op, prob, magnitude), (P, 2) each
+        self._rows = ([[idx[op] for op, _, _ in sub] for sub in self.policy],
+                      [[p for _, p, _ in sub] for sub in self.policy],
+                      [[float(m) for _, _, m in sub] for sub in self.policy])
 
-    def __call__(self, x: Tensor, generator: torch.Generator) -> Tensor:
-        """x: float (B, ch, H, W) in [0, 255]; returns the augmented batch (in place)."""
-        b = len(x)
-        sub = torch.randint(len(self.policy), (b,), generator=generator)
-        coins = torch.rand(b, 2, generator=generator)
-        signs = torch.randint(2, (b, 2), generator=generator).float() * 2 - 1
+    def _policy_on(self, device: torch.device) -> tuple[Tensor, Tensor, Tensor]:
+        """The policy table on ``device``, copied there once."""
+        key = str(device)
+        if key not in self._tables:
+            ops, probs, mags = self._rows
+            self._tables[key] = (torch.tensor(ops).to(device), torch.tensor(probs).to(device),
+                                 torch.tensor(mags).to(device))
+        return self._tables[key]
+
+    def __call__(self, x: Tensor, generator: torch.Generator, *, select: bool | None = None) -> Tensor:
+        """x: float (B, ch, H, W) in [0, 255]; returns the augmented batch (in place on the CPU)."""
+        b, dev = len(x), x.device
+        op_t, p_t, m_t = self._policy_on(dev)
+        sub = torch.randint(len(self.policy), (b,), generator=generator, device=dev)
+        coins = torch.rand(b, 2, generator=generator, device=dev)
+        signs = torch.randint(2, (b, 2), generator=generator, device=dev).float() * 2 - 1
         for stage in range(2):
-            x = _apply_grouped(x, self.names, self._op[sub, stage], coins[:, stage] < self._p[sub, stage],
-                               self._m[sub, stage], signs[:, stage], 9.0, self.fill)
+            x = _apply_grouped(x, self.names, op_t[sub, stage], coins[:, stage] < p_t[sub, stage],
+                               m_t[sub, stage], signs[:, stage], 9.0, self.fill, select=select)
         return x
 
 
@@ -334,18 +360,18 @@ class RandAugment:
         self.fill = fill
         self.names = _RA_OPS_INC if self.cfg.increasing else _RA_OPS
 
-    def __call__(self, x: Tensor, generator: torch.Generator) -> Tensor:
-        b, c = len(x), self.cfg
+    def __call__(self, x: Tensor, generator: torch.Generator, *, select: bool | None = None) -> Tensor:
+        b, c, dev = len(x), self.cfg, x.device
         for _ in range(c.num_ops):
-            op_idx = torch.randint(len(self.names), (b,), generator=generator)
-            active = torch.rand(b, generator=generator) < c.prob
+            op_idx = torch.randint(len(self.names), (b,), generator=generator, device=dev)
+            active = torch.rand(b, generator=generator, device=dev) < c.prob
             if math.isinf(c.magnitude_std):
-                level = torch.rand(b, generator=generator) * c.magnitude
+                level = torch.rand(b, generator=generator, device=dev) * c.magnitude
             elif c.magnitude_std > 0:
-                level = c.magnitude + c.magnitude_std * torch.randn(b, generator=generator)
+                level = c.magnitude + c.magnitude_std * torch.randn(b, generator=generator, device=dev)
             else:
-                level = torch.full((b,), float(c.magnitude))
+                level = torch.full((b,), float(c.magnitude), device=dev)
             level = level.clamp(0, c.magnitude_max)
-            sign = torch.randint(2, (b,), generator=generator).float() * 2 - 1
-            x = _apply_grouped(x, self.names, op_idx, active, level, sign, 10.0, self.fill)
+            sign = torch.randint(2, (b,), generator=generator, device=dev).float() * 2 - 1
+            x = _apply_grouped(x, self.names, op_idx, active, level, sign, 10.0, self.fill, select=select)
         return x

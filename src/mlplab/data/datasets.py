@@ -24,9 +24,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from ..errors import BadInput
 from ..utils.io import atomic_save
 from ..utils.seeds import derive_generator
-from .download import DataError, cache_dir, download_file, safe_extract, verify_checksum
+from .download import BadData, DataError, cache_dir, download_file, safe_extract, verify_checksum
 from .formats import (read_cifar_batches, read_idx_pair, read_image_folder, read_stl10,
                       read_tiny_imagenet, load_pickle)
 from .table import DatasetInfo, DataFile, get_info
@@ -53,7 +54,7 @@ def resize_images(images: torch.Tensor, size: int | Sequence[int], chunk: int = 
     hw = (size, size) if isinstance(size, int) else tuple(size)
     if tuple(images.shape[-2:]) == hw:
         return images
-    out = torch.empty((images.shape[0], images.shape[1], *hw), dtype=torch.uint8)
+    out = torch.empty((images.shape[0], images.shape[1], *hw), dtype=torch.uint8, device=images.device)
     for i in range(0, len(images), chunk):
         x = images[i:i + chunk].float()
         y = F.interpolate(x, size=hw, mode="bilinear", antialias=True, align_corners=False)
@@ -277,7 +278,13 @@ def load_dataset(name: str, split: str, root: str | os.PathLike | None = None, d
     if split == "test" and "test" not in info.splits:
         source = "val"
 
+    if info.format == "packed":
+        return _apply_holdout(_load_pack(info, source, root, image_size),
+                              split, val_fraction, seed)
     dirs = search_dirs(info, root)
+    if root is not None and not download and not Path(root).expanduser().exists():
+        raise BadData(f"data.root={root} does not exist (an explicit root is never skipped); "
+                      + _missing_message(info, source, dirs))
     found = next((d for d in dirs if _present(info, d, source)), None)
     if found is None and download and info.archives():
         found = dirs[0]
@@ -301,6 +308,22 @@ def load_dataset(name: str, split: str, root: str | os.PathLike | None = None, d
     info = dataclasses.replace(info, image_size=tuple(x.shape[-2:]), num_classes=num_classes,
                                in_chans=int(x.shape[1]))
     return _apply_holdout(ImageData(x, y, info, classes, split), split, val_fraction, seed)
+
+
+def _load_pack(info: DatasetInfo, split: str, root, image_size) -> ImageData:
+    """A whole split of a pack in memory (for small packs and tools; training streams packs)."""
+    from .packed import Pack
+
+    if root is None:
+        raise BadInput("data.dataset=packed needs data.root=DIR, the folder written by `mlplab pack`")
+    p = Pack(root)
+    part = p.split(split)
+    x = torch.from_numpy(part.take(np.arange(len(part))))
+    if image_size is not None:
+        x = resize_images(x, image_size)
+    info = dataclasses.replace(info, num_classes=p.num_classes, image_size=tuple(x.shape[-2:]), in_chans=p.in_chans,
+                               mean=p.mean, std=p.std, classes=tuple(p.classes))
+    return ImageData(x, part.labels.clone(), info, list(p.classes), split)
 
 
 def _apply_holdout(data: ImageData, split: str, val_fraction: float, seed: int) -> ImageData:

@@ -11,10 +11,10 @@ import zipfile
 from pathlib import Path, PurePosixPath
 from typing import Iterable
 
-from ..errors import RunFailure
+from ..errors import BadInput, RunFailure
 from ..utils.progress import byte_bar
 
-__all__ = ["DataError", "ChecksumError", "cache_dir", "file_checksum", "verify_checksum", "fetch",
+__all__ = ["DataError", "BadData", "ChecksumError", "cache_dir", "file_checksum", "verify_checksum", "fetch",
            "download_file", "safe_extract"]
 
 _CHUNK = 1 << 20
@@ -22,6 +22,11 @@ _CHUNK = 1 << 20
 
 class DataError(RunFailure):
     """A dataset file is missing, corrupt, truncated or unsafe. The message names the file."""
+
+
+class BadData(BadInput, DataError):
+    """The user's own data cannot be used as it is (an empty class folder, an image that does not
+    decode, a damaged pack): bad input (exit 2). The message names the file and what to change."""
 
 
 class ChecksumError(DataError):

@@ -8,6 +8,7 @@ import gzip
 import io
 import os
 import pickle
+import sys
 import zlib
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -15,10 +16,10 @@ from typing import Sequence
 
 import numpy as np
 
-from .download import DataError
+from .download import BadData, DataError
 
 __all__ = ["read_idx", "read_idx_pair", "read_cifar_batches", "read_stl10", "decode_image",
-           "decode_images", "list_image_folder", "read_image_folder", "read_tiny_imagenet",
+           "decode_images", "list_image_folder", "folder_classes", "read_image_folder", "read_tiny_imagenet",
            "IMAGE_EXTENSIONS"]
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".ppm", ".pgm", ".tif", ".tiff", ".webp", ".gif")
@@ -148,8 +149,8 @@ def decode_image(path: str | os.PathLike, size: int | None = None, in_chans: int
                 im = im.crop((left, top, left + size, top + size))
             a = np.asarray(im, dtype=np.uint8)
     except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as e:
-        raise DataError(f"{path}: cannot decode image ({e})") from e
-    return a[None] if a.ndim == 2 else a.transpose(2, 0, 1)
+        raise BadData(f"{path}: cannot decode image ({e}); replace or remove the file") from e
+    return np.array(a[None] if a.ndim == 2 else a.transpose(2, 0, 1), order="C")  # writable, (ch, H, W)
 
 
 def decode_images(paths: Sequence[str | os.PathLike], size: int | None = None, in_chans: int = 3,
@@ -170,35 +171,58 @@ def _is_image(p: Path) -> bool:
     return p.is_file() and p.suffix.lower() in IMAGE_EXTENSIONS
 
 
-def list_image_folder(split_dir: str | os.PathLike, classes: Sequence[str] | None = None
-                      ) -> tuple[list[Path], np.ndarray, list[str]]:
-    """Files of ``split_dir/<class>/**/<image>``; classes are the sorted folder names (or given)."""
+def list_image_folder(split_dir: str | os.PathLike, classes: Sequence[str] | None = None, *,
+                      require_images: bool = True) -> tuple[list[Path], np.ndarray, list[str]]:
+    """Files of ``split_dir/<class>/**/<image>``; classes are the sorted folder names (or given).
+
+    Files without an image extension (``IMAGE_EXTENSIONS``) and hidden files are skipped, with
+    one note on stderr giving their count and an example. A class folder without images is an
+    error naming it when ``require_images`` (the train split: it would be a class that the model
+    can never learn); elsewhere (val) a class may be absent.
+    """
     split_dir = Path(split_dir)
     if not split_dir.is_dir():
         raise DataError(f"{split_dir}: not a folder")
-    found = sorted(d.name for d in split_dir.iterdir() if d.is_dir())
+    found = sorted(d.name for d in split_dir.iterdir() if d.is_dir() and not d.name.startswith("."))
     classes = list(classes) if classes is not None else found
     index = {c: i for i, c in enumerate(classes)}
-    paths, labels = [], []
+    paths, labels, skipped = [], [], []
     for c in found:
         if c not in index:
-            raise DataError(f"{split_dir / c}: class folder not among the train classes")
-        files = sorted(p for p in (split_dir / c).rglob("*") if _is_image(p))
+            raise BadData(f"{split_dir / c}: class folder not among the train classes ({', '.join(classes)}); "
+                          f"remove it or add it to train/")
+        files, other = [], []
+        for p in sorted((split_dir / c).rglob("*")):
+            if p.is_file():
+                (files if _is_image(p) and not p.name.startswith(".") else other).append(p)
+        if not files and require_images:
+            raise BadData(f"{split_dir / c}: class folder holds no images (extensions: "
+                          f"{' '.join(IMAGE_EXTENSIONS)}); add images or remove the folder")
         paths += files
         labels += [index[c]] * len(files)
+        skipped += other
     if not paths:
-        raise DataError(f"{split_dir}: no images found (expected {split_dir}/<class>/<image>)")
+        raise BadData(f"{split_dir}: no images found (expected {split_dir}/<class>/<image>)")
+    if skipped:
+        print(f"mlplab: note: skipped {len(skipped)} non-image file(s) in {split_dir}, e.g. {skipped[0]}",
+              file=sys.stderr)
     return paths, np.asarray(labels, np.int64), classes
+
+
+def folder_classes(root: str | os.PathLike) -> list[str] | None:
+    """The classes of an image folder: the sorted sub-folder names of ``root/train`` (None without one)."""
+    train = Path(root) / "train"
+    if not train.is_dir():
+        return None
+    return sorted(d.name for d in train.iterdir() if d.is_dir() and not d.name.startswith("."))
 
 
 def read_image_folder(root: str | os.PathLike, split: str, size: int | None = None, in_chans: int = 3
                       ) -> tuple[np.ndarray, np.ndarray, list[str]]:
     """Decode ``root/<split>/<class>/<image>`` into memory. Classes come from ``root/train``."""
     root = Path(root)
-    classes = None
-    if split != "train" and (root / "train").is_dir():
-        classes = sorted(d.name for d in (root / "train").iterdir() if d.is_dir())
-    paths, labels, classes = list_image_folder(root / split, classes)
+    classes = folder_classes(root) if split != "train" else None
+    paths, labels, classes = list_image_folder(root / split, classes, require_images=split == "train")
     return decode_images(paths, size, in_chans), labels, classes
 
 

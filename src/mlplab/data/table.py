@@ -60,7 +60,7 @@ class DatasetInfo:
     mean: tuple[float, ...]
     std: tuple[float, ...]
     description: str
-    format: str  # "idx" | "cifar10" | "cifar100" | "stl10" | "tiny_imagenet" | "imagefolder" | "synthetic"
+    format: str  # "idx" | "cifar10" | "cifar100" | "stl10" | "tiny_imagenet" | "imagefolder" | "packed" | "synthetic"
     folder: str = ""  # name of the dataset's folder under a data root / the cache
     homepage: str = ""
     classes: tuple[str, ...] = ()
@@ -197,8 +197,19 @@ _FOLDER = DatasetInfo(
     mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225),
     description="ImageNet-style folders root/{train,val}/<class>/<image> (ImageNet-1k, ImageNet-21k, "
                 "any custom set); classes are the sorted folder names of the train split. Decoded "
-                "with Pillow; large sets stream from disk (StreamingLoader). No download.",
+                "with Pillow; held in memory when small, streamed from disk by worker processes "
+                "(StreamingLoader) when large. No download.",
     format="imagefolder", folder="imagefolder", homepage="https://www.image-net.org/",
+)
+
+_PACKED = DatasetInfo(
+    name="packed", num_classes=0, image_size=(0, 0), in_chans=3, splits=("train", "val", "test"),
+    files=(),
+    mean=(0.5, 0.5, 0.5), std=(0.25, 0.25, 0.25),
+    description="A pack written by `mlplab pack` (uint8 .npy shards + index.json, mlplab.data.packed): "
+                "data.root names its folder; classes, size and mean/std come from its index. Streamed "
+                "from memory-mapped shards.",
+    format="packed", folder="",
 )
 
 _SYNTH = DatasetInfo(
@@ -211,7 +222,7 @@ _SYNTH = DatasetInfo(
 )
 
 DATASETS: dict[str, DatasetInfo] = {d.name: d for d in
-                                    (_MNIST, _FASHION, _CIFAR10, _CIFAR100, _STL10, _TINY, _FOLDER, _SYNTH)}
+                                    (_MNIST, _FASHION, _CIFAR10, _CIFAR100, _STL10, _TINY, _FOLDER, _PACKED, _SYNTH)}
 
 
 def get_info(name: str) -> DatasetInfo:

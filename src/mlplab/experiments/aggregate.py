@@ -2,6 +2,9 @@
 
 A run folder holds ``spec.json`` (what the sweep asked for), ``config.json`` (the resolved run
 config, written by the trainer), ``results.json`` (when finished) and ``error.txt`` (when failed).
+A file that cannot be read (cut by a kill or a full disk) is skipped and named in
+``RunRecord.problem``; a run without readable results counts as unfinished, and ``reproduce`` runs
+it again.
 """
 from __future__ import annotations
 
@@ -15,7 +18,9 @@ from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
+from ..errors import UnreadableFile
 from ..train.config import flatten
+from ..utils.io import read_json
 
 __all__ = ["RunRecord", "load_runs", "mean_std", "group_runs", "test_error", "rows_to_csv",
            "spearman", "select"]
@@ -42,6 +47,7 @@ class RunRecord:
     config: dict[str, Any] = field(default_factory=dict)  # flat dotted keys
     results: dict[str, Any] | None = None
     error: str = ""
+    problem: str = ""  # a file of the run that could not be read (the run then counts as unfinished)
 
     @property
     def status(self) -> str:
@@ -56,10 +62,14 @@ class RunRecord:
         return default
 
 
-def _read_json(p: Path) -> Any:
+def _read_json(p: Path, problems: list[str]) -> Any:
+    """The JSON in ``p``; None when missing, and when unreadable also a line in ``problems``."""
     try:
-        return json.loads(p.read_text())
-    except (OSError, ValueError):
+        return read_json(p, p.name)
+    except FileNotFoundError:
+        return None
+    except (OSError, UnreadableFile) as e:
+        problems.append(f"{p.name} {getattr(e, 'reason', e)}")
         return None
 
 
@@ -69,19 +79,20 @@ def load_runs(out_dir: str | Path, sweeps: Sequence[str] | None = None) -> list[
     recs = []
     for spec_path in sorted(out_dir.glob("*/*/spec.json")) + sorted(out_dir.glob("*/spec.json")):
         d = spec_path.parent
-        spec = _read_json(spec_path) or {}
+        problems: list[str] = []
+        spec = _read_json(spec_path, problems) or {}
         sweep = spec.get("sweep", "")
         if sweeps is not None and sweep not in sweeps:
             continue
-        cfg = _read_json(d / "config.json")
+        cfg = _read_json(d / "config.json", problems)
         flat = flatten(cfg) if isinstance(cfg, dict) else {}
-        res = _read_json(d / "results.json")
+        res = _read_json(d / "results.json", problems)
         err = ""
         if res is None and (d / "error.txt").exists():
             lines = [ln for ln in (d / "error.txt").read_text(errors="replace").splitlines() if ln.strip()]
             err = lines[-1] if lines else "failed"
         recs.append(RunRecord(sweep, spec.get("name", d.name), d, dict(spec.get("overrides", {})), flat,
-                              res if isinstance(res, dict) else None, err))
+                              res if isinstance(res, dict) else None, err, "; ".join(problems)))
     return recs
 
 

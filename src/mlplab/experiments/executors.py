@@ -4,18 +4,20 @@ or one GPU each) or slurm (a job array through ``submitit``).
 Every run lives in its own folder ``<out>/<sweep>/<run>/``:
 
 - ``spec.json``   what to run (overrides, task), written before the run starts;
-- ``results.json`` written when the run finished — a run that has one is skipped;
+- ``results.json`` written when the run finished — a run whose file reads back is skipped; an
+  unreadable one (cut by a kill or a full disk) is set aside as ``results.unreadable.json`` and the
+  run done again;
 - ``error.txt``   the traceback of a failed run (the other runs go on);
 - ``log.txt``     stdout/stderr of a worker process (local executor).
 
 A killed sweep resumes where it stopped: finished runs are skipped and unfinished ones start
 again in the same folder, where the trainer picks up its checkpoint. ``<out>/<sweep>/summary.json``
-records the status of every run.
+records the status of every run. One sweep at a time writes to an output folder: a second
+``reproduce``/``sweep`` of the same ``--out`` is refused while the first holds ``<out>/.lock``.
 """
 from __future__ import annotations
 
 import ctypes
-import importlib
 import json
 import os
 import signal
@@ -24,12 +26,13 @@ import sys
 import threading
 import time
 import traceback
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from ..errors import BadInput
-from ..utils.io import atomic_write_json, atomic_write_text
+from ..errors import BadInput, Interrupted, UnreadableFile
+from ..utils.io import atomic_write_json, atomic_write_text, folder_lock, read_json
 from ..utils.progress import RunTally
 from .sweep import RunSpec, Sweep, expand
 
@@ -37,6 +40,8 @@ __all__ = ["SweepResult", "run_sweep", "run_specs", "execute_run", "available_co
            "run_dir_overrides"]
 
 EXECUTORS = ("inline", "local", "slurm")
+SWEEP_BUSY = ("another mlplab reproduce or sweep is writing there; wait for it to finish, then run the command "
+              "again (finished runs are skipped)")
 
 
 @dataclass
@@ -57,10 +62,7 @@ class SweepResult:
         return not self.failed
 
     def counts(self) -> dict[str, int]:
-        out: dict[str, int] = {}
-        for v in self.status.values():
-            out[v] = out.get(v, 0) + 1
-        return out
+        return dict(Counter(self.status.values()))
 
 
 def available_cores() -> int:
@@ -75,10 +77,9 @@ def available_cores() -> int:
 
 
 def _load_task(task: str):
-    mod, _, fn = task.partition(":")
-    if not fn:
-        raise ValueError(f"task {task!r}: expected 'train' or 'module:function'")
-    return getattr(importlib.import_module(mod), fn)
+    from .tasks import get_task  # a registered name, or 'module:function' from a sweep file
+
+    return get_task(task)
 
 
 def run_dir_overrides(run_dir: str | os.PathLike) -> dict[str, Any]:
@@ -99,9 +100,31 @@ def _train_config(spec: RunSpec, run_dir: Path):
 
 def _train_run(spec: RunSpec, run_dir: Path) -> dict[str, Any]:
     from ..train import train  # the trainer writes config/metrics/results.json
+    from ..train.config import to_dict
 
-    # resume=True: a run killed earlier continues from its checkpoint (same config required)
-    return train(_train_config(spec, run_dir), resume=True)
+    cfg = _train_config(spec, run_dir)
+    saved = run_dir / "config.json"
+    if saved.is_file():
+        try:
+            read_json(saved, "run config")
+        except UnreadableFile:  # cut by a kill or a full disk: the spec says what it was
+            atomic_write_json(saved, to_dict(cfg))
+    # a run killed earlier continues from its checkpoint (same config required)
+    return train(cfg, resume=saved.is_file())
+
+
+def finished(run_dir: str | os.PathLike) -> bool:
+    """Whether the run in ``run_dir`` finished: its ``results.json`` reads back as an object."""
+    from ..train.rundir import read_results
+
+    return read_results(run_dir) is not None
+
+
+def _set_aside_unreadable_results(run_dir: Path) -> None:
+    """A ``results.json`` that does not read back makes the run unfinished; keep it for a look."""
+    results = run_dir / "results.json"
+    if results.exists() and not finished(run_dir):
+        os.replace(results, run_dir / "results.unreadable.json")
 
 
 def check_specs(specs: Sequence[RunSpec], out_dir: Path) -> None:
@@ -109,13 +132,13 @@ def check_specs(specs: Sequence[RunSpec], out_dir: Path) -> None:
     dataset) once, before anything is launched or written: a typo in ``--set`` stops the whole
     experiment with one message instead of failing every run. Memory is not checked here (a
     cluster node may have more than this machine)."""
-    from ..train.loop import check_run
+    from ..train.runplan import plan_run
 
     for s in specs:
         if s.task != "train":
             continue
         try:
-            check_run(_train_config(s, out_dir / (s.sweep or "") / s.name), memory=False)
+            plan_run(_train_config(s, out_dir / (s.sweep or "") / s.name), here=False)
         except ValueError as e:
             raise BadInput(f"run {_key(s)}: {e}") from None
 
@@ -128,9 +151,10 @@ def execute_run(run_dir: str | os.PathLike) -> str:
     """
     run_dir = Path(run_dir)
     results = run_dir / "results.json"
-    if results.exists():
+    if finished(run_dir):
         return "skipped"
-    spec = RunSpec.from_json(json.loads((run_dir / "spec.json").read_text()))
+    _set_aside_unreadable_results(run_dir)
+    spec = RunSpec.from_json(read_json(run_dir / "spec.json", "run spec"))
     err = run_dir / "error.txt"
     if err.exists():  # a previous attempt failed: keep its trace beside the new attempt
         os.replace(err, run_dir / "error.previous.txt")
@@ -156,7 +180,7 @@ def execute_run(run_dir: str | os.PathLike) -> str:
     except (KeyboardInterrupt, SystemExit):
         raise
     except BaseException:
-        if results.exists():  # another process finished this run meanwhile: it is done
+        if finished(run_dir):  # another process finished this run meanwhile: it is done
             return "done"
         atomic_write_text(err, traceback.format_exc())
         return "failed"
@@ -182,15 +206,27 @@ def _run_inline(dirs: list[Path], log, out: dict[Path, str], tally: RunTally) ->
     return out
 
 
-def _gpu_count() -> int:
-    if os.environ.get("CUDA_VISIBLE_DEVICES", None) == "":
-        return 0
+def visible_gpus() -> list[str]:
+    """The GPUs this process may hand to its workers, as ``CUDA_VISIBLE_DEVICES`` entries: the
+    parent's own list when it has one (indices or UUIDs, e.g. ``4,5,6,7``), else ``0..n-1``."""
+    listed = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if listed is not None:
+        return [g.strip() for g in listed.split(",") if g.strip() and g.strip() != "-1"]
     try:
         import torch
 
-        return torch.cuda.device_count() if torch.cuda.is_available() else 0
+        return [str(i) for i in range(torch.cuda.device_count())] if torch.cuda.is_available() else []
     except Exception:  # pragma: no cover
-        return 0
+        return []
+
+
+def worker_slots(jobs: int, gpus: list[str]) -> list[str | None]:
+    """One entry per concurrent worker: its GPU, or None on CPU. With GPUs, at most one worker per
+    GPU runs at a time (two runs sharing a GPU would also share its timing), so ``jobs`` is capped
+    at the number of GPUs."""
+    if not gpus:
+        return [None] * max(1, jobs)
+    return list(gpus[:max(1, min(jobs, len(gpus)))])
 
 
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
@@ -221,10 +257,14 @@ def _signal_group(p: subprocess.Popen, sig: int) -> None:
 def _run_local(dirs: list[Path], jobs: int, log, out: dict[Path, str], tally: RunTally) -> dict[Path, str]:
     """``jobs`` worker processes (``python -m mlplab.experiments.worker RUN_DIR``) at a time.
 
-    With GPUs each worker sees one (``CUDA_VISIBLE_DEVICES``, round robin over free slots);
-    on CPU the cores are shared: threads per worker = cores // jobs.
+    With GPUs each worker sees exactly one of the GPUs this process may use (``worker_slots``:
+    the parent's ``CUDA_VISIBLE_DEVICES`` is honoured, no GPU is shared); on CPU the cores are
+    shared: threads per worker = cores // jobs.
     """
-    ngpu = _gpu_count()
+    slots = worker_slots(jobs, visible_gpus())
+    if len(slots) < jobs:
+        log(f"--jobs {jobs}: {len(slots)} GPU(s) visible, running {len(slots)} at a time (one run per GPU)")
+    jobs = len(slots)
     threads = max(1, available_cores() // jobs)
     pending = list(dirs)
     running: dict[int, tuple[subprocess.Popen, Path, Any]] = {}  # slot -> process
@@ -237,8 +277,8 @@ def _run_local(dirs: list[Path], jobs: int, log, out: dict[Path, str], tally: Ru
                 env = dict(os.environ)
                 env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads),
                            MLPLAB_NUM_THREADS=str(threads))
-                if ngpu:
-                    env["CUDA_VISIBLE_DEVICES"] = str(slot % ngpu)
+                if slots[slot] is not None:
+                    env["CUDA_VISIBLE_DEVICES"] = slots[slot]
                 logf = open(d / "log.txt", "ab")
                 p = subprocess.Popen([sys.executable, "-m", "mlplab.experiments.worker", str(d)],
                                      stdout=logf, stderr=subprocess.STDOUT, env=env,
@@ -251,7 +291,7 @@ def _run_local(dirs: list[Path], jobs: int, log, out: dict[Path, str], tally: Ru
                     continue
                 logf.close()
                 del running[slot]
-                if (d / "results.json").exists():
+                if finished(d):
                     out[d] = "done"
                     (d / "error.txt").unlink(missing_ok=True)
                 else:
@@ -274,6 +314,19 @@ def _run_local(dirs: list[Path], jobs: int, log, out: dict[Path, str], tally: Ru
     return out
 
 
+def slurm_gpus_per_run(dirs: list[Path]) -> int:
+    """GPUs each Slurm job asks for unless ``gpus_per_node`` is given: one, unless every run says
+    ``run.device=cpu`` (a job array on a CPU partition then asks for none)."""
+    for d in dirs:
+        try:
+            device = json.loads((d / "spec.json").read_text())["overrides"].get("run.device", "auto")
+        except (OSError, ValueError, KeyError, AttributeError):
+            return 1
+        if device != "cpu":
+            return 1
+    return 0
+
+
 def _run_slurm(dirs: list[Path], jobs: int, folder: Path, log, slurm: dict[str, Any] | None,
                out: dict[Path, str], tally: RunTally) -> dict[Path, str]:
     """One job array through submitit; ``slurm`` are ``update_parameters`` arguments
@@ -287,6 +340,8 @@ def _run_slurm(dirs: list[Path], jobs: int, folder: Path, log, slurm: dict[str, 
     params = dict(slurm or {})
     cluster = params.pop("cluster", None)
     params.setdefault("timeout_min", 24 * 60)
+    if cluster not in ("local", "debug"):
+        params.setdefault("gpus_per_node", slurm_gpus_per_run(dirs))
     params.setdefault("slurm_array_parallelism", jobs)
     ex = submitit.AutoExecutor(folder=str(folder / ".submitit"), cluster=cluster)
     ex.update_parameters(**params)
@@ -307,16 +362,20 @@ def _run_slurm(dirs: list[Path], jobs: int, folder: Path, log, slurm: dict[str, 
 
 
 def _prepare(spec: RunSpec, run_dir: Path) -> None:
+    """Write the run's ``spec.json`` (again, when a kill or a full disk cut it: the sweep
+    definition says what it holds); a folder holding another run's spec is refused."""
     run_dir.mkdir(parents=True, exist_ok=True)
     p = run_dir / "spec.json"
     new = spec.to_json()
     if p.exists():
-        old = json.loads(p.read_text())
-        if old.get("overrides") != json.loads(json.dumps(new["overrides"], default=str)):
-            raise ValueError(
-                f"{run_dir} holds a run with other overrides; use another --out or remove the folder"
-            )
-        return
+        try:
+            old = read_json(p, "run spec")
+        except UnreadableFile:
+            old = None
+        if old is not None:
+            if old.get("overrides") != json.loads(json.dumps(new["overrides"], default=str)):
+                raise BadInput(f"{run_dir} holds a run with other overrides; use another --out or remove the folder")
+            return
     atomic_write_json(p, new)
 
 
@@ -327,7 +386,7 @@ def _term_as_interrupt():
         return None
 
     def handler(signum, frame):
-        raise KeyboardInterrupt(f"signal {signum}")
+        raise Interrupted("", signum)
 
     return signal.signal(signal.SIGTERM, handler)
 
@@ -348,18 +407,29 @@ def run_specs(
     executor: str = "inline",
     slurm: dict[str, Any] | None = None,
     verbose: bool = True,
+    checked: bool = False,
     tally: RunTally | None = None,
 ) -> SweepResult:
     """Execute ``specs`` into ``<out_dir>/<spec.sweep>/<spec.name>/`` (see :func:`run_sweep`).
 
-    The result is keyed by ``"<sweep>/<run>"``. ``tally`` counts runs (``[k/N]``) and the time
-    left across several calls (``reproduce``'s stages); by default it counts this call's runs."""
+    The result is keyed by ``"<sweep>/<run>"``. ``checked``: the caller ran :func:`check_specs`
+    on these specs already (``reproduce`` checks every stage before the first starts). ``tally``
+    counts runs (``[k/N]``) and the time left across several calls (``reproduce``'s stages); by
+    default it counts this call's runs."""
     if executor not in EXECUTORS:
         raise ValueError(f"unknown executor {executor!r}; choose one of {', '.join(EXECUTORS)}")
     if jobs < 1:
         raise ValueError(f"jobs must be >= 1, got {jobs}")
     out_dir = Path(out_dir)
-    check_specs([s for s in specs if not (_dir_of(s, out_dir) / "results.json").exists()], out_dir)
+    if not checked:
+        check_specs([s for s in specs if not finished(_dir_of(s, out_dir))], out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with folder_lock(out_dir, SWEEP_BUSY):
+        return _run_specs_locked(specs, out_dir, jobs, executor, slurm, verbose, tally)
+
+
+def _run_specs_locked(specs: Sequence[RunSpec], out_dir: Path, jobs: int, executor: str,
+                      slurm: dict[str, Any] | None, verbose: bool, tally: RunTally | None) -> SweepResult:
     log = (lambda msg: print(msg, flush=True)) if verbose else (lambda msg: None)
     result = SweepResult(out_dir)
     todo: list[Path] = []
@@ -367,7 +437,7 @@ def run_specs(
         d = _dir_of(s, out_dir)
         _prepare(s, d)
         result.run_dirs[_key(s)] = d
-        if (d / "results.json").exists():
+        if finished(d):
             result.status[_key(s)] = "skipped"
         else:
             todo.append(d)
@@ -389,6 +459,12 @@ def run_specs(
             _run_local(todo, jobs, log, st, tally)
         else:
             _run_slurm(todo, jobs, out_dir, log, slurm, st, tally)
+    except KeyboardInterrupt as e:
+        if isinstance(e, Interrupted) and e.message:
+            raise
+        ended = sum(v == "done" for v in st.values())
+        raise Interrupted(f"interrupted with {ended} of {len(todo)} run(s) finished in {out_dir}",
+                          getattr(e, "signum", None)) from None
     finally:
         if old_term is not None:
             signal.signal(signal.SIGTERM, old_term)
@@ -416,9 +492,7 @@ def _write_summaries(specs: Sequence[RunSpec], result: SweepResult, out_dir: Pat
                 status = "unfinished"
             error = (result.errors.get(_key(s)) or _error_head(d)) if status == "failed" else ""
             runs.append({"name": s.name, "status": status, "error": error, "overrides": s.overrides})
-        counts: dict[str, int] = {}
-        for r in runs:
-            counts[r["status"]] = counts.get(r["status"], 0) + 1
+        counts = dict(Counter(r["status"] for r in runs))
         atomic_write_json((out_dir / sweep if sweep else out_dir) / "summary.json",
                           {"sweep": sweep, "counts": counts, "runs": runs})
 

@@ -10,7 +10,7 @@ import inspect
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-from .recipes import Scale
+from .recipes import SCALES, Scale
 from .sweep import Sweep
 
 __all__ = ["Plan", "Experiment", "experiment", "EXPERIMENTS", "ALIASES"]
@@ -42,6 +42,7 @@ class Experiment:
     aliases: tuple[str, ...] = ()
     doc: str = ""
     needs_plateau: bool = True  # verdicts need trained runs (claims.require_plateau); False for compute sweeps
+    scales: tuple[str, ...] = SCALES  # the scales it can be planned at (ImageNet ids: smoke and paper)
 
 
 # Filled by ``@experiment`` as the spec modules are imported (``mlplab.experiments.specs``);
@@ -51,14 +52,14 @@ ALIASES: dict[str, str] = {}  # lower-case id or alias -> id
 
 
 def experiment(id: str, title: str, *, analyse: Callable[..., Any], default_dataset: str = "cifar10",
-               aliases: Sequence[str] = (), needs_plateau: bool = True):
+               aliases: Sequence[str] = (), needs_plateau: bool = True, scales: Sequence[str] = SCALES):
     """Register ``plan(scale) -> Plan`` as experiment ``id`` (decorator)."""
 
     def deco(fn: Callable[[Scale], Plan]) -> Callable[[Scale], Plan]:
         if id in EXPERIMENTS:
             raise ValueError(f"experiment {id!r} is registered twice")
         EXPERIMENTS[id] = Experiment(id, title, fn, analyse, default_dataset, tuple(aliases),
-                                     inspect.cleandoc(fn.__doc__ or ""), needs_plateau)
+                                     inspect.cleandoc(fn.__doc__ or ""), needs_plateau, tuple(scales))
         for a in (id, *aliases):
             ALIASES[a.lower()] = id
         return fn

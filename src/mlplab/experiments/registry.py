@@ -1,9 +1,11 @@
-"""The published experiments by id (SPEC §7), and ``reproduce`` / ``report`` for any of them.
+"""The published experiments by id (docs/science.md §7), and ``reproduce`` / ``report`` for any of them.
 
-Each experiment is one function ``plan(scale) -> Plan`` registered with :func:`experiment`; its
+Each experiment is one function ``plan(scale) -> Plan`` registered with :func:`experiment`,
+reading its settings for the scale from a table with one entry per scale (``sc.settings``); its
 docstring gives the command, what it tests, the published result and the time it takes (as a
 big_vision config does). Its ``analyse(runs) -> Analysis`` turns finished runs into tables,
-figures and verdicts (see :mod:`mlplab.experiments.report`).
+figures and verdicts (see :mod:`mlplab.experiments.report`). How to add one:
+``docs/adding-an-experiment.md``.
 """
 from __future__ import annotations
 
@@ -13,15 +15,17 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
+from ..errors import BadInput
+from ..errors import did_you_mean
 from ..utils.io import atomic_write_json
 from ..utils.progress import RunTally
 from .cost import estimate_cost, spec_s, sweep_epochs
 from .executors import SweepResult, check_specs, run_specs
 from .plan import ALIASES, EXPERIMENTS, Experiment, Plan, experiment
-from .recipes import Scale, make_scale
+from .recipes import SCALES, Scale, make_scale
 from .report import load_manifest, write_report
 from .specs import ORDER
-from .sweep import RunSpec, Sweep, expand
+from .sweep import RunSpec, expand
 
 __all__ = ["Plan", "Experiment", "experiment", "EXPERIMENTS", "get_experiment", "list_experiments",
            "plan_experiment", "reproduce", "report_experiment", "estimate_cost", "default_out_dir", "format_list",
@@ -34,7 +38,7 @@ def _ordered() -> list[str]:
 
 
 def list_experiments() -> list[str]:
-    """Every registered id, in ``specs.ORDER`` (SPEC §7 order)."""
+    """Every registered id, in ``specs.ORDER`` (docs/science.md §7 order)."""
     return _ordered()
 
 
@@ -43,7 +47,8 @@ def get_experiment(id: str) -> Experiment:
     error that lists the valid ones."""
     key = ALIASES.get(str(id).lower())
     if key is None:
-        raise ValueError(f"unknown experiment {id!r}; valid ids are: {', '.join(_ordered())}")
+        raise ValueError(f"unknown experiment {id!r}; {did_you_mean(id, _ordered())}valid ids are: "
+                         f"{', '.join(_ordered())}")
     return EXPERIMENTS[key]
 
 
@@ -53,6 +58,10 @@ def plan_experiment(id: str, scale: str = "cpu", dataset: str | None = None,
     """The experiment, its resolved scale and its plan. ``overrides`` (dotted run-config keys,
     e.g. ``{"schedule.epochs": 10}``) are applied to every training run of the plan."""
     exp = get_experiment(id)
+    if scale in SCALES and scale not in exp.scales:
+        raise BadInput(f"{exp.id} has no {scale} scale (it has {', '.join(exp.scales)})"
+                       + (f"; run `mlplab reproduce {exp.id.removesuffix('-imagenet')} --scale {scale}`"
+                          if exp.id.endswith("-imagenet") else ""))
     sc = make_scale(scale, dataset, exp.default_dataset, check_available=check_available)
     plan = exp.plan(sc)
     if overrides:
@@ -82,8 +91,10 @@ def format_list(scales: Sequence[str] = ("smoke", "quick", "cpu", "paper")) -> s
     lines = []
     for id in list_experiments():
         exp = EXPERIMENTS[id]
-        lines.append(f"{id:14s} {exp.title}")
+        lines.append(f"{id:16s} {exp.title}")
         for sc in scales:
+            if sc not in exp.scales:
+                continue
             try:
                 _, scale, plan = plan_experiment(id, sc, check_available=sc in ("quick", "cpu"))
                 c = estimate_cost(plan, sc)
@@ -92,13 +103,14 @@ def format_list(scales: Sequence[str] = ("smoke", "quick", "cpu", "paper")) -> s
                 where = scale.dataset
                 if sc in ("quick", "cpu") and scale.requested_dataset not in (None, scale.dataset):
                     where += f" ({scale.requested_dataset} is not here)"
-                machine = "1 V100-class GPU, guess" if sc == "paper" else f"2 CPU cores, --jobs {c['jobs']}"
-                lines.append(f"{'':14s} {sc:5s}: {c['runs']:4d} runs, {c['run_epochs']:8.0f} run-epochs,"
+                machine = "1 V100" if sc == "paper" else f"2 CPU cores, --jobs {c['jobs']}"
+                lines.append(f"{'':16s} {sc:5s}: {c['runs']:4d} runs, {c['run_epochs']:8.0f} run-epochs,"
                              f" ~{_fmt_time(c['est_s']):>7s} ({machine}); {where}")
             except Exception as e:  # a plan that cannot be built is shown, not hidden
-                lines.append(f"{'':14s} {sc:5s}: cannot plan: {e}")
-    lines.append("cpu-scale times: epochs × examples × (3 × forward FLOPs / R + κ × activations + τ0) per run plus start-up, runs dealt "
-                 "to 2 workers; R, κ, τ0 measured on a 2-core AVX2 EPYC (mlplab.experiments.cost)")
+                lines.append(f"{'':16s} {sc:5s}: cannot plan: {e}")
+    lines.append("times: epochs × examples × (3 × forward FLOPs / R + κ × activations + τ0) per run plus start-up; cpu "
+                 "scales: R, κ, τ0 measured on a 2-core AVX2 EPYC, runs dealt to 2 workers; paper: one V100 with R and τ0 "
+                 "from the paper's Table S.3 timings (mlplab.experiments.cost)")
     return "\n".join(lines)
 
 
@@ -128,7 +140,8 @@ def reproduce(
     """
     exp, sc, plan = plan_experiment(id, scale, dataset, overrides=overrides)
     out = Path(out_dir) if out_dir is not None else default_out_dir(exp.id, scale)
-    check_specs([s for stage in plan.stages for sw in stage for s in expand(sw)], out)  # before any write
+    runs = [[expand(sw) for sw in stage] for stage in plan.stages]  # each sweep expanded once
+    check_specs([s for stage in runs for sw_runs in stage for s in sw_runs], out)  # before any write
     out.mkdir(parents=True, exist_ok=True)
     manifest = {
         "experiment": exp.id, "title": exp.title, "scale": sc.to_dict(),
@@ -136,20 +149,22 @@ def reproduce(
                                                               (["--dataset", dataset] if dataset else [])),
         "argv": sys.argv, "started": time.strftime("%Y-%m-%d %H:%M:%S"),
         "notes": sc.notes + plan.notes, "settings": plan.settings,
-        "sweeps": [{"name": s.name, "task": s.task, "runs": len(expand(s)), "epochs": s.epochs,
-                    "description": s.description} for s in plan.sweeps],
-        "cost": estimate_cost(plan, scale), "jobs": jobs, "executor": executor,
+        "sweeps": [{"name": sw.name, "task": sw.task, "runs": len(sw_runs), "epochs": sw.epochs,
+                    "description": sw.description}
+                   for stage, stage_runs in zip(plan.stages, runs) for sw, sw_runs in zip(stage, stage_runs)],
+        "cost": estimate_cost(plan, scale, expanded=runs), "jobs": jobs, "executor": executor,
     }
     atomic_write_json(out / "experiment.json", manifest)
     status: dict[str, str] = {}
     failed: list[str] = []
     t0 = time.time()
     tally = RunTally({f"{s.sweep}/{s.name}" if s.sweep else s.name: spec_s(s, scale, sw.est_epoch_s, sw.epochs)
-                      for stage in plan.stages for sw in stage for s in expand(sw)}, jobs=jobs)
-    for stage in plan.stages:
-        specs: list[RunSpec] = [s for sw in stage for s in expand(sw)]
+                      for stage, stage_runs in zip(plan.stages, runs)
+                      for sw, sw_runs in zip(stage, stage_runs) for s in sw_runs}, jobs=jobs)
+    for stage_runs in runs:
+        specs: list[RunSpec] = [s for sw_runs in stage_runs for s in sw_runs]
         res: SweepResult = run_specs(specs, out, jobs=jobs, executor=executor, slurm=slurm, verbose=verbose,
-                                     tally=tally)
+                                     checked=True, tally=tally)
         status.update(res.status)
         failed += res.failed
     manifest["finished"] = time.strftime("%Y-%m-%d %H:%M:%S")

@@ -10,10 +10,11 @@ import json
 import math
 import time
 import traceback
+from collections import Counter
 from pathlib import Path
 from typing import Any, Sequence
 
-from ..utils.io import atomic_write_json, atomic_write_text
+from ..utils.io import atomic_write_json, atomic_write_text, read_json
 from .aggregate import RunRecord, load_runs, loss_change, rows_to_csv, union_columns
 from .claims import Analysis, Claim, require_plateau
 from .plan import Experiment
@@ -26,7 +27,7 @@ def load_manifest(out_dir: str | Path) -> dict[str, Any]:
     p = Path(out_dir) / "experiment.json"
     if not p.exists():
         raise FileNotFoundError(f"{p} does not exist: run `mlplab reproduce ID --out {out_dir}` first")
-    return json.loads(p.read_text())
+    return read_json(p, "experiment manifest")
 
 
 def _fmt(v: Any) -> str:
@@ -68,6 +69,21 @@ def markdown_table(rows: Sequence[dict[str, Any]], columns: Sequence[str] | None
     return "\n".join(lines) + "\n"
 
 
+def published_claim(doc: str) -> str:
+    """The ``Published:`` paragraph of an experiment's docstring (what the paper reports), on one
+    line; empty when the docstring has none."""
+    lines, keep = [], False
+    for line in doc.splitlines():
+        head = line.split(":", 1)[0]
+        if keep and (not line.strip() or (head.isalpha() and head[:1].isupper() and ":" in line and " " not in head)):
+            break
+        if line.startswith("Published:"):
+            keep, line = True, line[len("Published:"):]
+        if keep:
+            lines.append(line.strip())
+    return " ".join(lines).strip()
+
+
 def _verdict_line(claims: Sequence[Claim]) -> str:
     if not claims:
         return "Verdict: no published claim is checked by this experiment (illustration only)."
@@ -87,6 +103,11 @@ def write_report(out_dir: str | Path, exp: Experiment, verbose: bool = False) ->
     out_dir = Path(out_dir)
     manifest = load_manifest(out_dir)
     runs: list[RunRecord] = load_runs(out_dir)
+    skipped = [f"skipped {r.run_dir.relative_to(out_dir)}: {r.problem}; `mlplab reproduce` runs it again"
+               for r in runs if r.problem]
+    if verbose:
+        for line in skipped:
+            print(line)
     error = None
     try:
         analysis: Analysis = exp.analyse(runs, manifest)
@@ -94,6 +115,7 @@ def write_report(out_dir: str | Path, exp: Experiment, verbose: bool = False) ->
         error = traceback.format_exc()
         analysis = Analysis(table=[], figures={"figure": draw([], title=f"{exp.id}: analysis failed")},
                             claims=[], notes=["analysis failed; traceback below"])
+    analysis.notes.extend(skipped)
     if exp.needs_plateau:
         note = require_plateau(analysis.claims, [loss_change(r) for r in runs if r.results])
         if note:
@@ -126,11 +148,16 @@ def write_report(out_dir: str | Path, exp: Experiment, verbose: bool = False) ->
 def _markdown(exp, manifest: dict[str, Any], runs: list[RunRecord], a: Analysis, files: list[Path],
               error: str | None) -> str:
     sc = manifest.get("scale", {})
-    counts: dict[str, int] = {}
-    for r in runs:
-        counts[r.status] = counts.get(r.status, 0) + 1
+    counts = Counter(r.status for r in runs)
     L = [f"# {exp.id}: {exp.title}", ""]
+    claim = published_claim(exp.doc)
+    if claim:
+        L += [f"**Published claim.** {claim[:1].upper()}{claim[1:]}", ""]
+    L += [f"![{f.stem}]({f.name})" for f in files if f.suffix == ".png"][:1] + [""]
     L.append(_verdict_line(a.claims))
+    L.append("")
+    for c in a.claims:
+        L.append(f"- **{c.verdict}** — {c.claim}" + (f": {c.stats.summary()}" if c.stats is not None else ""))
     L.append("")
     L.append("## What was run")
     L.append("")

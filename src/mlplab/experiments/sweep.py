@@ -15,10 +15,12 @@ import hashlib
 import itertools
 import json
 import re
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence
 
-from ..errors import BadType
+from ..errors import BadInput, BadType
+from ..utils.io import read_json
 from ..train.config import run_name
 
 __all__ = [
@@ -222,9 +224,7 @@ def expand(sweep: Sweep) -> list[RunSpec]:
         # seeds last, so runs of one point sort together
         keys = [k for k in keys if k not in sweep.seed_keys] + [k for k in sweep.seed_keys if k in keys]
     names = [run_name({k: r.get(k) for k in keys}, keys) for r in rows]
-    counts: dict[str, int] = {}
-    for n in names:
-        counts[n] = counts.get(n, 0) + 1
+    counts = Counter(names)
     specs = []
     for n, r in zip(names, rows):
         if counts[n] > 1:
@@ -256,17 +256,24 @@ def sweep_from_dict(d: dict[str, Any]) -> Sweep:
     if unknown:
         raise ValueError(f"unknown sweep field(s) {unknown}; valid fields: {', '.join(sorted(known))}")
     axes: list[Axis | tuple[str, Sequence[Any]]] = []
+    if not isinstance(d.get("axes", []), list):
+        raise BadInput(f"sweep {d['name']!r}: 'axes' must be a list of axes such as [[\"optim.lr\", [0.01, 0.1]]], "
+                       f"got {d['axes']!r}")
     for a in d.get("axes", []):
         if isinstance(a, dict):
             if len(a) != 1 or next(iter(a)) not in ("product", "zip"):
                 raise ValueError(f"an axis object is {{'product': [...]}} or {{'zip': [...]}}, got {a!r}")
             mode, lists = next(iter(a.items()))
+            if not isinstance(lists, list) or not all(isinstance(x, list) and len(x) == 2 and isinstance(x[1], list)
+                                                      for x in lists):
+                raise BadInput(f"sweep {d['name']!r}: {mode} takes [\"key\", [values]] pairs, got {lists!r}")
             pairs = [(str(k), list(v)) for k, v in lists]
             axes.append(product(*pairs) if mode == "product" else zip_axes(*pairs))
-        elif isinstance(a, (list, tuple)) and len(a) == 2:
+        elif isinstance(a, (list, tuple)) and len(a) == 2 and isinstance(a[1], list):
             axes.append(product((str(a[0]), list(a[1]))))
         else:
-            raise ValueError(f"cannot read axis {a!r}")
+            raise BadInput(f"sweep {d['name']!r}: cannot read axis {a!r}; an axis is [\"key\", [values]] or "
+                           "{\"product\"|\"zip\": [[\"key\", [values]], ...]}")
     kw = {k: d[k] for k in ("base", "base_overrides", "task", "name_keys", "description", "est_epoch_s", "epochs")
           if k in d}
     if "seed_keys" in d:
@@ -284,7 +291,7 @@ def load_sweep_file(path: str) -> list[Sweep]:
     if not p.is_file():
         raise FileNotFoundError(f"sweep file {path!r} does not exist")
     if p.suffix == ".json":
-        data = json.loads(p.read_text())
+        data = read_json(p, "sweep file", expect=None, users=True)
         return [sweep_from_dict(x) for x in (data if isinstance(data, list) else [data])]
     if p.suffix == ".py":
         spec = importlib.util.spec_from_file_location(f"mlplab_sweep_{p.stem}", p)

@@ -1,21 +1,58 @@
 """Run tasks that are not training: each takes ``(overrides, run_dir)`` and returns a results dict
 (written to ``<run_dir>/results.json`` by the executor). They call the analysis library, so
 spectra, pictures, costs and CKA are sweeps like any other: resumable, parallel, one folder each.
+
+A sweep names its task by the name it is registered under (``Sweep(..., task="cka")``,
+:data:`TASKS`); the estimate of its seconds is ``mlplab.experiments.cost.TASK_S[name]``. A sweep
+file may still name a task of its own as ``"module:function"``.
 """
 from __future__ import annotations
 
-import json
 import math
 import time
 from pathlib import Path
 from typing import Any
 
+import importlib
+from typing import Callable
+
 import numpy as np
 
-__all__ = ["spectrum_task", "normalised_spectrum_task", "pictures_task", "cost_task", "cka_task",
-           "echo_task", "load_trained_model", "implicit_bias_task"]
+__all__ = ["TASKS", "task", "get_task", "spectrum_task", "normalised_spectrum_task", "pictures_task",
+           "cost_task", "cka_task", "echo_task", "load_trained_model", "implicit_bias_task"]
+
+TaskFn = Callable[[dict[str, Any], Path], dict[str, Any]]
+
+# name -> fn(overrides, run_dir); filled by ``@task`` below. Each task's cost estimate is the
+# function of the same name in ``cost.TASK_S``.
+TASKS: dict[str, TaskFn] = {}
 
 
+def task(name: str) -> Callable[[TaskFn], TaskFn]:
+    """Register ``fn(overrides, run_dir) -> results`` as task ``name`` (decorator)."""
+
+    def deco(fn: TaskFn) -> TaskFn:
+        if name in TASKS or name == "train":
+            raise ValueError(f"task {name!r} is registered twice")
+        TASKS[name] = fn
+        return fn
+
+    return deco
+
+
+def get_task(name: str) -> TaskFn:
+    """The task ``name`` (registered), or ``"module:function"`` (a task of a user's sweep file);
+    anything else is an error that lists the registered names."""
+    if name in TASKS:
+        return TASKS[name]
+    mod, _, fn = name.partition(":")
+    if not fn:
+        raise ValueError(f"unknown task {name!r}; registered tasks: train, {', '.join(sorted(TASKS))} "
+                         "(or 'module:function')")
+    return getattr(importlib.import_module(mod), fn)
+
+
+@task("echo")
 def echo_task(o: dict[str, Any], run_dir: Path) -> dict[str, Any]:
     """Returns its overrides as results; for testing sweeps and executors without training.
 
@@ -34,6 +71,7 @@ def echo_task(o: dict[str, Any], run_dir: Path) -> dict[str, Any]:
     return {"echo": dict(o), "resumed": resumed, "test_acc": float(o.get("acc", 0.5))}
 
 
+@task("spectrum")
 def spectrum_task(o: dict[str, Any], run_dir: Path) -> dict[str, Any]:
     """λ_max of Mixer and SW-MLP weights vs width at fixed Ω (paper Fig. 4 right)."""
     from ..analysis.spectra import spectrum_vs_width
@@ -43,6 +81,7 @@ def spectrum_task(o: dict[str, Any], run_dir: Path) -> dict[str, Any]:
     return {"rows": rows}
 
 
+@task("normalised_spectrum")
 def normalised_spectrum_task(o: dict[str, Any], run_dir: Path) -> dict[str, Any]:
     """Normalised singular values of Z = M ⊙ W (paper Fig. S.1): largest vs a."""
     from ..analysis.spectra import normalised_spectrum
@@ -57,6 +96,7 @@ def normalised_spectrum_task(o: dict[str, Any], run_dir: Path) -> dict[str, Any]
             "hist": hist.tolist(), "edges": edges.tolist()}
 
 
+@task("pictures")
 def pictures_task(o: dict[str, Any], run_dir: Path) -> dict[str, Any]:
     """The three effective weights of paper Fig. S.9, saved as ``weights.npz`` and a figure."""
     from ..analysis.pictures import effective_weight_arrays
@@ -109,6 +149,7 @@ def _time_per_epoch(model, in_shape, num_classes: int, batch: int, steps: int,
     return dt, dt * math.ceil(epoch_examples / batch), times
 
 
+@task("cost")
 def cost_task(o: dict[str, Any], run_dir: Path) -> dict[str, Any]:
     """Params, FLOPs, weight memory, peak memory (CUDA) and time per epoch of one model (Table S.3).
 
@@ -148,9 +189,10 @@ def load_trained_model(run_dir: str | Path):
     from ..train.checkpoint import find_checkpoint, load_weights
     from ..train.config import from_dict
     from ..train.loop import resolve_model_kwargs
+    from ..utils.io import read_json
 
     run_dir = Path(run_dir)
-    cfg = from_dict(json.loads((run_dir / "config.json").read_text()))
+    cfg = from_dict(read_json(run_dir / "config.json", "run config"))
     info = get_info(cfg.data.dataset)
     if cfg.data.image_size:
         from dataclasses import replace
@@ -164,6 +206,7 @@ def load_trained_model(run_dir: str | Path):
     return model.eval(), cfg
 
 
+@task("cka")
 def cka_task(o: dict[str, Any], run_dir: Path) -> dict[str, Any]:
     """Mini-batch linear CKA between two trained runs (paper Fig. 2a-c) on test images.
 
@@ -191,8 +234,9 @@ def cka_task(o: dict[str, Any], run_dir: Path) -> dict[str, Any]:
     return {**res.to_dict(), "a": o["a"], "b": o["b"]}
 
 
+@task("implicit_bias")
 def implicit_bias_task(o: dict[str, Any], run_dir: Path) -> dict[str, Any]:
-    """Both sides of Prop. 3.3 on a small bilinear regression (SPEC §5), float64."""
+    """Both sides of Prop. 3.3 on a small bilinear regression (docs/science.md §5), float64."""
     from ..analysis.implicit_bias import check_implicit_regularisation
 
     res = check_implicit_regularisation(S=int(o["S"]), C=int(o["C"]), n=int(o.get("n", 64)),

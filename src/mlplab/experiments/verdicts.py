@@ -24,13 +24,14 @@ Rules:
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
 import numpy as np
 
-__all__ = ["ALPHA", "MIN_SEEDS", "Verdict", "paired_t", "holm", "compare", "trend", "interior_optimum",
+__all__ = ["ALPHA", "MIN_SEEDS", "Verdict", "paired_t", "holm", "holm_decision", "compare", "trend", "interior_optimum",
            "quadratic_minimum", "verdict_word", "worst_of", "exponent_in_interval", "noninferior", "lowest_of",
            "best_is_interior", "ratio_interval", "deterministic", "KINDS"]
 
@@ -46,7 +47,7 @@ def verdict_word(held: bool | None) -> str:
     return WORDS[held]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Verdict:
     """A decision with its evidence: the test statistic, the p-value that decided, the effect
     (in the units of the metric, e.g. points of test error) with a 95% interval, and the seeds."""
@@ -153,6 +154,20 @@ def holm(pvalues: Sequence[float]) -> list[float]:
     return [float(x) for x in adj]
 
 
+def holm_decision(p_claim: Sequence[float], p_against: Sequence[float]
+                  ) -> tuple[list[float], list[float], bool | None, float]:
+    """Several one-sided tests that decide a claim together (one per comparison), each with its
+    reverse test. Holm-adjusted: HELD when every claim test rejects at α (the deciding p is the
+    largest), DID NOT HOLD when some reverse test rejects (the smallest), else UNDECIDED (the
+    largest claim p). Returns (claim p's Holm-adjusted, reverse p's Holm-adjusted, held, p)."""
+    claim, against = holm(p_claim), holm(p_against)
+    if max(claim) < ALPHA:
+        return claim, against, True, max(claim)
+    if min(against) < ALPHA:
+        return claim, against, False, min(against)
+    return claim, against, None, max(claim)
+
+
 def _paired(a: Mapping[int, float], b: Mapping[int, float]) -> list[int]:
     """Seeds with a finite value on both sides, sorted."""
     return sorted(s for s in a if s in b and math.isfinite(a[s]) and math.isfinite(b[s]))
@@ -174,13 +189,13 @@ def compare(a: Mapping[int, float], b: Mapping[int, float], *, what: str = "a �
     seeds = _paired(a, b)
     d = [a[s] - b[s] for s in seeds]
     if len(seeds) < MIN_SEEDS:
-        return Verdict(None, effect=float(np.mean(d)) if d else float("nan"), effect_name=f"mean {what}",
+        return Verdict(held=None, effect=float(np.mean(d)) if d else float("nan"), effect_name=f"mean {what}",
                        n=len(seeds), detail=f"fewer than {MIN_SEEDS} paired seeds: no test", unit=unit)
     t, p_less, p_greater, ci = paired_t(d)
     held = _decide(p_less, p_greater)
-    return Verdict(held, f"paired t (df = {len(seeds) - 1})", t, p_less if held is not False else p_greater,
-                   float(np.mean(d)), f"mean {what}", ci, len(seeds),
-                   extra={"p_claim": p_less, "p_against": p_greater}, unit=unit)
+    return Verdict(held=held, statistic=f"paired t (df = {len(seeds) - 1})", value=t,
+                   p=p_less if held is not False else p_greater, effect=float(np.mean(d)), effect_name=f"mean {what}",
+                   interval=ci, n=len(seeds), extra={"p_claim": p_less, "p_against": p_greater}, unit=unit)
 
 
 def _slope(x: np.ndarray, y: np.ndarray) -> float:
@@ -212,15 +227,15 @@ def trend(x: Sequence[float], y_by_seed: Mapping[int, Sequence[float]], *, sign:
     name = f"{what} per doubling" if log_x else what
     rho_txt = f"Spearman ρ per seed {', '.join(f'{r:+.2f}' for r in rhos)}" if rhos else "no seed with ≥ 3 points"
     if len(slopes) < MIN_SEEDS:
-        return Verdict(None, effect=float(np.mean(slopes)) if slopes else float("nan"), effect_name=f"mean {name}",
+        return Verdict(held=None, effect=float(np.mean(slopes)) if slopes else float("nan"), effect_name=f"mean {name}",
                        n=len(slopes), detail=f"fewer than {MIN_SEEDS} seeds with ≥ 3 points: no test; {rho_txt}",
                        unit=unit)
     t, p_less, p_greater, ci = paired_t(slopes)
     p_claim, p_against = (p_less, p_greater) if sign < 0 else (p_greater, p_less)
     held = _decide(p_claim, p_against)
-    return Verdict(held, f"t of per-seed slopes (df = {len(slopes) - 1})", t,
-                   p_claim if held is not False else p_against, float(np.mean(slopes)), f"mean {name}", ci,
-                   len(slopes), detail=rho_txt, extra={"p_claim": p_claim, "p_against": p_against,
+    return Verdict(held=held, statistic=f"t of per-seed slopes (df = {len(slopes) - 1})", value=t,
+                   p=p_claim if held is not False else p_against, effect=float(np.mean(slopes)),
+                   effect_name=f"mean {name}", interval=ci, n=len(slopes), detail=rho_txt, extra={"p_claim": p_claim, "p_against": p_against,
                                                        "rho_mean": float(np.mean(rhos))}, unit=unit)
 
 
@@ -258,12 +273,12 @@ def interior_optimum(S: Sequence[int], C: Sequence[int], err_by_seed: Mapping[in
     seed-mean curve, with a 95% bootstrap interval, as S/C."""
     x = np.log(np.asarray(S, dtype=float) / np.asarray(C, dtype=float))
     if len(set(np.round(x, 12))) < 3:
-        return Verdict(None, n=0, detail="fewer than 3 distinct S/C ratios")
+        return Verdict(held=None, n=0, detail="fewer than 3 distinct S/C ratios")
     ad = np.abs(x)
     centre = np.flatnonzero(ad <= ad.min() + 1e-12)
     lo, hi = int(np.argmin(x)), int(np.argmax(x))
     if lo in centre or hi in centre:
-        return Verdict(None, n=0, detail="the point closest to S = C is an end of the sweep: no interior to test")
+        return Verdict(held=None, n=0, detail="the point closest to S = C is an end of the sweep: no interior to test")
     Y = {s: np.asarray(v, dtype=float) for s, v in err_by_seed.items()}
     seeds = sorted(s for s, v in Y.items() if np.isfinite(v[[*centre, lo, hi]]).all())
     cen = {s: float(Y[s][centre].mean()) for s in seeds}
@@ -272,18 +287,11 @@ def interior_optimum(S: Sequence[int], C: Sequence[int], err_by_seed: Mapping[in
     ends = f"centre {_sc(S, C, centre)} vs ends {_sc(S, C, [lo])}, {_sc(S, C, [hi])}"
     if len(seeds) < MIN_SEEDS:
         eff = float(min(-np.mean(d_lo), -np.mean(d_hi))) if seeds else float("nan")
-        return Verdict(None, effect=eff, effect_name="min advantage of the centre", n=len(seeds),
+        return Verdict(held=None, effect=eff, effect_name="min advantage of the centre", n=len(seeds),
                        detail=f"fewer than {MIN_SEEDS} seeds: no test; {ends}", unit="points")
     t_lo, pl_lo, pg_lo, ci_lo = paired_t(d_lo)
     t_hi, pl_hi, pg_hi, ci_hi = paired_t(d_hi)
-    p_claim = holm([pl_lo, pl_hi])
-    p_against = holm([pg_lo, pg_hi])
-    if max(p_claim) < ALPHA:
-        held, p = True, max(p_claim)
-    elif min(p_against) < ALPHA:
-        held, p = False, min(p_against)
-    else:
-        held, p = None, max(p_claim)
+    p_claim, p_against, held, p = holm_decision([pl_lo, pl_hi], [pg_lo, pg_hi])
     # the deciding comparison: the weaker advantage (the end the centre beats least)
     weak_lo = -np.mean(d_lo) <= -np.mean(d_hi)
     t, ci, dd = (t_lo, ci_lo, d_lo) if weak_lo else (t_hi, ci_hi, d_hi)
@@ -294,8 +302,9 @@ def interior_optimum(S: Sequence[int], C: Sequence[int], err_by_seed: Mapping[in
               f"at S/C = {math.exp(xm):.3g} [bootstrap 95% {math.exp(xl):.3g}, {math.exp(xh):.3g}]"
               + (" (at an end of the sweep: the fitted curve has no interior minimum)"
                  if min(abs(xm - x.min()), abs(xm - x.max())) < 1e-9 else ""))
-    return Verdict(held, f"paired t, weaker end (df = {len(seeds) - 1})", t, p, -float(np.mean(dd)),
-                   "advantage of the centre over the weaker end", (-ci[1], -ci[0]), len(seeds), detail,
+    return Verdict(held=held, statistic=f"paired t, weaker end (df = {len(seeds) - 1})", value=t, p=p,
+                   effect=-float(np.mean(dd)), effect_name="advantage of the centre over the weaker end",
+                   interval=(-ci[1], -ci[0]), n=len(seeds), detail=detail,
                    extra={"p_claim_holm": p_claim, "p_against_holm": p_against,
                           "argmin_S_over_C": math.exp(xm), "argmin_interval": [math.exp(xl), math.exp(xh)]},
                    unit="points")
@@ -324,24 +333,19 @@ def lowest_of(groups: Mapping[str, Mapping[int, float]], target: str, *, higher:
     n = min(len(_paired(t0, groups[k])) for k in others)
     word = "highest" if higher else "lowest"
     if n < MIN_SEEDS:
-        return Verdict(None, n=n, detail=f"fewer than {MIN_SEEDS} paired seeds for some comparison: no test",
+        return Verdict(held=None, n=n, detail=f"fewer than {MIN_SEEDS} paired seeds for some comparison: no test",
                        unit=unit)
     diffs = {k: [sign * (t0[s] - groups[k][s]) for s in _paired(t0, groups[k])] for k in others}
     tests = {k: paired_t(d) for k, d in diffs.items()}
-    p_claim = holm([tests[k][1] for k in others])  # sign·(target − other) < 0
-    p_against = holm([tests[k][2] for k in others])
+    # the claim: sign·(target − other) < 0 for every other group
+    p_claim, p_against, held, p = holm_decision([tests[k][1] for k in others], [tests[k][2] for k in others])
     closest = max(others, key=lambda k: float(np.mean(diffs[k])))
     t, _, _, ci = tests[closest]
-    if max(p_claim) < ALPHA:
-        held, p = True, max(p_claim)
-    elif min(p_against) < ALPHA:
-        held, p = False, min(p_against)
-    else:
-        held, p = None, max(p_claim)
     detail = f"{target} the {word}: " + "; ".join(f"margin over {k} {-np.mean(diffs[k]):+.3g} (Holm p {pc:.2g})"
                                                    for k, pc in zip(others, p_claim))
-    return Verdict(held, f"paired t vs the closest ({closest}, df = {n - 1})", -t, p, -float(np.mean(diffs[closest])),
-                   f"margin of {target} over {closest}", (-ci[1], -ci[0]), n, detail,
+    return Verdict(held=held, statistic=f"paired t vs the closest ({closest}, df = {n - 1})", value=-t, p=p,
+                   effect=-float(np.mean(diffs[closest])), effect_name=f"margin of {target} over {closest}",
+                   interval=(-ci[1], -ci[0]), n=n, detail=detail,
                    extra={"p_claim_holm": p_claim, "p_against_holm": p_against, "closest": closest}, unit=unit)
 
 
@@ -365,19 +369,19 @@ def best_is_interior(order: Sequence[str], groups: Mapping[str, Mapping[int, flo
     HOLD; otherwise UNDECIDED. (Choosing the best from the same data favours the claim a little;
     requiring it to beat every other group, Holm-corrected, more than pays for that.)"""
     if len(order) < 3:
-        return Verdict(None, detail="fewer than 3 points along the sweep: no interior", unit=unit)
+        return Verdict(held=None, detail="fewer than 3 points along the sweep: no interior", unit=unit)
     means = {k: float(np.mean([v for v in groups[k].values() if math.isfinite(v)]))
              if any(math.isfinite(v) for v in groups.get(k, {}).values()) else float("nan") for k in order}
     finite = [k for k in order if math.isfinite(means[k])]
     if len(finite) < len(order):
-        return Verdict(None, detail=f"no finished runs at {', '.join(k for k in order if k not in finite)}", unit=unit)
+        return Verdict(held=None, detail=f"no finished runs at {', '.join(k for k in order if k not in finite)}", unit=unit)
     best = (max if higher else min)(order, key=lambda k: means[k])
     v = lowest_of({k: groups[k] for k in order}, best, higher=higher, unit=unit)
     inner = best not in (order[0], order[-1])
     where = f"best mean at {best} ({'an inner point' if inner else 'an end of the sweep'}, chosen from the data)"
     held = v.held if inner else (False if v.held else None)
-    return Verdict(held, v.statistic, v.value, v.p, v.effect, v.effect_name, v.interval, v.n,
-                   f"{where}; {v.detail}", {**v.extra, "best": best, "inner": inner}, unit)
+    return dataclasses.replace(v, held=held, detail=f"{where}; {v.detail}",
+                               extra={**v.extra, "best": best, "inner": inner})
 
 
 def noninferior(a: Mapping[int, float], b: Mapping[int, float] | float, margin: float, *,
@@ -394,14 +398,14 @@ def noninferior(a: Mapping[int, float], b: Mapping[int, float] | float, margin: 
     d = [a[s] - bb[s] for s in seeds]
     name = f"mean {what} (margin {margin:g})"
     if len(seeds) < MIN_SEEDS:
-        return Verdict(None, effect=float(np.mean(d)) if d else float("nan"), effect_name=name, n=len(seeds),
+        return Verdict(held=None, effect=float(np.mean(d)) if d else float("nan"), effect_name=name, n=len(seeds),
                        detail=f"fewer than {MIN_SEEDS} paired seeds: no test", unit=unit)
     t, p_less, p_greater, _ = paired_t([x - margin for x in d])
     _, _, _, ci = paired_t(d)
     held = _decide(p_less, p_greater)
-    return Verdict(held, f"paired t of {what} − margin (df = {len(seeds) - 1})", t,
-                   p_less if held is not False else p_greater, float(np.mean(d)), name, ci, len(seeds),
-                   extra={"p_claim": p_less, "p_against": p_greater, "margin": margin}, unit=unit)
+    return Verdict(held=held, statistic=f"paired t of {what} − margin (df = {len(seeds) - 1})", value=t,
+                   p=p_less if held is not False else p_greater, effect=float(np.mean(d)), effect_name=name,
+                   interval=ci, n=len(seeds), extra={"p_claim": p_less, "p_against": p_greater, "margin": margin}, unit=unit)
 
 
 def ratio_interval(a: Sequence[float], b: Sequence[float], *, above: float | None = None,
@@ -423,7 +427,7 @@ def ratio_interval(a: Sequence[float], b: Sequence[float], *, above: float | Non
     side = f"{'>' if above is not None else '<'} {bound:g}"
     name = f"{what} (claim {side})"
     if n < MIN_SEEDS or np.median(xb) <= 0:
-        return Verdict(None, effect=float(np.median(xa) / np.median(xb)) if n and np.median(xb) > 0 else float("nan"),
+        return Verdict(held=None, effect=float(np.median(xa) / np.median(xb)) if n and np.median(xb) > 0 else float("nan"),
                        effect_name=name, n=n, detail=f"fewer than {MIN_SEEDS} measurements of each: no interval",
                        unit=unit, kind="interval", n_of="measurement")
     est = float(np.median(xa) / np.median(xb))
@@ -434,7 +438,7 @@ def ratio_interval(a: Sequence[float], b: Sequence[float], *, above: float | Non
         held = True if lo > above else (False if hi < above else None)
     else:
         held = True if hi < below else (False if lo > below else None)
-    return Verdict(held, "ratio of medians, bootstrap", est, effect=est, effect_name=name, interval=(lo, hi), n=n,
+    return Verdict(held=held, statistic="ratio of medians, bootstrap", value=est, effect=est, effect_name=name, interval=(lo, hi), n=n,
                    detail=f"{xa.size} and {xb.size} measurements; {resamples} bootstrap resamples",
                    extra={"bound": bound, "side": "above" if above is not None else "below"}, unit=unit,
                    kind="interval", n_of="measurement")
@@ -448,13 +452,13 @@ def deterministic(value: float, *, expected: float | None = None, at_least: floa
     if (expected is None) == (at_least is None):
         raise ValueError("deterministic needs exactly one of expected= or at_least=")
     if not math.isfinite(value):
-        return Verdict(None, f"{what}: no finite value", effect=value, detail=detail, unit=unit, kind="deterministic")
+        return Verdict(held=None, statistic=f"{what}: no finite value", effect=value, detail=detail, unit=unit, kind="deterministic")
     if expected is not None:
         held, rule = abs(value - expected) <= tol, f"needs |{what} − {expected:g}| ≤ {tol:.3g}"
     else:
         held, rule = value >= at_least - tol, f"needs {what} ≥ {at_least:g} − {tol:.3g}"
     u = f" {unit}" if unit else ""
-    return Verdict(bool(held), f"{what} = {value:.6g}{u}; {rule}", value, effect=value, detail=detail,
+    return Verdict(held=bool(held), statistic=f"{what} = {value:.6g}{u}; {rule}", value=value, effect=value, detail=detail,
                    extra={"tol": tol}, unit=unit, kind="deterministic")
 
 
@@ -466,7 +470,7 @@ def exponent_in_interval(estimate: float, interval: tuple[float, float], publish
     when the interval holds ``published`` and none of them."""
     lo, hi = interval
     if not (math.isfinite(lo) and math.isfinite(hi)):
-        return Verdict(None, effect=estimate, effect_name=what, n=runs, detail=f"no bootstrap interval from {runs} runs",
+        return Verdict(held=None, effect=estimate, effect_name=what, n=runs, detail=f"no bootstrap interval from {runs} runs",
                        kind="interval", n_of=of)
     covered = [f for f in far if lo <= f <= hi]
     if not lo <= published <= hi:
@@ -476,5 +480,5 @@ def exponent_in_interval(estimate: float, interval: tuple[float, float], publish
     detail = (f"published {published:g} {'inside' if lo <= published <= hi else 'outside'} the interval; "
               + (f"the interval also holds {', '.join(f'{f:g}' for f in covered)}" if covered else
                  f"it excludes {', '.join(f'{f:g}' for f in far)}") + f"; bootstrap over {runs} {of}s")
-    return Verdict(held, statistic=f"bootstrap over {of}s", effect=estimate, effect_name=what, interval=(lo, hi), n=runs,
+    return Verdict(held=held, statistic=f"bootstrap over {of}s", effect=estimate, effect_name=what, interval=(lo, hi), n=runs,
                    detail=detail, kind="interval", n_of=of)

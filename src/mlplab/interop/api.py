@@ -17,8 +17,8 @@ from . import flax, hub, native, scaling_mlps, timm
 from .common import Imported, describe_names
 from .files import read_tensors, write_tensors
 
-__all__ = ["FORMATS", "detect_format", "read_checkpoint", "create_model", "load_pretrained", "save_pretrained",
-           "push_to_hub", "convert", "to_timm"]
+__all__ = ["FORMATS", "detect_format", "read_checkpoint", "create_model", "load_pretrained", "build_pretrained",
+           "save_pretrained", "push_to_hub", "convert", "to_timm"]
 
 #: format name -> its module (``matches``, ``to_mlplab``, ``EXPECTED``), in detection order
 FORMATS = {"mlplab": native, "timm": timm, "flax": flax, "scaling_mlps": scaling_mlps}
@@ -110,9 +110,14 @@ def load_pretrained(path: str | os.PathLike, format: str = "auto", **overrides: 
     ``num_classes`` different from the checkpoint's gives a **new head** (zero-initialised for
     Mixers, as in the original); any other override that changes a tensor's shape is an error.
     """
-    imp = read_checkpoint(path, format, **overrides)
+    return build_pretrained(read_checkpoint(path, format, **overrides), source=str(path), **overrides)
+
+
+def build_pretrained(imp: Imported, source: str | None = None, **overrides: Any) -> nn.Module:
+    """The model of a checkpoint already read (:func:`read_checkpoint`), with its weights loaded:
+    :func:`load_pretrained` without reading the file again. ``source`` goes to ``pretrained_cfg``."""
     model = registry.create_model(imp.model_name, **{**imp.kwargs, **overrides})
-    return _load_into(model, imp, overrides, str(path))
+    return _load_into(model, imp, overrides, source or f"a {imp.source_format} checkpoint")
 
 
 def create_model(name: str, pretrained: bool | str | os.PathLike = False, **overrides: Any) -> nn.Module:

@@ -13,9 +13,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..utils.io import atomic_save
+from ..utils.io import atomic_save, torch_load_error
 
-__all__ = ["read_tensors", "write_tensors", "resolve_weights_path"]
+__all__ = ["read_tensors", "write_tensors", "resolve_weights_path", "CHECKPOINT_DIRS"]
+
+#: a run folder's checkpoint folders, the latest first (``mlplab.train.checkpoint`` writes both)
+CHECKPOINT_DIRS = ("checkpoint", "checkpoint.prev")
 
 _WRAPPERS = ("state_dict", "model", "model_state_dict", "params", "state_dict_ema")
 _PREFIXES = ("module.", "_orig_mod.")
@@ -29,8 +32,7 @@ def resolve_weights_path(path: str | os.PathLike) -> Path:
         raise FileNotFoundError(f"{p} does not exist; give the path of a checkpoint file or an mlplab run folder")
     if p.is_file():
         return p
-    for cand in (p / "model.safetensors", p / "checkpoint" / "model.safetensors",
-                 p / "checkpoint.old" / "model.safetensors"):
+    for cand in (p / "model.safetensors", *(p / d / "model.safetensors" for d in CHECKPOINT_DIRS)):
         if cand.is_file():
             return cand
     files = [f for f in sorted(p.iterdir()) if f.suffix in (".safetensors", ".npz", ".pth", ".pt", ".bin")]
@@ -85,9 +87,8 @@ def _read_torch(p: Path) -> dict[str, torch.Tensor]:
     try:
         obj = torch.load(p, map_location="cpu", weights_only=True)
     except Exception as e:
-        first = str(e).splitlines()[0] if str(e) else ""
         raise ValueError(f"{p} is neither safetensors, .npz nor a PyTorch file loadable with weights_only=True "
-                         f"({type(e).__name__}: {first})") from None
+                         f"({torch_load_error(e)})") from None
     for _ in range(2):  # {"state_dict": {...}}, {"model": {...}, "epoch": ...} or {"model": {"state_dict": ...}}
         if isinstance(obj, dict) and not all(isinstance(v, torch.Tensor) for v in obj.values()):
             obj = next((obj[k] for k in _WRAPPERS if isinstance(obj.get(k), dict)), obj)

@@ -1,14 +1,11 @@
 """Small shared building blocks: activations by name, the two-layer MLP, stochastic depth."""
 from __future__ import annotations
 
-import contextlib
-from typing import Iterator
-
 import torch
 import torch.nn as nn
 
-__all__ = ["ACTIVATIONS", "GELUTanh", "make_act", "Mlp", "LinearAct", "left_linear", "left_gemm_pays", "transposed_column_maps",
-           "modules_must_be_called", "DropPath", "drop_path_rates"]
+__all__ = ["ACTIVATIONS", "GELUTanh", "make_act", "Mlp", "LinearAct", "left_linear", "left_gemm_pays", "DropPath",
+           "drop_path_rates"]
 
 class GELUTanh(nn.GELU):
     """GELU with the tanh approximation, φ(x) = ½x(1 + tanh(√(2/π)(x + 0.044715x³))): what Flax's
@@ -68,11 +65,9 @@ class LinearAct(nn.Sequential):
 
 
 # A left GEMM with W broadcast over the batch is B GEMMs of n' × n × cols: with few columns each
-# one is too thin for the kernel's tiles. Measured (fp32, 1 thread, batch 256, forward + backward
-# of φ(W X + b), AVX2 EPYC, ``benchmarks/bench_left_gemm.py``): left/transposed time 3.29 at
-# n = 124, cols = 8; 6.51 at 196, 8; 1.18 at 83, 16; 0.91–1.08 for cols 32–64; 0.64 at 8, 124.
+# one is too thin for the kernel's tiles (``benchmarks/bench_left_gemm.py``: 3–6× slower than the
+# transposed input at 8 columns, on par from 32).
 LEFT_GEMM_MIN_COLS = 32
-_TRANSPOSED_ONLY = False  # set by transposed_column_maps
 
 
 def left_gemm_pays(x: torch.Tensor) -> bool:
@@ -82,29 +77,11 @@ def left_gemm_pays(x: torch.Tensor) -> bool:
     copying x into (B, cols, n) order (1.04-1.18× faster S-Mixer steps, AVX2 and AVX512 CPUs),
     when x has at least ``LEFT_GEMM_MIN_COLS`` columns. Under autocast, reduced-precision batched
     GEMMs with a broadcast operand were slower than one large GEMM on the transposed input, on
-    both CPUs measured."""
-    return (x.shape[-1] >= LEFT_GEMM_MIN_COLS and not torch.is_autocast_enabled(x.device.type)
-            and not _TRANSPOSED_ONLY)
-
-
-@contextlib.contextmanager
-def transposed_column_maps() -> Iterator[None]:
-    """Inside the block :func:`left_gemm_pays` says no: column maps run on the transposed input,
-    so every ``nn.Linear`` is called as a module (a left GEMM uses its weight directly, unseen by
-    module hooks), and :func:`modules_must_be_called` tells other fast paths (the Mixer's fused
-    seams) to step aside. Output shapes are the same either way; for counters that hook modules
-    (:func:`mlplab.models.counting.count_activations`). Not thread-safe (sets a module flag)."""
-    global _TRANSPOSED_ONLY
-    saved, _TRANSPOSED_ONLY = _TRANSPOSED_ONLY, True
-    try:
-        yield
-    finally:
-        _TRANSPOSED_ONLY = saved
-
-
-def modules_must_be_called() -> bool:
-    """True inside :func:`transposed_column_maps`: every module must be called as a module."""
-    return _TRANSPOSED_ONLY
+    both CPUs measured, and only on CPUs: elsewhere column maps take one large GEMM on the transposed
+    input. (A left GEMM uses the Linear's weight without calling it: callers take the transposed
+    path where a model's ``impl`` is "module" or a hook watches the Linear.)"""
+    return (x.device.type == "cpu" and x.shape[-1] >= LEFT_GEMM_MIN_COLS
+            and not torch.is_autocast_enabled(x.device.type))
 
 
 def left_linear(linear: nn.Linear, x: torch.Tensor) -> torch.Tensor:

@@ -1,7 +1,7 @@
 """The seam between two pre-LN residual sublayers, fused into one pass each way (CPU, in C).
 
 A Mixer block's sublayer ends with the skip connection and the next one starts with a
-LayerNorm (SPEC §2): between two GEMMs the activations go through
+LayerNorm (docs/science.md §2): between two GEMMs the activations go through
 
     u = x + act(t),    h = LN(u) = (u - mean u) * rstd * gamma + beta
 
@@ -12,14 +12,22 @@ more time than the GEMMs. :func:`residual_norm` does each direction in one pass 
 LN). Both are ``torch.library`` custom ops with their backward registered, so autograd and
 ``torch.compile`` (which calls them as opaque kernels) work with them.
 
-The C source is compiled on first use with the system's C compiler (``$CC``, else cc/gcc/clang;
-``-O3 -march=native -fopenmp``; on Intel CPUs with AVX-512, where gcc picks 256-bit vectors, a
-second build with 512-bit ones serves long rows, see :func:`_wide`) into
-``~/.cache/mlplab/kernels`` (``$MLPLAB_KERNEL_CACHE``), one file per source, flags and CPU,
-written to a temporary name and renamed. Where no compiler is
-present or the build fails, :func:`available` is False (:func:`unavailable_reason` says why) and
-callers take their unfused path. Threads: ``torch.get_num_threads()``, through the OpenMP runtime
-torch itself loaded.
+Build. The C source is compiled on first use with the system's C compiler ($CC, else
+cc/gcc/clang; ``-O3 -march=native -fopenmp``; on CPUs that prefer 512-bit vectors a second build
+with them serves long rows, :func:`_wide`) into ``~/.cache/mlplab/kernels``
+(``$MLPLAB_KERNEL_CACHE``), one file per source, signature table, flags, compiler and CPU, written
+to a temporary name and renamed. A failed build is remembered there for that key (a
+``.failed`` file with the compiler's message; delete it to try again), so other processes do not
+retry it. :func:`status` says whether the kernels are loaded and, if not, why; callers then take
+their unfused path. Threads: ``torch.get_num_threads()``, on the OpenMP runtime torch loaded
+(the kernels' ``libgomp.so.1`` resolves to torch's copy, already in the process).
+
+Signatures. :data:`SIGNATURES` is the one statement of each exported C function's arguments:
+the build writes the C prototypes from it (``residual_norm_api.h``, which the source includes,
+so a definition that disagrees with it does not compile), and every call goes through
+:class:`Kernels`, which passes the arguments by name in the table's order and checks each
+tensor's dtype and layout against it. A kernel returns 1 when it cannot allocate its buffers,
+raised here as ``MemoryError``.
 
 Dtypes: float64 (exact libm erf/exp: the tests compare it with the unfused modules to 1e-12),
 float32, and, under CPU autocast, bfloat16 t and h with the residual kept in float32. The float32
@@ -40,8 +48,10 @@ from pathlib import Path
 import torch
 
 from ..utils.cpu import cpu_info, cpu_prefers_512_bit_vectors
+from ..utils.io import atomic_write_text
 
-__all__ = ["available", "unavailable_reason", "residual_norm", "layer_norm_rows", "ACTS", "MAX_ROW"]
+__all__ = ["available", "unavailable_reason", "status", "residual_norm", "layer_norm_rows", "ACTS", "SIGNATURES",
+           "Kernels"]
 
 _KERNELS = Path(__file__).with_name("kernels")
 _SOURCES = ("residual_norm.c", "residual_norm.inc")
@@ -49,11 +59,101 @@ _FLAGS = ["-O3", "-march=native", "-fno-math-errno", "-fno-trapping-math", "-fas
           "-fopenmp", "-fPIC", "-shared"]
 #: activations the kernels apply to t: the identity and exact GELU
 ACTS = {"identity": 0, "gelu": 1}
-#: longest row (C) the kernels take: a row and its gradient live on the stack of an OpenMP thread
-MAX_ROW = 8192
+
+#: Each exported kernel's arguments, in C. XT, TT and ACC are a variant's residual, activation
+#: (t, h and their gradients) and accumulator types (``_VARIANTS``); every kernel returns an int
+#: status (0, or 1: out of memory). Changing a kernel's arguments: edit its line here and its
+#: definition in ``kernels/residual_norm.inc``, then the calls in ``_forward`` / ``_backward``.
+SIGNATURES = {
+    "residual_norm_forward":
+        "int64_t R, int64_t C, const XT *x, const TT *t, const XT *tb, int64_t div, int act, const XT *gamma, "
+        "const XT *beta, double eps, XT *u_out, TT *h, ACC *mean, ACC *rstd, int nthreads",
+    "residual_norm_backward":
+        "int64_t R, int64_t C, const TT *gh, const XT *gu, const XT *u, const ACC *mean, const ACC *rstd, "
+        "const XT *gamma, const TT *t, const XT *tb, int64_t div, int act, XT *gx, TT *gt, ACC *dgamma, "
+        "ACC *dbeta, ACC *dtb, int nthreads",
+    "residual_norm_gathered_forward":
+        "int64_t S, int64_t B, int64_t C, int batch_major, const XT *x, const TT *t, const XT *tb, int64_t period, "
+        "int act, const int32_t *t_map, const int32_t *h_map, const XT *gamma, const XT *beta, double eps, "
+        "XT *u_out, TT *h, ACC *mean, ACC *rstd, int nthreads",
+    "residual_norm_gathered_backward":
+        "int64_t S, int64_t B, int64_t C, int batch_major, const TT *gh, const int32_t *h_map_inv, const XT *gu, "
+        "const XT *u, const ACC *mean, const ACC *rstd, const XT *gamma, const TT *t, const XT *tb, "
+        "int64_t period, int act, const int32_t *t_map_inv, XT *gx, TT *gt, ACC *dgamma, ACC *dbeta, ACC *dtb, "
+        "int nthreads",
+}
+#: (residual dtype, activation dtype) -> variant suffix, and each variant's C types
 _VARIANTS = {(torch.float64, torch.float64): "f64", (torch.float32, torch.float32): "f32",
              (torch.float32, torch.bfloat16): "bf16"}
-_P, _I = ctypes.c_void_p, ctypes.c_int64
+_C_TYPES = {"f64": {"XT": "double", "TT": "double", "ACC": "double"},
+            "f32": {"XT": "float", "TT": "float", "ACC": "float"},
+            "bf16": {"XT": "float", "TT": "uint16_t", "ACC": "float"}}
+_SCALARS = {"int64_t": ctypes.c_int64, "int": ctypes.c_int, "double": ctypes.c_double}
+_POINTEES = {"double": torch.float64, "float": torch.float32, "uint16_t": torch.bfloat16, "int32_t": torch.int32}
+
+
+def _arguments(name: str, variant: str) -> list[tuple[str, str, bool]]:
+    """(C type, name, is a pointer) of each argument of a kernel's variant, from :data:`SIGNATURES`."""
+    out = []
+    for arg in SIGNATURES[name].split(","):
+        ctype, _, arg_name = arg.strip().rpartition(" ")
+        pointer = arg_name.startswith("*")
+        ctype = " ".join(_C_TYPES[variant].get(w, w) for w in ctype.split())
+        out.append((ctype + (" *" if pointer else ""), arg_name.lstrip("*"), pointer))
+    return out
+
+
+def prototypes() -> str:
+    """The C prototypes of every kernel and variant (the generated ``residual_norm_api.h``)."""
+    lines = ["/* generated by mlplab.layers.fused from SIGNATURES: do not edit */", "#include <stdint.h>"]
+    for name in SIGNATURES:
+        for v in _C_TYPES:
+            args = ", ".join(f"{t}{'' if p else ' '}{n}" for t, n, p in _arguments(name, v))
+            lines.append(f"int {name}_{v}({args});")
+    return "\n".join(lines) + "\n"
+
+
+class Kernels:
+    """A loaded build: ``kernels(name, variant, **arguments)`` calls ``<name>_<variant>`` with the
+    arguments :data:`SIGNATURES` names, in its order; a tensor must have the pointee's dtype and be
+    contiguous (None passes NULL). Raises TypeError on a missing, unknown or mistyped argument and
+    MemoryError when the kernel cannot allocate its buffers."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self._lib = ctypes.CDLL(str(path))
+        self._calls = {}
+        for name in SIGNATURES:
+            for v in _C_TYPES:
+                fn = getattr(self._lib, f"{name}_{v}")
+                args = _arguments(name, v)
+                fn.argtypes = [ctypes.c_void_p if p else _SCALARS[t] for t, _, p in args]
+                fn.restype = ctypes.c_int
+                checks = [(n, _POINTEES[t.replace("const ", "").rstrip(" *")] if p else None) for t, n, p in args]
+                self._calls[name, v] = (fn, checks)
+
+    def function(self, name: str, variant: str):
+        """The ctypes function of a kernel's variant."""
+        return self._calls[name, variant][0]
+
+    def __call__(self, name: str, variant: str, **arguments) -> None:
+        fn, checks = self._calls[name, variant]
+        values = []
+        for arg, dtype in checks:
+            try:
+                v = arguments.pop(arg)
+            except KeyError:
+                raise TypeError(f"{name}: missing argument {arg!r} (SIGNATURES)") from None
+            if dtype is not None and v is not None:
+                if v.dtype != dtype or not v.is_contiguous():
+                    raise TypeError(f"{name}_{variant}: {arg} must be a contiguous {dtype} tensor, got "
+                                    f"{'a non-contiguous ' if not v.is_contiguous() else ''}{v.dtype}")
+                v = v.data_ptr()
+            values.append(v)
+        if arguments:
+            raise TypeError(f"{name}: unknown argument(s) {sorted(arguments)} (SIGNATURES)")
+        if fn(*values):
+            raise MemoryError(f"the fused {name} kernel could not allocate its per-thread buffers")
 
 
 def _c_compiler() -> str | None:
@@ -80,10 +180,8 @@ WIDE_ROW = 16
 def _wide(C: int) -> bool:
     """Whether rows of C entries take the kernels built with 512-bit vectors: on CPUs that prefer
     them (:func:`~mlplab.utils.cpu.cpu_prefers_512_bit_vectors`) when a row is at least two
-    whole vectors. Measured on a Xeon with AMX (S-Mixer steps, batch 256, bf16, 1 thread, the
-    wide build against the default, alternating processes): C = 32 1.08-1.11x, C = 64 1.10x and
-    C = 128 1.07-1.14x faster; fig6's C = 16 0.97-1.00x, C = 8 and C = 124 (masked remainders)
-    0.85x and 0.94x; C = 40, 41 within noise."""
+    whole vectors. Rows of 32-128 such entries run faster with them; short rows and rows with a
+    masked remainder (C = 8, 124) slower (``benchmarks/bench_kernel_ab.py`` compares builds)."""
     return C % WIDE_ROW == 0 and C >= 2 * WIDE_ROW and cpu_prefers_512_bit_vectors()
 
 
@@ -92,11 +190,13 @@ def _cache_dir() -> Path:
 
 
 def _build(wide: bool = False) -> tuple[Path | None, str]:
-    """Compile the kernels (once per source, flags, compiler and CPU); (path, "") or (None, why)."""
+    """Compile the kernels (once per source, signatures, flags, compiler and CPU); (path, "") or
+    (None, why). A compiler failure is remembered beside the library's name (``.failed``)."""
     cc = _c_compiler()
     if cc is None:
         return None, "no C compiler (cc/gcc/clang, or $CC) found"
-    key = hashlib.sha256()
+    header = prototypes()
+    key = hashlib.sha256(header.encode())
     for name in _SOURCES:
         key.update((_KERNELS / name).read_bytes())
     flags = _flags(wide)
@@ -104,47 +204,41 @@ def _build(wide: bool = False) -> tuple[Path | None, str]:
     key.update(_cpu_signature().encode())
     cache = _cache_dir()
     lib = cache / f"residual_norm-{key.hexdigest()[:16]}.so"
+    failed = lib.with_suffix(".failed")
     if lib.exists():
         return lib, ""
+    if failed.exists():
+        return None, f"{failed.read_text().strip()} (an earlier build; delete {failed} to build again)"
     try:
         cache.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(suffix=".so", dir=cache)
-        os.close(fd)
-        proc = subprocess.run([cc, *flags, "-o", tmp, str(_KERNELS / "residual_norm.c"), "-lm"],
-                              capture_output=True, text=True, timeout=300)
-        if proc.returncode != 0:
-            os.unlink(tmp)
-            return None, f"{Path(cc).name} failed: {proc.stderr.strip().splitlines()[-1:] or proc.returncode}"
-        os.replace(tmp, lib)  # atomic: another process sees the whole file or none
+        with tempfile.TemporaryDirectory(dir=cache) as tmp:
+            (Path(tmp) / "residual_norm_api.h").write_text(header)
+            out = Path(tmp) / lib.name
+            proc = subprocess.run([cc, *flags, "-I", tmp, "-o", str(out), str(_KERNELS / "residual_norm.c"), "-lm"],
+                                  capture_output=True, text=True, timeout=300)
+            if proc.returncode != 0:
+                errors = [ln for ln in proc.stderr.splitlines() if "error" in ln] or proc.stderr.strip().splitlines()
+                why = f"{Path(cc).name} failed: {(errors[:1] or [f'exit {proc.returncode}'])[0].strip()}"
+                atomic_write_text(failed, why + "\n")
+                return None, why
+            os.replace(out, lib)  # atomic: another process sees the whole file or none
     except (OSError, subprocess.SubprocessError) as e:
         return None, f"cannot build the kernels in {cache}: {e}"
     return lib, ""
 
 
 @functools.lru_cache(maxsize=2)
-def _library(wide: bool = False) -> tuple[ctypes.CDLL | None, str]:
+def _library(wide: bool = False) -> tuple[Kernels | None, str]:
     path, why = _build(wide)
     if path is None:
         return None, why
     try:
-        lib = ctypes.CDLL(str(path))
-    except OSError as e:
+        return Kernels(path), ""
+    except (OSError, AttributeError) as e:
         return None, f"cannot load {path}: {e}"
-    for v in _VARIANTS.values():
-        fwd = getattr(lib, f"residual_norm_forward_{v}")
-        fwd.argtypes = [_I, _I, _P, _P, _P, _I, ctypes.c_int, _P, _P, ctypes.c_double, _P, _P, _P, _P, ctypes.c_int]
-        bwd = getattr(lib, f"residual_norm_backward_{v}")
-        bwd.argtypes = [_I, _I, _P, _P, _P, _P, _P, _P, _P, _P, _I, ctypes.c_int, _P, _P, _P, _P, _P, ctypes.c_int]
-        gfwd = getattr(lib, f"residual_norm_gathered_forward_{v}")
-        gfwd.argtypes = [_I, _I, _I, ctypes.c_int, _P, _P, _P, _I, ctypes.c_int, _P, _P, _P, _P, ctypes.c_double,
-                         _P, _P, _P, _P, ctypes.c_int]
-        gbwd = getattr(lib, f"residual_norm_gathered_backward_{v}")
-        gbwd.argtypes = [_I, _I, _I, ctypes.c_int, _P, _P, _P, _P, _P, _P, _P, _P, _P, _I, ctypes.c_int, _P, _P, _P,
-                         _P, _P, _P, ctypes.c_int]
-    return lib, ""
 
 
-def _kernels(C: int) -> ctypes.CDLL:
+def _kernels(C: int) -> Kernels:
     """The build for rows of C entries (:func:`_wide`; the default build where the wide one fails)."""
     return (_wide(C) and _library(True)[0]) or _library()[0]
 
@@ -161,8 +255,11 @@ def unavailable_reason() -> str:
     return _library()[1]
 
 
-def _ptr(t: torch.Tensor | None) -> int | None:
-    return None if t is None else t.data_ptr()
+def status() -> dict:
+    """{"available": bool, "reason": why not (None when available), "library": the loaded
+    shared library's path (None when unavailable)}; builds the kernels on first call."""
+    lib, why = _library()
+    return {"available": lib is not None, "reason": why or None, "library": None if lib is None else str(lib.path)}
 
 
 def _variant(x: torch.Tensor, h_dtype: torch.dtype) -> str:
@@ -190,21 +287,20 @@ def _bias_len(t_bias: torch.Tensor | None, div: int, R: int) -> int:
 
 def _forward(x, t, gamma, beta, eps, act, h_dtype, t_map, h_map, batch_major, t_bias=None, bias_div=0):
     C = x.shape[-1]
-    lib = _kernels(C)
+    kernels = _kernels(C)
     R = x.numel() // C
     u = torch.empty_like(x) if t is not None else None
     h = _h_empty(x, h_dtype, h_map, batch_major)
     mean, rstd = torch.empty(R, dtype=_acc(x)), torch.empty(R, dtype=_acc(x))
     v, nt = _variant(x, h_dtype), torch.get_num_threads()
+    common = dict(x=x, t=t, tb=t_bias, act=act, gamma=gamma, beta=beta, eps=eps, u_out=u, h=h, mean=mean, rstd=rstd,
+                  nthreads=nt)
     if t_map is None and h_map is None:
-        getattr(lib, f"residual_norm_forward_{v}")(
-            R, C, _ptr(x), _ptr(t), _ptr(t_bias), bias_div, act, _ptr(gamma), _ptr(beta), eps, _ptr(u), _ptr(h),
-            _ptr(mean), _ptr(rstd), nt)
+        kernels("residual_norm_forward", v, R=R, C=C, div=bias_div, **common)
     else:  # a bias here is one per column of the grouped t (t_map given; residual_norm checks)
         S, B = _sb(x, batch_major)
-        getattr(lib, f"residual_norm_gathered_forward_{v}")(
-            S, B, C, int(batch_major), _ptr(x), _ptr(t), _ptr(t_bias), _bias_len(t_bias, bias_div, R), act,
-            _ptr(t_map), _ptr(h_map), _ptr(gamma), _ptr(beta), eps, _ptr(u), _ptr(h), _ptr(mean), _ptr(rstd), nt)
+        kernels("residual_norm_gathered_forward", v, S=S, B=B, C=C, batch_major=int(batch_major),
+                period=_bias_len(t_bias, bias_div, R), t_map=t_map, h_map=h_map, **common)
     return u, h, mean, rstd
 
 
@@ -256,7 +352,7 @@ def _backward(gh, gu, u, mean, rstd, gamma, t, act, t_map_inv, h_map_inv, batch_
     """Both seams' backward through the kernels: (gx, gt, dgamma, dbeta, dbias); gt is empty
     without t, dbias without a bias."""
     C = u.shape[-1]
-    lib = _kernels(C)
+    kernels = _kernels(C)
     R = u.numel() // C
     nt = torch.get_num_threads()
     gh = gh.contiguous()
@@ -266,16 +362,14 @@ def _backward(gh, gu, u, mean, rstd, gamma, t, act, t_map_inv, h_map_inv, batch_
     dgamma, dbeta = torch.empty(nt, C, dtype=_acc(u)), torch.empty(nt, C, dtype=_acc(u))
     dbias = torch.empty(nt, _bias_len(t_bias, bias_div, R), dtype=_acc(u)) if t_bias is not None else None
     v = _variant(u, gh.dtype)
+    common = dict(gh=gh, gu=gu, u=u, mean=mean, rstd=rstd, gamma=gamma, t=t, tb=t_bias, act=act, gx=gx,
+                  gt=gt if t is not None else None, dgamma=dgamma, dbeta=dbeta, dtb=dbias, nthreads=nt)
     if t_map_inv is None and h_map_inv is None:
-        getattr(lib, f"residual_norm_backward_{v}")(
-            R, C, _ptr(gh), _ptr(gu), _ptr(u), _ptr(mean), _ptr(rstd), _ptr(gamma), _ptr(t), _ptr(t_bias), bias_div,
-            act, _ptr(gx), _ptr(gt) if t is not None else None, _ptr(dgamma), _ptr(dbeta), _ptr(dbias), nt)
+        kernels("residual_norm_backward", v, R=R, C=C, div=bias_div, **common)
     else:
         S, B = _sb(u, batch_major)
-        getattr(lib, f"residual_norm_gathered_backward_{v}")(
-            S, B, C, int(batch_major), _ptr(gh), _ptr(h_map_inv), _ptr(gu), _ptr(u), _ptr(mean), _ptr(rstd),
-            _ptr(gamma), _ptr(t), _ptr(t_bias), _bias_len(t_bias, bias_div, R), act, _ptr(t_map_inv), _ptr(gx),
-            _ptr(gt) if t is not None else None, _ptr(dgamma), _ptr(dbeta), _ptr(dbias), nt)
+        kernels("residual_norm_gathered_backward", v, S=S, B=B, C=C, batch_major=int(batch_major),
+                period=_bias_len(t_bias, bias_div, R), h_map_inv=h_map_inv, t_map_inv=t_map_inv, **common)
     dbias = dbias.sum(0).to(t_bias.dtype) if t_bias is not None else gamma.new_empty(0)
     return gx, gt, dgamma.sum(0).to(gamma.dtype), dbeta.sum(0).to(gamma.dtype), dbias
 
@@ -367,10 +461,9 @@ _LayerNormRows = _eager_function("_LayerNormRows", _layer_norm_rows_impl, _layer
 
 # ------------------------------------------------------------------ the functions callers use
 def _check(x: torch.Tensor, norm: torch.nn.LayerNorm) -> None:
-    if x.device.type != "cpu" or x.shape[-1] > MAX_ROW or norm.weight is None or norm.bias is None \
-            or norm.weight.dtype != x.dtype:
-        raise ValueError("fused residual_norm takes CPU tensors with rows of at most "
-                         f"{MAX_ROW} entries and a LayerNorm with weight and bias of the residual's dtype")
+    if x.device.type != "cpu" or norm.weight is None or norm.bias is None or norm.weight.dtype != x.dtype:
+        raise ValueError("fused residual_norm takes CPU tensors and a LayerNorm with weight and bias of the "
+                         "residual's dtype")
 
 
 Maps = tuple[torch.Tensor, torch.Tensor]
@@ -379,8 +472,9 @@ Maps = tuple[torch.Tensor, torch.Tensor]
 def _maps(maps: Maps | None, x: torch.Tensor) -> Maps | tuple[None, None]:
     if maps is None:
         return None, None
-    if x.ndim != 3:
-        raise ValueError("gathered seams take a 3-d residual, (S, B, C) or (B, S, C) with batch_major")
+    if x.ndim != 3 or max(x.shape[0], x.shape[1]) * x.shape[2] >= 2 ** 31:
+        raise ValueError("gathered seams take a 3-d residual, (S, B, C) or (B, S, C) with batch_major, of fewer "
+                         "than 2**31 entries per sample (int32 maps)")
     return maps[0].to(torch.int32).contiguous(), maps[1].to(torch.int32).contiguous()
 
 

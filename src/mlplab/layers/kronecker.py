@@ -1,6 +1,6 @@
-"""Kronecker linear layer (SPEC §2): weight V ⊗ W applied as vec(W X Vᵀ), never forming V ⊗ W.
+"""Kronecker linear layer (docs/science.md §2): weight V ⊗ W applied as vec(W X Vᵀ), never forming V ⊗ W.
 
-The input vector is read as x = vec(X) with X ∈ R^{a×b} (column-major vec, SPEC §1), W ∈ R^{c×a},
+The input vector is read as x = vec(X) with X ∈ R^{a×b} (column-major vec, docs/science.md §1), W ∈ R^{c×a},
 V ∈ R^{d×b}; y = vec(W X Vᵀ) = (V ⊗ W) vec(X) ∈ R^{c·d}. In row-major storage the vector x is
 Xᵀ (b rows of a), so the layer computes Yᵀ = V Xᵀ Wᵀ and flattens it: that is vec(Y).
 Cost: 2·(d·b·a + d·a·c) FLOPs per example instead of 2·(c·d)·(a·b).

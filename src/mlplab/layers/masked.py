@@ -1,4 +1,4 @@
-"""Static sparse linear layers for the SW-MLP (SPEC §2): weight M ⊙ A with a frozen mask M.
+"""Static sparse linear layers for the SW-MLP (docs/science.md §2): weight M ⊙ A with a frozen mask M.
 
 Two storages compute the same function y = (M ⊙ A) x + b:
 
@@ -156,9 +156,9 @@ class _SparseMatmul(torch.autograd.Function):
 
     Forward and input gradient are CSR × dense products (MKL's sparse BLAS where torch has it);
     the value gradient gv[k] = Σ_b g[b, row_k] x[b, col_k] is a sampled dense-dense product
-    (``torch.sparse.sampled_addmm``: gᵀx evaluated only at the nonzeros). Replacing COO matmuls,
-    a per-step ``coalesce`` (a sort of all nonzeros) and ``index_select`` gathers with these made
-    the SW-MLP step of ``benchmarks/bench_memory.py`` several times faster (see the README).
+    (``torch.sparse.sampled_addmm``: gᵀx evaluated only at the nonzeros). No COO matmuls, no
+    per-step ``coalesce`` (a sort of all nonzeros), no ``index_select`` gathers: the SW-MLP step of
+    ``benchmarks/bench_memory.py`` costs ~2–3× the Mixer's (docs/performance.md).
     """
 
     @staticmethod
@@ -261,9 +261,13 @@ class SparseLinear(nn.Module):
         return W
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Under autocast the sparse products still run in the weights' dtype (float32): sparse
+        BLAS has no bf16 CSR kernels (MKL on CPU), so the layer takes its input out of autocast;
+        the layers around it keep autocasting."""
         lead = x.shape[:-1]
-        x2 = x.reshape(-1, self.in_features)  # (B, in)
-        y = _SparseMatmul.apply(x2, self.values * self.scale, self._pattern())
+        x2 = x.reshape(-1, self.in_features).to(self.values.dtype)  # (B, in)
+        with torch.autocast(x.device.type, enabled=False):
+            y = _SparseMatmul.apply(x2, self.values * self.scale, self._pattern())
         if self.bias is not None:
             y = y + self.bias
         return y.reshape(*lead, self.out_features)

@@ -1,4 +1,4 @@
-"""Monarch linear layer (Dao et al. 2022; SPEC §2 "Monarch and Kronecker layers").
+"""Monarch linear layer (Dao et al. 2022; docs/science.md §2 "Monarch and Kronecker layers").
 
 Square case (n = k², k = √n):  M = J_cᵀ L J_c R, with R = diag(R_1..R_k), L = diag(L_1..L_k),
 blocks k×k, and J_c the commutation matrix of a k×k matrix (J_c vec(X) = vec(Xᵀ); here

@@ -22,7 +22,8 @@ import torch.nn as nn
 from .common import LinearAct, Mlp, left_gemm_pays
 from .vec import commutation_perm, invert_perm, rowmajor_index_of_vec, vec_index_of_rowmajor
 
-__all__ = ["PKMixing", "PKLayer", "ARRANGEMENTS", "compute_by_definition", "permute_entries", "random_perm"]
+__all__ = ["PKMixing", "PKLayer", "ARRANGEMENTS", "IMPLS", "set_impl", "compute_by_definition", "has_hooks",
+           "permute_entries", "random_perm"]
 
 
 @torch.library.custom_op("mlplab::permute_entries", mutates_args=())
@@ -73,68 +74,109 @@ def random_perm(m: int, generator: torch.Generator) -> torch.Tensor:
 #: normal Mixer's arrangements and move no data; "gather" is Definition 5.1 read literally.
 ARRANGEMENTS = ("rows", "columns", "gather")
 
+#: How a model computes (``model.impl``). "auto": the fastest path the model, device and mode
+#: allow; "module": the model's module forward (a Mixer without its fused seams: what runs where
+#: the kernels cannot be built); "fused": a Mixer's fused CPU seams, refused where they cannot
+#: run; "definition": the module forward with every PK layer computed by two gathers around its
+#: group map (Def. 5.1 read literally). Forward hooks fire under each: "auto" and "fused" step
+#: aside for hooked modules.
+IMPLS = ("auto", "module", "fused", "definition")
+
+
+def check_impl(impl: str) -> str:
+    if impl not in IMPLS:
+        raise ValueError(f"impl must be one of {', '.join(IMPLS)}; got {impl!r}")
+    return impl
+
+
+def has_hooks(module: nn.Module) -> bool:
+    """Whether a forward hook or pre-hook is registered on ``module``, inside it, or for every
+    module (``nn.modules.module.register_module_forward_hook``): "auto" then calls those modules
+    as modules, so the hooks fire."""
+    glob = nn.modules.module
+    if glob._global_forward_hooks or glob._global_forward_pre_hooks:
+        return True
+    stack = [module]  # the tree walked directly: ``modules()`` costs ~4 µs per module, this ~0.2
+    while stack:
+        m = stack.pop()
+        if m._forward_hooks or m._forward_pre_hooks:
+            return True
+        stack.extend(c for c in m._modules.values() if c is not None)
+    return False
+
+
+def _group_map_widths(inner: nn.Module) -> tuple[int, int] | None:
+    """(n2, n2') of a group map whose widths are known (Linear, Mlp, LinearAct), else None."""
+    if isinstance(inner, nn.Linear):
+        return inner.in_features, inner.out_features
+    if isinstance(inner, Mlp):
+        return inner.fc1.in_features, inner.fc2.out_features
+    if isinstance(inner, LinearAct):
+        return inner[0].in_features, inner[0].out_features
+    return None
+
 
 class PKMixing(nn.Module):
     """Mat[J2 (I_{n1} ⊗ f) J1 vec(X)] for an arbitrary group map f: R^{n2} -> R^{n2'} (Def. 5.1).
 
     Args:
-        inner: module acting on the last dimension (n2 -> n2_out), e.g. ``nn.Linear`` (a PK
-            layer) or a two-layer MLP (a PK MLP block; its hidden permutation cancels).
-        in_shape: (rows, cols) of the input matrix X, m = rows·cols = n1·n2.
-        out_shape: (rows', cols') of the output matrix, m' = n1·n2_out.
-        n1, n2, n2_out: the grouping of Definition 5.1.
+        inner: the group map f, acting on the last dimension (n2 -> n2'), e.g. ``nn.Linear`` (a
+            PK layer) or a two-layer MLP (a PK MLP block; its hidden permutation cancels).
+        in_shape, out_shape: (rows, cols) of the input matrix X and of the output; m = rows·cols.
+        groups: n1, the number of groups: "rows" (n1 = rows, n2 = cols: channel mixing, J1 = J_c,
+            J2 = J_cᵀ), "columns" (n1 = cols, n2 = rows: token mixing, J1 = J2 = I), or an int
+            (with free permutations). n2 = m / n1 and n2' = m' / n1 follow from the shapes.
         perm_in, perm_out: *free* permutations J1, J2 (vec-order index arrays), e.g. an RP
-            layer's. They are buffers in the state dict. Leave them out for a normal Mixer's
-            layer: its J's are fixed by ``arrangement`` and nothing is stored (as in timm).
-        arrangement: "rows" (groups are the rows of X: J1 = J_c, J2 = J_cᵀ, channel mixing),
-            "columns" (groups are the columns: J1 = J2 = I, token mixing) or "gather" (compute
-            with two gathers, the definition read literally). Default: "columns" without
-            permutations; with permutations, whichever arrangement they are, else "gather".
+            layer's, stored in the state dict. Without them the J's are the ones ``groups`` names
+            and nothing is stored (as in timm).
+        impl: how it computes (:data:`IMPLS`; a model sets it on every layer, ``model.impl``).
 
-    **The one fast-path mechanism** is the arrangement, fixed at construction (``self.arrangement``):
+    Public view: :attr:`arrangement` (how the row-major storage is mapped: "rows", "columns" or
+    "gather"), :attr:`gathers` (the row-major gathers of J1, J2 and their inverses, for
+    "gather"), :attr:`group_map` (f), :meth:`j1` / :meth:`j2`.
 
     - ``rows``: f acts on the last dimension as stored: ``inner(x)``, no data moved.
     - ``columns``: f acts on every column; ``inner.forward_columns(x)`` (W X from the left) when
-      the group map has one (:class:`~mlplab.layers.common.Mlp`,
-      :class:`~mlplab.layers.common.LinearAct`) and left GEMMs pay (fp32, see
-      :func:`~mlplab.layers.common.left_gemm_pays`), else ``inner`` on the transposed input.
+      the group map has one, left GEMMs pay (:func:`~mlplab.layers.common.left_gemm_pays`) and
+      no forward hook watches f (a left GEMM uses its weights without calling it); else ``inner``
+      on the transposed input.
     - ``gather``: J1 as one gather, f on the (B, n1, n2) groups, J2 as one gather.
 
     Tests pin every arrangement to the gather path in float64, forward and gradients.
     """
+
+    IMPLS = ("auto", "definition")  # a layer's choices: its cheapest arrangement, or the gathers
 
     def __init__(
         self,
         inner: nn.Module,
         in_shape: tuple[int, int],
         out_shape: tuple[int, int],
-        n1: int,
-        n2: int,
-        n2_out: int,
+        groups: str | int = "columns",
         perm_in: torch.Tensor | None = None,
         perm_out: torch.Tensor | None = None,
-        arrangement: str | None = None,
+        impl: str = "auto",
     ):
         super().__init__()
         rows, cols = in_shape
         rows_o, cols_o = out_shape
         m, m_out = rows * cols, rows_o * cols_o
-        if n1 * n2 != m or n1 * n2_out != m_out:
-            raise ValueError(
-                f"PK grouping n1={n1}, n2={n2}, n2'={n2_out} does not fit input {in_shape} "
-                f"(m={m}) and output {out_shape} (m'={m_out})"
-            )
-        if arrangement not in (None,) + ARRANGEMENTS:
-            raise ValueError(f"arrangement must be one of {ARRANGEMENTS}, got {arrangement!r}")
+        free = perm_in is not None or perm_out is not None
+        if groups == "rows" and rows_o != rows or groups == "columns" and cols_o != cols:
+            raise ValueError(f"groups={groups!r} keeps the {groups} of X: output {out_shape} does not fit input {in_shape}")
+        if groups not in ("rows", "columns") and not (free and isinstance(groups, int)):
+            raise ValueError(f"groups must be 'rows', 'columns' or, with free permutations, a group count; got {groups!r}")
+        n1 = {"rows": rows, "columns": cols}.get(groups, groups)
+        if n1 < 1 or m % n1 or m_out % n1:
+            raise ValueError(f"{n1} groups do not fit input {in_shape} (m={m}) and output {out_shape} (m'={m_out})")
+        widths = _group_map_widths(inner)
+        if widths is not None and widths != (m // n1, m_out // n1):
+            raise ValueError(f"the group map takes {widths[0]} -> {widths[1]} entries but {n1} groups of input {in_shape} "
+                             f"and output {out_shape} have {m // n1} -> {m_out // n1}")
         self.inner = inner
+        self.in_shape, self.out_shape, self.groups = (rows, cols), (rows_o, cols_o), groups
         self._linear_first = isinstance(inner, (nn.Linear, Mlp, LinearAct))
-        self.in_shape = (rows, cols)
-        self.out_shape = (rows_o, cols_o)
-        self.n1, self.n2, self.n2_out = n1, n2, n2_out
-        self.free_perms = perm_in is not None or perm_out is not None
-        if self.free_perms:
-            if arrangement in ("rows", "columns"):
-                raise ValueError(f"arrangement={arrangement!r} fixes J1 and J2; pass no permutations with it")
+        if free:
             p_in = torch.arange(m) if perm_in is None else perm_in.long().clone()
             p_out = torch.arange(m_out) if perm_out is None else perm_out.long().clone()
             for name, p, size in (("perm_in", p_in, m), ("perm_out", p_out, m_out)):
@@ -143,73 +185,100 @@ class PKMixing(nn.Module):
             # J1, J2 in vec order: free parameters of the model, saved in the state dict.
             self.register_buffer("perm_in", p_in)
             self.register_buffer("perm_out", p_out)
-            self._forced_gather = arrangement == "gather"
-        else:
-            implied = arrangement or "columns"
-            if implied == "rows" and (n1, n2, n2_out) != (rows, cols, cols_o):
-                raise ValueError(f"arrangement='rows' needs n1=rows, n2=cols, n2'=cols' (got {n1}, {n2}, {n2_out} "
-                                 f"for {in_shape} -> {out_shape})")
-            if implied == "columns" and (n1, n2, n2_out) != (cols, rows, rows_o):
-                raise ValueError(f"arrangement='columns' needs n1=cols, n2=rows, n2'=rows' (got {n1}, {n2}, "
-                                 f"{n2_out} for {in_shape} -> {out_shape})")
-            self._implied = "columns" if implied == "gather" else implied  # gather: J1 = J2 = I, computed literally
-            self._forced_gather = implied == "gather"
+        self._impl = check_impl(impl)
         self._derive()
         self.register_load_state_dict_post_hook(lambda module, keys: module._derive())
 
-    # ------------------------------------------------------------------ the permutations
+    # ------------------------------------------------------------------ the public view
+    @property
+    def n1(self) -> int:
+        rows, cols = self.in_shape
+        return {"rows": rows, "columns": cols}.get(self.groups, self.groups)
+
+    @property
+    def n2(self) -> int:
+        return self.in_shape[0] * self.in_shape[1] // self.n1
+
+    @property
+    def n2_out(self) -> int:
+        return self.out_shape[0] * self.out_shape[1] // self.n1
+
+    @property
+    def free_perms(self) -> bool:
+        """Whether J1, J2 are stored (an RP layer) rather than fixed by ``groups``."""
+        return hasattr(self, "perm_in")
+
+    @property
+    def group_map(self) -> nn.Module:
+        return self.inner
+
+    @property
+    def impl(self) -> str:
+        return self._impl
+
+    @impl.setter
+    def impl(self, impl: str) -> None:
+        self._impl = check_impl(impl)
+        self._derive()
+
+    @property
+    def arrangement(self) -> str:
+        """How the layer maps row-major storage: "gather" under impl "definition", else the
+        cheapest arrangement its J's allow."""
+        return "gather" if self._impl == "definition" else self._natural
+
+    @property
+    def gathers(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor] | None:
+        """(J1 gather, its inverse, J2 gather, its inverse) on row-major storage, or None unless
+        the arrangement is "gather": grouped input r = x[J1 gather], output x' = u[J2 gather]."""
+        return self._gathers
+
     def j1(self) -> torch.Tensor:
         """J1 as a vec-order index array ((J1 v)[k] = v[p[k]])."""
         if self.free_perms:
             return self.perm_in
         rows, cols = self.in_shape
-        if self._implied == "rows":
-            return commutation_perm(rows, cols)
-        return torch.arange(rows * cols)
+        return commutation_perm(rows, cols) if self.groups == "rows" else torch.arange(rows * cols)
 
     def j2(self) -> torch.Tensor:
         """J2 as a vec-order index array."""
         if self.free_perms:
             return self.perm_out
         rows_o, cols_o = self.out_shape
-        if self._implied == "rows":
-            return invert_perm(commutation_perm(rows_o, cols_o))
-        return torch.arange(rows_o * cols_o)
+        return invert_perm(commutation_perm(rows_o, cols_o)) if self.groups == "rows" else torch.arange(rows_o * cols_o)
 
     def _derive(self) -> None:
-        """The arrangement that computes J1, J2, and the row-major gathers when it is 'gather'."""
+        """The natural arrangement of J1, J2, and the row-major gathers where "gather" computes."""
         rows, cols = self.in_shape
         rows_o, cols_o = self.out_shape
         j1, j2 = self.j1(), self.j2()
         dev = j1.device
         gather_in = rowmajor_index_of_vec(rows, cols, dev)[j1]  # x_grouped = r[gather_in]
         gather_out = j2[vec_index_of_rowmajor(rows_o, cols_o, dev)]  # r_out = u[gather_out]
-        is_rows = (self.n1, self.n2, self.n2_out) == (rows, cols, cols_o) and \
+        n = (self.n1, self.n2, self.n2_out)
+        is_rows = n == (rows, cols, cols_o) and \
             torch.equal(gather_in, torch.arange(rows * cols, device=dev)) and \
             torch.equal(gather_out, torch.arange(rows_o * cols_o, device=dev))
         # groups are the columns of X: the grouped order is vec order on both sides
-        is_columns = (self.n1, self.n2, self.n2_out) == (cols, rows, rows_o) and cols == cols_o and \
+        is_columns = n == (cols, rows, rows_o) and cols == cols_o and \
             torch.equal(j1, torch.arange(rows * cols, device=dev)) and \
             torch.equal(j2, torch.arange(rows_o * cols_o, device=dev))
-        if self._forced_gather or not (is_rows or is_columns):
-            self.arrangement = "gather"
-        else:
-            self.arrangement = "rows" if is_rows else "columns"
-        self._gather = None
+        self._natural = "rows" if is_rows else "columns" if is_columns else "gather"
+        self._gathers = None
         if self.arrangement == "gather":
-            self._gather = (gather_in, invert_perm(gather_in), gather_out, invert_perm(gather_out))
+            self._gathers = (gather_in, invert_perm(gather_in), gather_out, invert_perm(gather_out))
 
     def _apply(self, fn, recurse=True):
         out = super()._apply(fn, recurse)
-        if self._gather is not None:  # keep derived gathers on the device of the buffers
+        if self._gathers is not None:  # keep derived gathers on the device of the buffers
             dev = next(iter(self.inner.parameters()), torch.empty(0)).device
-            self._gather = tuple(g.to(dev) for g in self._gather)
+            self._gathers = tuple(g.to(dev) for g in self._gathers)
         return out
 
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
                               error_msgs):
-        """A normal layer stores no permutations. Checkpoints written before that (which saved the
-        implied J's) still load; a checkpoint with *other* permutations (an RP layer) is refused."""
+        """A normal layer stores no permutations. Checkpoints that saved the implied J's still
+        load; a checkpoint with *other* permutations (an RP layer) is refused."""
         if not self.free_perms:
             for name, implied in (("perm_in", self.j1), ("perm_out", self.j2)):
                 key = prefix + name
@@ -224,13 +293,14 @@ class PKMixing(nn.Module):
 
     # ------------------------------------------------------------------ forward
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # x: (B, rows, cols)
-        if self.arrangement == "rows":
+        arrangement = self.arrangement
+        if arrangement == "rows":
             return self.inner(x)  # groups are rows: f acts on channels directly
-        if self.arrangement == "columns":
-            if hasattr(self.inner, "forward_columns") and left_gemm_pays(x):
+        if arrangement == "columns":
+            if hasattr(self.inner, "forward_columns") and left_gemm_pays(x) and not has_hooks(self.inner):
                 return self.inner.forward_columns(x)  # (B, rows, cols) -> (B, rows', cols)
             return self.inner(x.transpose(-1, -2)).transpose(-1, -2)  # (B, cols, rows') -> (B, rows', cols)
-        g_in, g_in_inv, g_out, g_out_inv = self._gather
+        g_in, g_in_inv, g_out, g_out_inv = self._gathers
         B = x.shape[0]
         x = self._autocast_input(x)
         r = permute_entries(x.reshape(B, -1), g_in, g_in_inv)  # (B, m) = J1 vec(X), grouped
@@ -251,21 +321,29 @@ class PKMixing(nn.Module):
         return (
             f"in={self.in_shape}, out={self.out_shape}, n1={self.n1}, n2={self.n2}, "
             f"n2'={self.n2_out}, arrangement={self.arrangement}" + (", free permutations" if self.free_perms else "")
+            + (f", impl={self._impl}" if self._impl != "auto" else "")
         )
 
 
-def compute_by_definition(model: nn.Module) -> nn.Module:
-    """Switch every PK layer of ``model`` to the "gather" arrangement (in place): the same
-    function computed literally as Def. 5.1 (two gathers around the group map), and turn off
-    paths that bypass the PK layers (a Mixer's ``fuse_seams``). Tests and benchmarks compare the
-    fast arrangements against it."""
-    for mod in model.modules():
-        if hasattr(mod, "fuse_seams"):
-            mod.fuse_seams = False
-        if isinstance(mod, PKMixing):
-            mod._forced_gather = True
-            mod._derive()
+def set_impl(model: nn.Module, impl: str) -> nn.Module:
+    """Set how ``model`` computes (in place; :data:`IMPLS`): every module that declares its
+    implementations (an ``IMPLS`` tuple: a Mixer, a PK layer) takes ``impl``, or "auto" where it
+    has no such choice. "fused" and "definition" are refused for a model with no such path."""
+    check_impl(impl)
+    targets = [m for m in model.modules() if isinstance(getattr(type(m), "IMPLS", None), tuple)]
+    if impl in ("fused", "definition") and not any(impl in m.IMPLS for m in targets):
+        name = getattr(model, "model_name", None) or type(model).__name__
+        raise ValueError(f"{name} has no {impl!r} implementation; use impl=auto or module")
+    for m in targets:
+        m.impl = impl if impl in m.IMPLS else "auto"
     return model
+
+
+def compute_by_definition(model: nn.Module) -> nn.Module:
+    """``set_impl(model, "definition")``: every PK layer computed literally as Def. 5.1 (two
+    gathers around the group map), and no path that bypasses them (a Mixer's fused seams).
+    Tests and benchmarks compare the fast arrangements against it."""
+    return set_impl(model, "definition")
 
 
 class PKLayer(PKMixing):
@@ -286,16 +364,12 @@ class PKLayer(PKMixing):
         in_shape: tuple[int, int] | None = None,
         out_shape: tuple[int, int] | None = None,
     ):
-        super().__init__(
-            nn.Linear(n2, n2_out, bias=bias),
-            in_shape or (n2, n1),
-            out_shape or (n2_out, n1),
-            n1,
-            n2,
-            n2_out,
-            perm_in,
-            perm_out,
-        )
+        free = perm_in is not None or perm_out is not None
+        in_shape = in_shape or (n2, n1)
+        if not free and in_shape[1] != n1:
+            raise ValueError(f"without permutations a PK layer's {n1} groups are the columns of X; got X of {in_shape}")
+        super().__init__(nn.Linear(n2, n2_out, bias=bias), in_shape, out_shape or (n2_out, n1),
+                         n1 if free else "columns", perm_in, perm_out)
 
     @property
     def weight(self) -> torch.Tensor:

@@ -1,4 +1,4 @@
-"""Per-patch fully connected stem (SPEC §2): X = X0 Eᵀ, X0 ∈ R^{S0×C0}, C0 = ch·P²."""
+"""Per-patch fully connected stem (docs/science.md §2): X = X0 Eᵀ, X0 ∈ R^{S0×C0}, C0 = ch·P²."""
 from __future__ import annotations
 
 import torch

@@ -1,4 +1,4 @@
-"""The vectorisation convention of SPEC §1, pinned in one place.
+"""The vectorisation convention of docs/science.md §1, pinned in one place.
 
 vec(X) stacks the **columns** of X ∈ R^{S×C}: vec(X)[j·S + i] = X[i, j]. PyTorch stores X
 row-major, so vec(X) is ``X.transpose(-1, -2).flatten(-2)``. Models in mlplab keep token

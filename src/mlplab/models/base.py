@@ -8,12 +8,12 @@ spectra see every model alike.
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Sequence
+from typing import Callable, Iterable, Sequence
 
 import torch
 import torch.nn as nn
 
-__all__ = ["VisionMLP", "take_indices"]
+__all__ = ["VisionMLP", "VectorMLP", "take_indices"]
 
 
 def take_indices(indices: int | Sequence[int], num_blocks: int) -> list[int]:
@@ -90,3 +90,42 @@ class VisionMLP(nn.Module):
                 c.num_classes = num_classes
         if isinstance(getattr(self, "pretrained_cfg", None), dict):
             self.pretrained_cfg["num_classes"] = num_classes
+
+
+class VectorMLP(VisionMLP):
+    """The MLPs that act on one vector per image (plain, SW and shallow MLPs): ``embed`` turns
+    the images into (N, m), each of :meth:`feature_blocks` maps z to (branch, output) — the
+    branch before the skip connection, or the output itself for a block without one — and
+    ``norm`` ends the features.
+
+    A family sets ``cfg`` (its config: ``in_chans``, ``image_size``), ``blocks`` and ``norm``,
+    and defines ``embed``."""
+
+    cfg: object
+    blocks: nn.ModuleList
+    norm: nn.Module
+
+    def check_images(self, x: torch.Tensor) -> None:
+        """Refuse anything but images (N, in_chans, image_size, image_size) of this model."""
+        c = self.cfg
+        if x.ndim != 4 or x.shape[1:] != (c.in_chans, c.image_size, c.image_size):
+            raise ValueError(f"expected images of shape (N, {c.in_chans}, {c.image_size}, {c.image_size}), "
+                             f"got {tuple(x.shape)}; set image_size/in_chans to match the data")
+
+    def embed(self, x: torch.Tensor) -> torch.Tensor:
+        """Images (N, ch, H, W), checked, -> (N, m)."""
+        raise NotImplementedError
+
+    def feature_blocks(self) -> Iterable[Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]]:
+        """z -> (branch, output), in order; ``blocks.{i}`` of the intermediate features."""
+        return self.blocks
+
+    def forward_features(self, x: torch.Tensor, feats: dict | None = None) -> torch.Tensor:
+        z = self.embed(x)
+        if feats is not None:
+            feats["stem"] = z
+        for i, blk in enumerate(self.feature_blocks()):
+            b, z = blk(z)
+            if feats is not None:
+                feats[f"blocks.{i}"] = b
+        return self.norm(z)

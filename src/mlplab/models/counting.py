@@ -28,7 +28,6 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from ..layers.common import transposed_column_maps
 from ..layers.kronecker import KroneckerLinear
 from ..layers.masked import MaskedLinear, SparseLinear
 from ..layers.monarch import MonarchLinear
@@ -139,9 +138,8 @@ def count_activations(model: nn.Module, input_shape: tuple[int, ...] | None = No
     call of a leaf module (one without children) in a real forward of one example.
 
     The forward runs on the model's device (CPU for models built to be counted), in eval mode and
-    under ``torch.no_grad``, with column maps on the transposed input
-    (:func:`~mlplab.layers.common.transposed_column_maps`) so that every ``nn.Linear`` is seen as
-    a module call. An output that *is* its input (``nn.Identity``, dropout and stochastic depth
+    under ``torch.no_grad``; the hooks it registers make every ``nn.Linear`` a module call (a
+    model's "auto" implementation steps aside for hooked modules, ``mlplab.layers.pk.IMPLS``). An output that *is* its input (``nn.Identity``, dropout and stochastic depth
     in eval mode) writes nothing and is not counted; neither is elementwise work done outside
     modules (residual adds, transposes, the token mean, permutation gathers). Meta-device
     forwards cannot be used: the Mixer's PK layers call ``aten::equal``. Mixers are counted
@@ -164,7 +162,7 @@ def count_activations(model: nn.Module, input_shape: tuple[int, ...] | None = No
     was_training = model.training
     model.eval()
     try:
-        with torch.no_grad(), transposed_column_maps():
+        with torch.no_grad():
             model(torch.zeros(1, *shape, dtype=p.dtype, device=p.device))
     finally:
         model.train(was_training)

@@ -1,4 +1,4 @@
-"""Fine-tuning at K× the resolution (MLP-Mixer paper, Tolstikhin et al. 2021, §3.3 / App. C; SPEC §7).
+"""Fine-tuning at K× the resolution (MLP-Mixer paper, Tolstikhin et al. 2021, §3.3 / App. C; docs/science.md §7).
 
 The patch size is kept, so a K·H image has K² times the patches. Think of the K·H image as a K×K
 grid of H×H *tiles*. The expanded Mixer processes every tile exactly as the original model
@@ -116,7 +116,7 @@ def _expand_rp(pk, K: int, tok_in: torch.Tensor, tok_out: torch.Tensor, token: b
 
 def expand_resolution(model: nn.Module, K: int) -> Mixer:
     """A copy of the Mixer ``model`` for images K× larger (same patch size, S and token-MLP width
-    × K²), whose token-mixing weights are block-diagonal with K² copies of the original (SPEC §7;
+    × K²), whose token-mixing weights are block-diagonal with K² copies of the original (docs/science.md §7;
     see the module docstring, also for what it means for RP blocks). ``model`` is not changed."""
     if not isinstance(model, Mixer):
         raise ValueError(f"expand_resolution works on Mixers (MLP-, S- and RP-Mixers), not {type(model).__name__}")

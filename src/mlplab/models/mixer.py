@@ -2,7 +2,7 @@
 
 Tokens are stored as (B, S, C) row-major tensors. Every mixing sublayer is a
 :class:`~mlplab.layers.pk.PKMixing`: token mixing has J1 = J2 = I with groups = columns (n1 = C,
-n2 = S), channel mixing has J1 = J_c, J2 = J_cᵀ with groups = rows (n1 = S, n2 = C) (SPEC §2,
+n2 = S), channel mixing has J1 = J_c, J2 = J_cᵀ with groups = rows (n1 = S, n2 = C) (docs/science.md §2,
 Prop. 3.2). An RP block replaces those J's by independent uniformly random permutations, drawn
 at construction from ``seed`` and stored in the state dict.
 
@@ -12,32 +12,28 @@ With ``norm=False`` / ``skip=False`` the LNs / skips are removed (the theory for
 H = φ(φ(W X) V) of the S-Mixer is ``norm=False, skip=False``).
 The first block maps S0 -> S tokens; its skip path is then a learned W̃ ∈ R^{S×S0} (SkipLayer).
 
-Fused seams (CPU). Between two sublayers a pre-LN Mixer computes u = x + act(t), h = LN(u). On
-CPU, a Mixer with norms and skips (no stochastic depth while training) runs each seam as one
-fused kernel each way (:mod:`mlplab.layers.fused`). Its tokens are kept token-major, (S, B, C),
-so that token mixing is one GEMM W H on the (S, B·C) matrix and channel mixing one GEMM on the
-(S·B, C) one, with no transposes; seams next to RP sublayers gather through J2 and J1 inside the
-kernel, and an all-RP Mixer keeps its tokens batch-major, (B, S, C). The residual stays in the
-parameters' dtype under autocast (the GEMMs and h run in bf16); under ``torch.compile`` the
-kernels are opaque custom ops (faster than inductor's generated seams at every C measured,
-``benchmarks/bench_fused_seams.py``). It is the same function as the module path
-(tests: float64 to 1e-12, forward and gradients); ``model.fuse_seams = False``,
-``compute_by_definition``, intermediate features and module-hooking counters take the module path.
+How it computes (``impl``, :data:`mlplab.layers.pk.IMPLS`). One forward, :meth:`MixerBlock.forward`,
+defines the model. On CPU, "auto" runs a Mixer with norms and skips through the fused seams of
+:mod:`mlplab.models.mixer_fused` (one C kernel per seam each way, the same function: tests compare
+them in float64 to 1e-12) unless :meth:`Mixer.fused_unavailable` names a reason; "module" takes
+the module forward, "definition" that with every PK layer computed by Def. 5.1's gathers.
+Forward hooks on a block (or inside one) make "auto" take the module path, so they fire.
 """
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from typing import Literal
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 from ..layers import fused
-from ..layers.common import DropPath, LinearAct, Mlp, drop_path_rates, left_gemm_pays, left_linear, modules_must_be_called
-from ..layers.pk import PKMixing, random_perm
+from ..layers.common import DropPath, LinearAct, Mlp, drop_path_rates, left_gemm_pays, left_linear
+from ..layers.pk import IMPLS, PKMixing, check_impl, has_hooks, random_perm, set_impl
 from ..layers.stem import PatchEmbed, check_patch_size
 from ..utils.seeds import derive_generator
+from . import mixer_fused
 from .base import VisionMLP
 from .registry import register_model
 
@@ -67,6 +63,7 @@ class MixerConfig:
     drop_path_rate: float = 0.0  # stochastic depth, rising linearly to this over the blocks
     zero_head: bool = True  # zero-initialised classifier (as in the original Mixer)
     norm_eps: float = 1e-5
+    impl: Literal["auto", "module", "fused", "definition"] = "auto"  # how it computes (module docstring)
 
 
 def _rp_block_set(cfg: MixerConfig) -> frozenset[int]:
@@ -125,40 +122,39 @@ class MixerBlock(nn.Module):
             token_fn = LinearAct(tokens_in, tokens, cfg.act)
             channel_fn = LinearAct(dim, dim, cfg.act)
         m_in, m = tokens_in * dim, tokens * dim
+        tok, ch = {}, {}
         if rp:
             # one stream per sublayer: J1 then J2 of token mixing, J1 then J2 of channel mixing
             g_tok, g_ch = _layer_generator(cfg.seed, index, 0), _layer_generator(cfg.seed, index, 1)
             perms = [random_perm(m_in, g_tok), random_perm(m, g_tok), random_perm(m, g_ch), random_perm(m, g_ch)]
             tok = dict(perm_in=perms[0], perm_out=perms[1])
             ch = dict(perm_in=perms[2], perm_out=perms[3])
-        else:
-            tok = dict(arrangement="columns")  # token mixing: J1 = J2 = I, groups are the columns of X
-            ch = dict(arrangement="rows")  # channel mixing: J1 = J_c, J2 = J_cᵀ, groups are the rows
-        # token mixing: n1 = C groups of n2 = S_in entries -> S entries
-        self.token_mixing = PKMixing(token_fn, (tokens_in, dim), (tokens, dim), dim, tokens_in, tokens, **tok)
-        # channel mixing: n1 = S groups of n2 = C entries -> C entries
-        self.channel_mixing = PKMixing(channel_fn, (tokens, dim), (tokens, dim), tokens, dim, dim, **ch)
+        # token mixing: n1 = C groups (the columns of X) of n2 = S_in entries -> S; J1 = J2 = I
+        self.token_mixing = PKMixing(token_fn, (tokens_in, dim), (tokens, dim), "columns", **tok)
+        # channel mixing: n1 = S groups (the rows) of n2 = C entries -> C; J1 = J_c, J2 = J_cᵀ
+        self.channel_mixing = PKMixing(channel_fn, (tokens, dim), (tokens, dim), "rows", **ch)
         self.skip_proj = nn.Linear(tokens_in, tokens, bias=False) if skip_layer else None
         if self.skip_proj is None and tokens_in != tokens and cfg.skip:
             raise ValueError("a block that changes the token count needs the skip layer")
         self.drop_path = DropPath(drop_path)
 
-    def _skip(self, x: torch.Tensor) -> torch.Tensor:  # (B, S_in, C) -> (B, S, C)
+    def skip(self, x: torch.Tensor) -> torch.Tensor:  # (B, S_in, C) -> (B, S, C)
+        """The skip path: X, or W̃ X in the first block when it changes the token count."""
         if self.skip_proj is None:
             return x
-        if left_gemm_pays(x):
+        if left_gemm_pays(x) and not has_hooks(self.skip_proj):
             return left_linear(self.skip_proj, x)  # W̃ X as one left GEMM
         return self.skip_proj(x.transpose(1, 2)).transpose(1, 2)  # W̃ X on the transpose
 
     def forward(self, x: torch.Tensor, feats: dict | None = None) -> torch.Tensor:
+        """U = X + TokenMixing(LN(X)), Y = U + ChannelMixing(LN(U)); ``feats`` collects each
+        sublayer's output before its skip."""
         t = self.token_mixing(self.norm1(x))
+        u = self.skip(x) + self.drop_path(t) if self.use_skip else t
+        c = self.channel_mixing(self.norm2(u))
         if feats is not None:
-            feats[f"blocks.{self.index}.token"] = t
-        x = self._skip(x) + self.drop_path(t) if self.use_skip else t
-        c = self.channel_mixing(self.norm2(x))
-        if feats is not None:
-            feats[f"blocks.{self.index}.channel"] = c
-        return x + self.drop_path(c) if self.use_skip else c
+            feats[f"blocks.{self.index}.token"], feats[f"blocks.{self.index}.channel"] = t, c
+        return u + self.drop_path(c) if self.use_skip else c
 
 
 class Mixer(VisionMLP):
@@ -195,7 +191,7 @@ class Mixer(VisionMLP):
         )
         self.norm = nn.LayerNorm(C, eps=cfg.norm_eps) if cfg.norm else nn.Identity()
         self.head = nn.Linear(C, cfg.num_classes)
-        self.fuse_seams = True  # the fused CPU path where it applies (see the module docstring)
+        self.impl = cfg.impl
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -211,9 +207,32 @@ class Mixer(VisionMLP):
             nn.init.zeros_(self.head.weight)
             nn.init.zeros_(self.head.bias)
 
+    IMPLS = IMPLS
+
+    @property
+    def impl(self) -> str:
+        """How the model computes ("auto", "module", "fused", "definition"; module docstring)."""
+        return self._impl
+
+    @impl.setter
+    def impl(self, impl: str) -> None:
+        self._impl = check_impl(impl)
+        set_impl(self.blocks, "definition" if impl == "definition" else "auto")  # the PK layers
+
+    @property
+    def fuse_seams(self) -> bool:
+        """Deprecated: ``impl`` ("auto" for True, "module" for False)."""
+        return self._impl in ("auto", "fused")
+
+    @fuse_seams.setter
+    def fuse_seams(self, on: bool) -> None:
+        warnings.warn("Mixer.fuse_seams is deprecated: set model.impl = 'auto' (fused where possible) or 'module'",
+                      DeprecationWarning, stacklevel=2)
+        self.impl = "auto" if on else "module"
+
     def forward_features(self, x: torch.Tensor, feats: dict | None = None) -> torch.Tensor:
-        if feats is None and self._seams_fusable(x):
-            return self._forward_features_fused(x)
+        if feats is None and self._takes_fused_path(x):
+            return mixer_fused.forward_features(self, x)
         x = self.stem(x)  # (B, S0, C)
         if feats is not None:
             feats["stem"] = x
@@ -224,94 +243,33 @@ class Mixer(VisionMLP):
     def forward_head(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
         return super().forward_head(x.mean(dim=1), pre_logits)  # average over tokens: (B, C)
 
-    def _seams_fusable(self, x: torch.Tensor) -> bool:
-        """Whether :meth:`_forward_features_fused` computes this forward (module docstring)."""
+    def fused_unavailable(self, device: torch.device | str = "cpu") -> str | None:
+        """Why the fused seams cannot compute this model's forward on ``device`` in the current
+        mode (training, autocast), or None when they do under "auto" / "fused"."""
         cfg = self.cfg
-        if not self.fuse_seams or x.device.type != "cpu" or modules_must_be_called():
-            return False
+        if self._impl in ("module", "definition"):
+            return f"impl={self._impl}"
+        if torch.device(device).type != "cpu":
+            return f"the fused kernels run on CPU, not {torch.device(device).type}"
         if not (cfg.norm and cfg.skip):
-            return False
-        if self.training and any(b.drop_path.p > 0 for b in self.blocks):
-            return False
+            return "a Mixer without LayerNorms or skips has no seams"
+        if self.training and self.cfg.drop_path_rate > 0 and self.cfg.depth > 1:
+            return "stochastic depth while training"
         if torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") != torch.bfloat16:
-            return False
-        dtype = self.norm.weight.dtype
-        return dtype in (torch.float32, torch.float64) and self.hidden_dim <= fused.MAX_ROW and fused.available()
+            return f"autocast to {torch.get_autocast_dtype('cpu')}"
+        if self.norm.weight.dtype not in (torch.float32, torch.float64):
+            return f"{self.norm.weight.dtype} weights (the kernels take float32 and float64)"
+        if has_hooks(self.blocks) or has_hooks(self.norm):
+            return "forward hooks on its blocks (the module path calls them)"
+        if not fused.available():
+            return f"the fused kernels are unavailable: {fused.status()['reason']}"
+        return None
 
-    def _forward_features_fused(self, x: torch.Tensor) -> torch.Tensor:
-        """forward_features with fused seams: returns the final LN's output (B, S, C). Tokens are kept
-        token-major, (S, B, C), unless every sublayer is RP (then batch-major, (B, S, C))."""
-        dtype = self.norm.weight.dtype
-        layers = [pk for blk in self.blocks for pk in (blk.token_mixing, blk.channel_mixing)]
-        # all RP: the sublayers' operands are per-sample vectors, so keep each sample's tokens together
-        batch_major = all(pk.arrangement == "gather" for pk in layers)
-        z = self.stem(x)  # (B, S0, C)
-        z = _residual(z if batch_major else z.transpose(0, 1), dtype)  # (B, S0, C) or (S0, B, C)
-        B, C, S = x.shape[0], z.shape[2], self.num_tokens
-        shape = (B, S, C) if batch_major else (S, B, C)
-        h_dtype = torch.bfloat16 if torch.is_autocast_enabled("cpu") and dtype == torch.float32 else dtype
-        h = fused.layer_norm_rows(z, self.blocks[0].norm1, h_dtype, _j1_maps(layers[0]), batch_major)
-        for i, blk in enumerate(self.blocks):
-            if blk.skip_proj is not None:  # first block, S0 -> S tokens: the skip is W̃ X
-                z = blk._skip(z) if batch_major else _on_columns(blk.skip_proj, z.view(-1, B * C)).view(shape)
-                z = _residual(z, dtype)
-            after = self.blocks[i + 1].norm1 if i + 1 < len(self.blocks) else self.norm
-            for j, (pk, norm) in enumerate(((blk.token_mixing, blk.norm2), (blk.channel_mixing, after))):
-                nxt = layers[2 * i + j + 1] if 2 * i + j + 1 < len(layers) else None
-                t_maps, h_maps = _j2_maps(pk), _j1_maps(nxt)
-                t, act, bias = _sublayer(pk, h, B, shape, fold_bias=t_maps is not None or h_maps is None)
-                z, h = fused.residual_norm(z, t, norm, act, t_maps, h_maps, batch_major, bias,
-                                           "token" if pk.arrangement == "columns" else "column")
-        return h if batch_major else h.transpose(0, 1)  # (B, S, C): the final LN's output
-
-
-def _sublayer(pk: PKMixing, h: torch.Tensor, B: int, out_shape: tuple[int, int, int],
-              fold_bias: bool) -> tuple[torch.Tensor, str, torch.Tensor | None]:
-    """A PK mixing layer's output before its seam's activation: (t, act, bias). Token mixing
-    (columns) multiplies the token-major (S, B·C) matrix from the left, channel mixing (rows) the
-    (S·B, C) one from the right; a layer with free permutations (RP) maps the rows of its
-    (B·n1, n2) grouped input, which the seam before wrote in J1 order, and leaves t in (B, m)
-    grouped order. With ``fold_bias``, a single Linear's bias is left out of the GEMM and returned
-    for the seam to add (its broadcast in ``addmm`` costs a pass over t); otherwise bias is None."""
-    pre, act = _without_gelu(pk.inner)
-    bias = pre.bias if fold_bias and isinstance(pre, nn.Linear) else None
-    if pk.arrangement == "columns":
-        hc = h.view(-1, h.shape[1] * h.shape[2])
-        t = torch.mm(pre.weight, hc) if bias is not None else _on_columns(pre, hc)
-        return t.view(out_shape), act, bias
-    on_rows = pre if bias is None else (lambda v: F.linear(v, pre.weight))  # a map of the rows of its input
-    if pk.arrangement == "rows":
-        return on_rows(h), act, bias
-    return on_rows(h.view(B, pk.n1, pk.n2)).reshape(B, -1), act, bias
-
-
-def _residual(z: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """z as the residual stream: ``dtype``, contiguous, in one copy (``.to(dtype).contiguous()``
-    of a transposed bf16 view makes two)."""
-    return z.to(dtype, memory_format=torch.contiguous_format).contiguous()
-
-
-def _j1_maps(pk: PKMixing | None):
-    """(gather, inverse) that writes a seam's h as ``pk``'s grouped input, or None (token-major)."""
-    return None if pk is None or pk.arrangement != "gather" else (pk._gather[0], pk._gather[1])
-
-
-def _j2_maps(pk: PKMixing):
-    """(gather, inverse) that reads ``pk``'s grouped output in row-major order, or None."""
-    return None if pk.arrangement != "gather" else (pk._gather[2], pk._gather[3])
-
-
-def _without_gelu(inner: nn.Module) -> tuple[nn.Module, str]:
-    """A group map split for a fused seam: (the map without a trailing exact GELU, that GELU or
-    "identity"). An S-Mixer's φ(W ·) with φ = exact GELU gives (W, "gelu")."""
-    if isinstance(inner, LinearAct) and type(inner[1]) is nn.GELU and inner[1].approximate == "none":
-        return inner[0], "gelu"
-    return inner, "identity"
-
-
-def _on_columns(f: nn.Module, x: torch.Tensor) -> torch.Tensor:
-    """A group map (Linear, LinearAct, Mlp) applied to every column of the matrix x, as left GEMMs."""
-    return left_linear(f, x) if isinstance(f, nn.Linear) else f.forward_columns(x)
+    def _takes_fused_path(self, x: torch.Tensor) -> bool:
+        why = self.fused_unavailable(x.device)
+        if why is not None and self._impl == "fused":
+            raise RuntimeError(f"impl='fused' but the fused seams cannot run: {why}; use impl='auto'")
+        return why is None
 
 
 def build_mixer(cfg: MixerConfig) -> Mixer:

@@ -1,4 +1,4 @@
-"""Plain MLPs and inverted-bottleneck MLPs (Bachmann et al. 2023, "Scaling MLPs"; SPEC §2).
+"""Plain MLPs and inverted-bottleneck MLPs (Bachmann et al. 2023, "Scaling MLPs"; docs/science.md §2).
 
 Input: the image flattened row-major (N, ch·H·W) (images larger than 64×64 are downscaled by
 the data pipeline, not here), a linear embedding to width m, then L blocks, then a linear head.
@@ -27,7 +27,7 @@ import torch
 import torch.nn as nn
 
 from ..layers.common import make_act
-from .base import VisionMLP
+from .base import VectorMLP
 from .registry import register_model
 
 __all__ = ["MLPConfig", "PlainMLP", "StandardBlock", "BottleneckBlock", "build_mlp", "SCALING_MLP_PRESETS",
@@ -49,13 +49,13 @@ class MLPConfig:
     drop_rate: float = 0.0  # dropout after the activation (and after W_c in bottleneck blocks)
     final_norm: bool = False  # LayerNorm before the head
     norm_eps: float = 1e-5
-    # standard block: "post" z -> LN(σ(W z)) (SPEC §2) or "pre" z -> W σ(LN(z)) (Scaling-MLPs' code);
+    # standard block: "post" z -> LN(σ(W z)) (docs/science.md §2) or "pre" z -> W σ(LN(z)) (Scaling-MLPs' code);
     # None -> post for standard blocks; bottleneck blocks are always pre-norm
     norm_position: Literal["pre", "post"] | None = None
 
 
 class StandardBlock(nn.Module):
-    """z ↦ LN(σ(W z)) (``pre_norm=False``, SPEC §2) or z ↦ W σ(LN(z)) (``pre_norm=True``); no skip."""
+    """z ↦ LN(σ(W z)) (``pre_norm=False``, docs/science.md §2) or z ↦ W σ(LN(z)) (``pre_norm=True``); no skip."""
 
     def __init__(self, m: int, act: str, drop: float, eps: float, pre_norm: bool = False):
         super().__init__()
@@ -90,7 +90,7 @@ class BottleneckBlock(nn.Module):
         return b, z + b
 
 
-class PlainMLP(VisionMLP):
+class PlainMLP(VectorMLP):
     """Flatten, linear embedding to width m, L standard or bottleneck blocks, linear head.
 
     Intermediate features: ``stem``, ``blocks.{i}`` (bottleneck: the branch before the skip;
@@ -129,21 +129,9 @@ class PlainMLP(VisionMLP):
         self.norm = nn.LayerNorm(m, eps=cfg.norm_eps) if cfg.final_norm else nn.Identity()
         self.head = nn.Linear(m, cfg.num_classes)
 
-    def forward_features(self, x: torch.Tensor, feats: dict | None = None) -> torch.Tensor:
-        cfg = self.cfg
-        if x.ndim != 4 or x.shape[1:] != (cfg.in_chans, cfg.image_size, cfg.image_size):
-            raise ValueError(
-                f"expected images of shape (N, {cfg.in_chans}, {cfg.image_size}, {cfg.image_size}), "
-                f"got {tuple(x.shape)}; set image_size/in_chans to match the data"
-            )
-        z = self.stem(x.flatten(1))  # (N, ch·H·W) -> (N, m)
-        if feats is not None:
-            feats["stem"] = z
-        for i, blk in enumerate(self.blocks):
-            b, z = blk(z)
-            if feats is not None:
-                feats[f"blocks.{i}"] = b
-        return self.norm(z)
+    def embed(self, x: torch.Tensor) -> torch.Tensor:
+        self.check_images(x)
+        return self.stem(x.flatten(1))  # (N, ch·H·W) -> (N, m)
 
 
 def build_mlp(cfg: MLPConfig) -> PlainMLP:

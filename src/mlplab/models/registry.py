@@ -21,6 +21,7 @@ from typing import Any, Callable
 import torch
 import torch.nn as nn
 
+from ..errors import did_you_mean
 from ..utils.typed import check_types, coerce
 
 __all__ = [
@@ -103,11 +104,9 @@ def get_model_entry(name: str) -> ModelEntry:
     try:
         return _REGISTRY[name.partition(".")[0]]
     except KeyError:
-        close = list_models(f"*{name.partition('.')[0]}*")
-        hint = f"; did you mean {', '.join(close[:5])}?" if close else ""
-        raise ValueError(
-            f"unknown model {name!r}{hint}; registered models are: {', '.join(list_models())}"
-        ) from None
+        arch = name.partition(".")[0]
+        raise ValueError(f"unknown model {name!r}; {did_you_mean(arch, _REGISTRY)}registered models are: "
+                         f"{', '.join(list_models())}") from None
 
 
 def get_pretrained(name: str) -> dict[str, Any]:
@@ -161,8 +160,9 @@ def _check_keys(name: str, config_cls: type, values: dict[str, Any]) -> None:
     valid = _field_names(config_cls)
     unknown = sorted(set(values) - set(valid))
     if unknown:
+        hint = did_you_mean(unknown[0], valid)
         raise ValueError(
-            f"unknown override(s) {unknown} for model {name!r}; valid overrides are: {', '.join(valid)}"
+            f"unknown override(s) {unknown} for model {name!r}; {hint}valid overrides are: {', '.join(valid)}"
         )
 
 

@@ -1,4 +1,4 @@
-"""Shallow structured MLPs for the Monarch vs Kronecker comparison (SPEC §2, fig2d).
+"""Shallow structured MLPs for the Monarch vs Kronecker comparison (docs/science.md §2, fig2d).
 
     x ↦ B_c B2 ReLU(B1 x)
 
@@ -24,7 +24,7 @@ import torch.nn as nn
 from ..layers.common import make_act
 from ..layers.kronecker import KroneckerLinear
 from ..layers.monarch import MonarchLinear, closest_factor
-from .base import VisionMLP
+from .base import VectorMLP
 from .registry import register_model
 
 __all__ = ["ShallowConfig", "ShallowMLP", "build_shallow"]
@@ -55,7 +55,7 @@ def _structured(kind: str, n_in: int, n_out: int, nblocks: int | None, bias: boo
     return KroneckerLinear(n_in, n_out, bias=bias)
 
 
-class ShallowMLP(VisionMLP):
+class ShallowMLP(VectorMLP):
     """x ↦ B_c B2 φ(B1 x) with structured B1, B2.
 
     Intermediate features (no skips: layer outputs): ``stem`` (the flattened input),
@@ -77,22 +77,22 @@ class ShallowMLP(VisionMLP):
         self.act = make_act(cfg.act)
         self.fc2 = _structured(cfg.layer, m, m, None, cfg.bias)  # B2
         self.head = nn.Linear(m, cfg.num_classes)  # B_c
+        self.norm = nn.Identity()
 
-    def forward_features(self, x: torch.Tensor, feats: dict | None = None) -> torch.Tensor:
-        cfg = self.cfg
-        if x.ndim != 4 or x.shape[1:] != (cfg.in_chans, cfg.image_size, cfg.image_size):
-            raise ValueError(
-                f"expected images of shape (N, {cfg.in_chans}, {cfg.image_size}, {cfg.image_size}), "
-                f"got {tuple(x.shape)}; set image_size/in_chans to match the data"
-            )
-        x = x.flatten(1)  # (N, ch·H·W)
-        h1 = self.act(self.fc1(x))
-        h2 = self.fc2(h1)
-        if feats is not None:
-            feats["stem"] = x
-            feats["blocks.0"] = h1
-            feats["blocks.1"] = h2
-        return h2
+    def embed(self, x: torch.Tensor) -> torch.Tensor:
+        self.check_images(x)
+        return x.flatten(1)  # (N, ch·H·W)
+
+    def feature_blocks(self):
+        return (self._hidden, self._mix)  # no skips: each layer's output is its branch
+
+    def _hidden(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        h1 = self.act(self.fc1(x))  # φ(B1 x)
+        return h1, h1
+
+    def _mix(self, h1: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        h2 = self.fc2(h1)  # B2 φ(B1 x)
+        return h2, h2
 
 
 def build_shallow(cfg: ShallowConfig) -> ShallowMLP:

@@ -1,4 +1,4 @@
-"""Static sparse-weight MLP (SW-MLP), SPEC §2 and §3.
+"""Static sparse-weight MLP (SW-MLP), docs/science.md §2 and §3.
 
     stem:    per-patch FC X = X0 Eᵀ ∈ R^{S0×C}, then x = vec(X) ∈ R^m (m = S0·C)
              — or a dense embedding x = E flatten(image) when m is not a multiple of S0
@@ -8,9 +8,9 @@
 
 Each mask M is Bernoulli(p), drawn once from ``seed`` (one stream per layer), frozen and kept
 in the state dict. ``mask_scale=True`` scales the mask's ones by 1/√p (the spectral analysis'
-convention, SPEC §4); the nonzero values are N(0, 1/(in·p·scale²)), i.e. A ~ N(0, 1/m) then.
+convention, docs/science.md §4); the nonzero values are N(0, 1/(in·p·scale²)), i.e. A ~ N(0, 1/m) then.
 
-**Width.** ``width`` = m directly, or from the connection budget (SPEC §3) Ω = p·γ·m²:
+**Width.** ``width`` = m directly, or from the connection budget (docs/science.md §3) Ω = p·γ·m²:
 m = round(sqrt(Ω / (γ p))) (γ = 1 for ``block="fc"``). Ω = 2^18 with 1−p = 0.1, 0.3, 0.5, 0.7,
 0.9 gives m = 540, 612, 724, 935, 1619. Give one of ``width``/``omega``; with neither, m = 1024.
 
@@ -43,7 +43,7 @@ from ..layers.masked import MaskedLinear, SparseLinear
 from ..layers.stem import PatchEmbed, check_patch_size
 from ..layers.vec import vec
 from ..utils.seeds import derive_seed
-from .base import VisionMLP
+from .base import VectorMLP
 from .registry import register_model
 
 __all__ = ["SWMLPConfig", "SWMLP", "SWBlock", "sw_width", "build_sw_mlp", "DEFAULT_SW_WIDTH"]
@@ -76,7 +76,7 @@ class SWMLPConfig:
 
 
 def sw_width(omega: float, density: float, expansion: float = 1.0) -> int:
-    """m = round(sqrt(Ω / (γ p))) (SPEC §3; halves rounded up, like ``theory.budget.round_half_up``):
+    """m = round(sqrt(Ω / (γ p))) (docs/science.md §3; halves rounded up, like ``theory.budget.round_half_up``):
     Ω = 2^18, p = 0.9 -> 540, p = 0.1 -> 1619."""
     if omega <= 0:
         raise ValueError(f"omega (connection budget) must be > 0, got {omega}")
@@ -92,6 +92,13 @@ def _layer_seed(seed: int, block: int, sub: int) -> int:
 
 
 def _sparse_layer(storage: str, n_in: int, n_out: int, cfg: SWMLPConfig, seed: int) -> nn.Module:
+    if torch.get_default_device().type == "meta":
+        # sized, not drawn (the masks are drawn on the CPU, one block of rows at a time): a meta
+        # build counts parameters (train.runplan), with the expected nonzeros p·in·out when sparse
+        if storage == "masked":
+            return MaskedLinear(n_in, n_out, torch.ones(n_out, n_in, dtype=torch.bool), bias=cfg.bias)
+        nnz = round(cfg.density * n_in * n_out)
+        return SparseLinear(n_in, n_out, torch.zeros(2, nnz, dtype=torch.long), bias=cfg.bias)
     cls = MaskedLinear if storage == "masked" else SparseLinear
     return cls.random(n_in, n_out, cfg.density, seed, bias=cfg.bias, mask_scale=cfg.mask_scale)
 
@@ -122,7 +129,7 @@ class SWBlock(nn.Module):
         return b, x + b
 
 
-class SWMLP(VisionMLP):
+class SWMLP(VectorMLP):
     """SW-MLP: stem, vectorise, L sparse blocks with skips, LN, linear head.
 
     Intermediate features: ``stem``, each block's branch ``blocks.{i}`` (before its skip),
@@ -184,25 +191,10 @@ class SWMLP(VisionMLP):
 
     def embed(self, x: torch.Tensor) -> torch.Tensor:
         """Images (N, ch, H, W) -> (N, m)."""
-        cfg = self.cfg
-        if x.ndim != 4 or x.shape[1:] != (cfg.in_chans, cfg.image_size, cfg.image_size):
-            raise ValueError(
-                f"expected images of shape (N, {cfg.in_chans}, {cfg.image_size}, {cfg.image_size}), "
-                f"got {tuple(x.shape)}; set image_size/in_chans to match the data"
-            )
+        self.check_images(x)
         if self.stem_kind == "patch":
             return vec(self.stem(x))  # (N, S0, C) -> column-major vec (N, S0·C)
         return self.stem(x.flatten(1))  # (N, ch·H·W) -> (N, m)
-
-    def forward_features(self, x: torch.Tensor, feats: dict | None = None) -> torch.Tensor:
-        x = self.embed(x)
-        if feats is not None:
-            feats["stem"] = x
-        for blk in self.blocks:
-            b, x = blk(x)
-            if feats is not None:
-                feats[f"blocks.{blk.index}"] = b
-        return self.norm(x)
 
 
 def build_sw_mlp(cfg: SWMLPConfig) -> SWMLP:

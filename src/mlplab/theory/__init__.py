@@ -1,6 +1,6 @@
 """Theory: the connection budget Ω and the effective wide-MLP form of Mixers.
 
-Depends only on ``mlplab.layers`` and ``mlplab.models`` (SPEC §1-§3, Prop. 3.2, Def. 5.1, Cor. 3.4).
+Depends only on ``mlplab.layers`` and ``mlplab.models`` (docs/science.md §1-§3, Prop. 3.2, Def. 5.1, Cor. 3.4).
 """
 from .budget import (
     BudgetPlan,

@@ -1,4 +1,4 @@
-"""The connection budget Ω and the widths it allows (SPEC §3, Hayase & Karakida 2024, §4).
+"""The connection budget Ω and the widths it allows (docs/science.md §3, Hayase & Karakida 2024, §4).
 
 Ω is the average number of connections (nonzero weights) per layer:
 
@@ -102,13 +102,13 @@ def round_half_up(x: float) -> int:
 
 
 def omega_mixer(tokens: float, channels: float, gamma: float = 1.0) -> float:
-    """Ω = γ(C·S² + C²·S)/2 (SPEC §3): mean connections per layer of an MLP-Mixer / S-Mixer."""
+    """Ω = γ(C·S² + C²·S)/2 (docs/science.md §3): mean connections per layer of an MLP-Mixer / S-Mixer."""
     S, C = _check_size(tokens, "tokens S"), _check_size(channels, "channels C")
     return _check_gamma(gamma) * (C * S * S + C * C * S) / 2.0
 
 
 def omega_sw_mlp(width: float, density: float, gamma: float = 1.0) -> float:
-    """Ω = p·γ·m² (SPEC §3): mean connections per layer of a static sparse-weight MLP."""
+    """Ω = p·γ·m² (docs/science.md §3): mean connections per layer of a static sparse-weight MLP."""
     return _check_density(density) * _check_gamma(gamma) * _check_size(width, "width m") ** 2
 
 
@@ -126,24 +126,24 @@ def min_omega(gamma: float = 1.0, channels: float | None = None, tokens: float |
 
 
 def tokens_for(omega: float, channels: float, gamma: float = 1.0) -> float:
-    """S(C) = (sqrt(C² + 8Ω/(γC)) − C)/2, the real root of γ(C·S² + C²·S)/2 = Ω (SPEC §3)."""
+    """S(C) = (sqrt(C² + 8Ω/(γC)) − C)/2, the real root of γ(C·S² + C²·S)/2 = Ω (docs/science.md §3)."""
     om, g, C = _check_omega(omega), _check_gamma(gamma), _check_size(channels, "channels C")
     return (math.sqrt(C * C + 8.0 * om / (g * C)) - C) / 2.0
 
 
 def channels_for(omega: float, tokens: float, gamma: float = 1.0) -> float:
-    """C(S) = (sqrt(S² + 8Ω/(γS)) − S)/2: Ω is symmetric in S and C (SPEC §3)."""
+    """C(S) = (sqrt(S² + 8Ω/(γS)) − S)/2: Ω is symmetric in S and C (docs/science.md §3)."""
     om, g, S = _check_omega(omega), _check_gamma(gamma), _check_size(tokens, "tokens S")
     return (math.sqrt(S * S + 8.0 * om / (g * S)) - S) / 2.0
 
 
 def optimal_size(omega: float, gamma: float = 1.0) -> float:
-    """C* = S* = (Ω/γ)^{1/3}, where the effective width m = S·C peaks (SPEC §3)."""
+    """C* = S* = (Ω/γ)^{1/3}, where the effective width m = S·C peaks (docs/science.md §3)."""
     return (_check_omega(omega) / _check_gamma(gamma)) ** (1.0 / 3.0)
 
 
 def max_width(omega: float, gamma: float = 1.0) -> float:
-    """m* = (Ω/γ)^{2/3}, the largest effective width of a Mixer at budget Ω (SPEC §3)."""
+    """m* = (Ω/γ)^{2/3}, the largest effective width of a Mixer at budget Ω (docs/science.md §3)."""
     return (_check_omega(omega) / _check_gamma(gamma)) ** (2.0 / 3.0)
 
 
@@ -154,25 +154,25 @@ def width_bounds(omega: float, gamma: float = 1.0) -> tuple[float, float]:
 
 
 def sw_mlp_width(omega: float, density: float, gamma: float = 1.0) -> float:
-    """m = sqrt(Ω/(γp)) (SPEC §3); at least sqrt(Ω/γ) (the dense MLP, p = 1)."""
+    """m = sqrt(Ω/(γp)) (docs/science.md §3); at least sqrt(Ω/γ) (the dense MLP, p = 1)."""
     return math.sqrt(_check_omega(omega) / (_check_gamma(gamma) * _check_density(density)))
 
 
 def sw_mlp_density(omega: float, width: float, gamma: float = 1.0) -> float:
-    """p = Ω/(γm²): the density of the SW-MLP with the same budget and width (SPEC §3).
+    """p = Ω/(γm²): the density of the SW-MLP with the same budget and width (docs/science.md §3).
 
     Not clipped: a value > 1 means no SW-MLP of that width fits the budget."""
     return _check_omega(omega) / (_check_gamma(gamma) * _check_size(width, "width m") ** 2)
 
 
 def gamma_for_width(omega: float, width: float, channels: float) -> float:
-    """γ = 2Ω/(m(C + m/C)): the expansion that spends Ω at fixed m = S·C (SPEC §3)."""
+    """γ = 2Ω/(m(C + m/C)): the expansion that spends Ω at fixed m = S·C (docs/science.md §3)."""
     om, m, C = _check_omega(omega), _check_size(width, "width m"), _check_size(channels, "channels C")
     return 2.0 * om / (m * (C + m / C))
 
 
 def gamma_max(omega: float, width: float) -> float:
-    """γ_max = Ω/m^{3/2}, reached at C = S = √m (SPEC §3)."""
+    """γ_max = Ω/m^{3/2}, reached at C = S = √m (docs/science.md §3)."""
     return _check_omega(omega) / _check_size(width, "width m") ** 1.5
 
 
@@ -391,7 +391,7 @@ def plan_budget(
     symmetric: bool = False,
     densities: Sequence[float] | None = None,
 ) -> BudgetPlan:
-    """Plan models with Ω connections per layer (SPEC §3).
+    """Plan models with Ω connections per layer (docs/science.md §3).
 
     Mixer families (``s_mixer``: γ = 1; ``mlp_mixer``): for each C in ``channels`` solve
     S = (sqrt(C² + 8Ω/(γC)) − C)/2 and round it (or, with ``tokens``, solve for C); with

@@ -6,7 +6,7 @@ H = φ(φ(W X) V) is the MLP
     vec(H) = φ( J_cᵀ (I_S ⊗ Vᵀ) J_c · φ( (I_C ⊗ W) vec(X) ) )                      (Prop. 3.2)
 
 of width m = S·C, whose weights I_C ⊗ W and J_cᵀ(I_S ⊗ Vᵀ)J_c = Vᵀ ⊗ I_S have densities 1/C and
-1/S (SPEC §1). Every mixing sublayer of :class:`mlplab.models.mixer.Mixer` is a PK layer
+1/S (docs/science.md §1). Every mixing sublayer of :class:`mlplab.models.mixer.Mixer` is a PK layer
 (Def. 5.1) and becomes the sparse matrix J2 (I_{n1} ⊗ W) J1 built from its ``j1()`` /
 ``j2()`` permutations, so RP blocks are covered by the same code. In an MLP block the two layers
 are J_h (I ⊗ W1) J1 and J2 (I ⊗ W2) J_hᵀ: any hidden permutation J_h cancels (the activation is
@@ -176,7 +176,7 @@ class SparseLinear:
 
 @dataclass(eq=False)
 class Activation:
-    """Entry-wise φ; it commutes with every permutation (SPEC §1), so it needs no re-ordering."""
+    """Entry-wise φ; it commutes with every permutation (docs/science.md §1), so it needs no re-ordering."""
 
     name: str
     fn: nn.Module

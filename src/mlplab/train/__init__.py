@@ -1,14 +1,17 @@
 """Training: the run config, optimisers and schedules, the loop, checkpoints, several processes.
 
 ``train(make_config("fmnist_s_mixer", ["optim.lr=1e-3"]))`` runs one experiment and returns its
-results; ``mlplab train`` is the same from the command line.
+results (``train("fmnist_s_mixer")`` for a named config as it is); ``mlplab train`` is the same
+from the command line. ``plan_run(cfg)`` resolves a run once (:mod:`mlplab.train.runplan`).
 """
 from .config import RunConfig, from_dict, make_config, parse_overrides, run_name, to_dict
+from .evaluation import evaluate_checkpoint
 from .loop import NonFiniteError, RunExistsError, RunLockedError, evaluate, train
 from .presets import CONFIGS
+from .runplan import RunPlan, plan_run
 
-__all__ = ["RunConfig", "make_config", "from_dict", "to_dict", "parse_overrides", "run_name",
-           "train", "evaluate", "NonFiniteError", "RunExistsError", "RunLockedError", "CONFIGS"]
+__all__ = ["RunConfig", "make_config", "from_dict", "to_dict", "parse_overrides", "run_name", "RunPlan", "plan_run",
+           "train", "evaluate", "evaluate_checkpoint", "NonFiniteError", "RunExistsError", "RunLockedError", "CONFIGS"]
 
 
 class _TrainModule(__import__("types").ModuleType):

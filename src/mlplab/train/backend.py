@@ -1,31 +1,24 @@
-"""How the training step runs on this machine: compiled (``torch.compile``) or eager.
+"""How the training step runs on this machine: the model's implementation, compiled or eager.
+
+Implementation (``model.impl``, :data:`mlplab.layers.pk.IMPLS`). :func:`apply_impl` sets it once
+per run and refuses ``fused`` where the fused seams cannot run; :func:`describe_implementation`
+is what the run line and ``results.json`` say: the path the training step takes (fused seams,
+module path or definition), why a Mixer does not take the fused seams, compiled or eager, the
+precision and the kernels' status.
 
 ``run.compile=auto`` compiles on CUDA, and on CPU when the run autocasts to bf16, is long enough
-to repay the compilation (at least ``MIN_STEPS_CPU`` steps) and a C++ compiler is present.
-Measured on a 2-core AVX512-BF16 EPYC, candidates interleaved, 1 thread, batch 256
-(``benchmarks/bench_mixer_step.py --compile``, ``benchmarks/bench_fmnist_fast.py``):
-
-    model (28x28 Fashion-MNIST shapes)   bf16 compiled/eager   fp32 compiled/eager   compile time
-    S-Mixer S=49, C=64, L=8              1.49                  0.97                  20 s
-    S-Mixer S=64 (skip layer), C=64      1.50                  0.95                  21 s
-    MLP-Mixer C=128, D_S=64, D_C=256     1.11                  1.03                  18 s
-    bottleneck MLP B-4/Wi-512            0.99                  1.01                  13 s
-
-so fp32 gains nothing (eager), and bf16 Mixers gain up to 1.5× once ~20 s of compilation are
-paid. (Those Mixer figures predate the fused seams of ``mlplab.layers.fused``: eager Mixers
-now run within 5-20% of compiled ones; see the README's Performance section.)
-``run.compile=true``/``false`` overrides. Without a C++ compiler (inductor needs one on CPU)
-the run says so in one line and trains eagerly instead of failing.
+to repay the ~20 s of compilation (at least ``MIN_STEPS_CPU`` steps) and a C++ compiler is present:
+in fp32 compiling gains little on these models, and bf16 Mixers gain up to ~1.1× over their fused
+eager seams (:mod:`mlplab.models.mixer_fused`; docs/performance.md). ``run.compile=true``/``false``
+overrides. Without a C++ compiler (inductor needs one on CPU) the run says so in one line and
+trains eagerly instead of failing.
 
 Host memory (:func:`keep_freed_memory`). glibc's allocator hands blocks of a few MB (a batch of
 activations) back to the kernel when they are freed and maps fresh zero pages when they are
 asked for again: every training step then takes thousands of page faults. Training on CPU
 therefore asks glibc (``mallopt``) to serve blocks up to 32 MiB from its heap and not to trim it.
-Measured on a 2-core AVX512-BF16 EPYC, bf16, batch 256: in ``benchmarks/bench_malloc.py``'s
-step loop (a fresh process per measurement) 2,200-28,000 page faults per step fell to ~0 and
-steps got 1.03-1.44× faster; in whole ``mlplab train`` runs (3 alternating pairs) faults fell
-~10× and images/s rose 1.01× (S-Mixer) and 1.08× (MLP-Mixer): the loop's steady state faults
-less than a short benchmark. The process keeps its peak heap until it exits.
+Without it a step takes thousands of page faults (``benchmarks/bench_malloc.py``); with it whole
+runs are a few per cent faster (docs/performance.md). The process keeps its peak heap until it exits.
 """
 from __future__ import annotations
 
@@ -38,7 +31,59 @@ import sys
 import torch
 import torch.nn as nn
 
-__all__ = ["resolve_compile", "compile_model", "cpp_compiler", "keep_freed_memory", "MIN_STEPS_CPU"]
+from ..errors import BadInput
+from ..layers import fused
+from ..layers.pk import set_impl
+from .accelerator import compile_unavailable_reason
+
+__all__ = ["resolve_compile", "compile_model", "cpp_compiler", "keep_freed_memory", "MIN_STEPS_CPU", "apply_impl",
+           "describe_implementation", "implementation_line"]
+
+
+def _fused_unavailable(model: nn.Module, device: torch.device, precision: str) -> str | None:
+    """Why a Mixer's training step does not take the fused seams (None: it does), with the run's
+    autocast; "" for a model that has no fused path."""
+    why = getattr(model, "fused_unavailable", None)
+    if why is None:
+        return ""
+    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16"):
+        return why(device)
+
+
+def apply_impl(model: nn.Module, impl: str, device: torch.device, precision: str) -> nn.Module:
+    """Set ``model.impl`` for a run; BadInput (one sentence) for a path the model or machine lacks."""
+    if impl == "auto":
+        return model
+    try:
+        set_impl(model, impl)
+    except ValueError as e:
+        raise BadInput(f"model.impl={impl}: {e}") from None
+    if impl == "fused":
+        why = _fused_unavailable(model, device, precision)
+        if why:
+            raise BadInput(f"model.impl=fused, but the fused seams cannot run this training step: {why}; "
+                           f"use model.impl=auto")
+    return model
+
+
+def describe_implementation(model: nn.Module, device: torch.device, precision: str, compiled: bool) -> dict:
+    """How a run's training step computes ``model``: {"path": "fused seams" | "module path" |
+    "definition", "impl": model.impl, "why_not_fused": the reason a Mixer takes no fused seams
+    (None otherwise), "compiled", "precision", "kernels": :func:`mlplab.layers.fused.status` on
+    CPU (None elsewhere)}."""
+    impl = getattr(model, "impl", "auto")
+    why = _fused_unavailable(model, device, precision) if device.type == "cpu" else ""  # CPU kernels
+    path = "fused seams" if why is None else "definition" if impl == "definition" else "module path"
+    kernels = why != "" and impl in ("auto", "fused")  # a Mixer that would run them
+    return {"path": path, "impl": impl, "why_not_fused": why or None, "compiled": bool(compiled),
+            "precision": precision, "kernels": fused.status() if kernels else None}
+
+
+def implementation_line(desc: dict) -> str:
+    """:func:`describe_implementation` in the run line's words: "module path (the fused kernels
+    are unavailable: no C compiler ...), eager, bf16"."""
+    why = f" ({desc['why_not_fused']})" if desc["why_not_fused"] else ""
+    return f"{desc['path']}{why}, {'compiled' if desc['compiled'] else 'eager'}, {desc['precision']}"
 
 
 #: Fewest optimiser steps for which ``auto`` compiles on CPU: at ~0.05-0.1 s per step and a 1.5×
@@ -47,12 +92,13 @@ MIN_STEPS_CPU = 1000
 
 
 def resolve_compile(choice: bool | str, device: torch.device, precision: str = "fp32", steps: int = 0) -> bool:
-    """Whether to compile: ``True``/``False`` as given; ``"auto"``: on CUDA, or on CPU for bf16
+    """Whether to compile: ``True``/``False`` as given; ``"auto"``: on GPUs that Triton supports
+    (``train.accelerator``), or on CPU for bf16
     runs of at least ``MIN_STEPS_CPU`` steps when a C++ compiler is present (see above)."""
     if isinstance(choice, bool):
         return choice
     if device.type == "cuda":
-        return True
+        return compile_unavailable_reason(device) is None
     return precision == "bf16" and steps >= MIN_STEPS_CPU and cpp_compiler() is not None
 
 
@@ -65,12 +111,20 @@ def cpp_compiler() -> str | None:
 
 
 def compile_model(model: nn.Module, device: torch.device, *, warn=sys.stderr) -> nn.Module:
-    """``torch.compile(model)``, or ``model`` itself (with one line on ``warn``) when the CPU
-    backend has no C++ compiler to build its kernels with."""
+    """``torch.compile(model)``, or ``model`` itself (with one line on ``warn``) when the backend
+    cannot build kernels here: no C++ compiler on CPU, an unsupported GPU or no Triton on CUDA.
+
+    Dynamo's caches are reset first: a process that trains one run after another (a sweep run
+    inline, a notebook) would otherwise reach dynamo's recompile limit after a few model shapes
+    and silently run the rest eagerly while reporting them compiled."""
     if device.type == "cpu" and cpp_compiler() is None:
         print("mlplab train: run.compile: no C++ compiler (c++/g++/clang++, or $CXX) found for "
               "torch.compile on CPU; training eagerly", file=warn)
         return model
+    if device.type == "cuda" and (why := compile_unavailable_reason(device)) is not None:
+        print(f"mlplab train: run.compile: {why}; training eagerly", file=warn)
+        return model
+    torch._dynamo.reset()
     return torch.compile(model)
 
 

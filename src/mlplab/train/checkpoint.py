@@ -4,10 +4,12 @@ A checkpoint is a folder ``<run>/checkpoint/`` with
 
 * ``model.safetensors`` — the model's full state dict (parameters *and* persistent buffers such as
   RP permutations and SW-MLP masks), tensors only, loadable without pickle;
+* ``ema.safetensors`` — with ``run.ema_decay``, the average of the weights (``mlplab.train.ema``),
+  a model file like ``model.safetensors``;
 * ``state.pt`` — optimiser state, epoch/step counters, RNG states and history, in plain types
   (dicts, lists, numbers, tensors), loaded with ``torch.load(weights_only=True)``.
 
-The two files must agree, so a checkpoint is written whole into ``checkpoint.new/`` (each file via
+The files must agree, so a checkpoint is written whole into ``checkpoint.new/`` (each file via
 ``atomic_save``: temp file in the same folder, fsync, rename), then swapped in:
 ``checkpoint -> checkpoint.prev`` (replacing the one before), ``checkpoint.new -> checkpoint``.
 The previous checkpoint is kept apart from the latest: the training loop writes a checkpoint only
@@ -20,7 +22,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import pickle
 import shutil
 from pathlib import Path
 from typing import Any
@@ -31,14 +32,16 @@ from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 from ..errors import BadInput, RunFailure
+from ..interop.files import CHECKPOINT_DIRS
 from ..interop.native import model_metadata
 from ..models.registry import get_model_entry
-from ..utils.io import atomic_save
+from ..utils.io import atomic_save, torch_load_error
 
 __all__ = ["save_checkpoint", "load_checkpoint", "find_checkpoint", "save_weights", "load_weights",
-           "MODEL_FILE", "STATE_FILE", "CheckpointError"]
+           "MODEL_FILE", "EMA_FILE", "STATE_FILE", "CheckpointError"]
 
 MODEL_FILE = "model.safetensors"
+EMA_FILE = "ema.safetensors"
 STATE_FILE = "state.pt"
 
 
@@ -102,8 +105,10 @@ def load_weights(model: nn.Module, path: str | os.PathLike) -> nn.Module:
     return model
 
 
-def save_checkpoint(run_dir: str | os.PathLike, model: nn.Module, state: dict[str, Any]) -> Path:
-    """Write ``<run_dir>/checkpoint/`` as described in the module docstring."""
+def save_checkpoint(run_dir: str | os.PathLike, model: nn.Module, state: dict[str, Any],
+                    ema: nn.Module | None = None) -> Path:
+    """Write ``<run_dir>/checkpoint/`` as described in the module docstring (``ema``: the averaged
+    model, written as ``ema.safetensors``)."""
     run_dir = Path(run_dir)
     new, cur, prev = run_dir / "checkpoint.new", run_dir / "checkpoint", run_dir / "checkpoint.prev"
     if new.exists():
@@ -112,6 +117,8 @@ def save_checkpoint(run_dir: str | os.PathLike, model: nn.Module, state: dict[st
     meta = {"epoch": str(state.get("epoch")), "step": str(state.get("step"))}
     try:
         save_weights(model, new / MODEL_FILE, metadata=meta)
+        if ema is not None:
+            save_weights(ema, new / EMA_FILE, metadata=meta)
         atomic_save(new / STATE_FILE, lambda tmp: torch.save(state, tmp))
     except BaseException:  # e.g. a full disk: leave nothing half-written, keep the checkpoints there are
         shutil.rmtree(new, ignore_errors=True)
@@ -140,20 +147,41 @@ def _fsync_dir(path: Path) -> None:
 
 def find_checkpoint(run_dir: str | os.PathLike) -> Path | None:
     """The complete checkpoint folder of a run, or None."""
-    for name in ("checkpoint", "checkpoint.prev"):
+    for name in CHECKPOINT_DIRS:
         d = Path(run_dir) / name
         if (d / MODEL_FILE).is_file() and (d / STATE_FILE).is_file():
             return d
     return None
 
 
-def load_checkpoint(ckpt_dir: str | os.PathLike, model: nn.Module) -> dict[str, Any]:
-    """Load the weights into ``model`` and return the state dict (plain types)."""
+def load_checkpoint(ckpt_dir: str | os.PathLike, model: nn.Module, ema: nn.Module | None = None) -> dict[str, Any]:
+    """Load the weights into ``model`` (and the average into ``ema``) and return the state dict
+    (plain types). A damaged checkpoint is refused naming the file, and where the run keeps an
+    earlier complete one in ``checkpoint.prev/`` the message says so (it is not used behind the
+    user's back)."""
     ckpt_dir = Path(ckpt_dir)
+    if ema is not None and not (ckpt_dir / EMA_FILE).is_file():
+        raise CheckpointError(f"checkpoint {ckpt_dir} has no {EMA_FILE} although the run keeps an EMA of its "
+                              "weights (run.ema_decay); it was not written by this run's config")
+    try:
+        return _load_checkpoint(ckpt_dir, model, ema)
+    except CheckpointError as e:
+        prev = ckpt_dir.parent / CHECKPOINT_DIRS[1]
+        if ckpt_dir.name == CHECKPOINT_DIRS[0] and (prev / MODEL_FILE).is_file() and (prev / STATE_FILE).is_file():
+            raise CheckpointError(f"{e}. The previous checkpoint is intact: to continue from it, replace "
+                                  f"{ckpt_dir} by {prev}") from None
+        raise
+
+
+def _load_checkpoint(ckpt_dir: Path, model: nn.Module, ema: nn.Module | None) -> dict[str, Any]:
     try:
         state = torch.load(ckpt_dir / STATE_FILE, map_location="cpu", weights_only=True)
-    except (RuntimeError, EOFError, pickle.UnpicklingError) as e:
-        raise CheckpointError(f"checkpoint file {ckpt_dir / STATE_FILE} is unreadable ({str(e).splitlines()[0]}); "
+    except FileNotFoundError:
+        raise
+    except Exception as e:  # a cut file is a RuntimeError, an EOFError or an OSError (EINVAL) by where it ends
+        raise CheckpointError(f"checkpoint file {ckpt_dir / STATE_FILE} is unreadable ({torch_load_error(e)}); "
                               "it is truncated or was not written by mlplab") from None
     load_weights(model, ckpt_dir / MODEL_FILE)
+    if ema is not None:
+        load_weights(ema, ckpt_dir / EMA_FILE)
     return state

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Literal, Sequence
 
 from ..data.augment import AugmentConfig
-from ..errors import BadInput, BadType
+from ..errors import BadInput, BadType, did_you_mean
 from ..models.registry import get_model_entry, model_config
 from ..utils.typed import check_types, coerce
 
@@ -37,6 +37,10 @@ __all__ = [
     "RunSection",
     "RunConfig",
     "make_config",
+    "validate",
+    "ensure_valid",
+    "not_semantic",
+    "NON_SEMANTIC",
     "load_config",
     "parse_overrides",
     "run_name",
@@ -44,7 +48,14 @@ __all__ = [
     "flatten",
     "Durations",
     "durations",
+    "eval_batch_size",
 ]
+
+
+def not_semantic(default: Any) -> Any:
+    """A field that does not change what a run computes (where files go, how it logs): left out
+    of derived run names and of the check that a resumed run has the same config (NON_SEMANTIC)."""
+    return field(default=default, metadata={"semantic": False})
 
 
 @dataclass
@@ -58,20 +69,22 @@ class ModelSection:
     init_format: Literal["auto", "mlplab", "timm", "flax", "scaling_mlps"] = "auto"
     expand: int = 1  # Mixers: expand_resolution(model, expand) after loading (K x the resolution)
     new_head: bool | Literal["auto"] = "auto"  # auto: a new head when the class count differs
+    impl: Literal["auto", "module", "fused", "definition"] = not_semantic("auto")  # how the model computes (docs/kernels.md)
 
 
 @dataclass
 class DataSection:
     dataset: str = "synthetic"  # a key of mlplab.data.DATASETS
-    root: str | None = None  # dataset folder; None -> the data module's default cache
-    download: bool = False
+    root: str | None = not_semantic(None)  # dataset folder; None -> the data module's default cache
+    download: bool = not_semantic(False)
     image_size: int | None = None  # resize to this (square) on load; None -> native size
     val_fraction: float = 0.0  # held out of train (seeded); 0 -> periodic evals use the test split
     train_subset: int | None = None  # use only N training examples (quick runs)
     test_subset: int | None = None  # use only N test examples
     subset: Literal["first", "random"] = "first"  # which N: the first N, or a seeded random N
     on_device: bool | Literal["auto"] = "auto"  # keep the uint8 dataset on the run device
-    num_workers: int = 0  # host threads for datasets decoded on the host (unused for tensor data)
+    num_workers: int = not_semantic(0)  # streamed image folders: decoding processes (0: in the run's process); packs: reader threads (0: 2)
+    stream: bool | Literal["auto"] = "auto"  # image folders / packs: read from disk each epoch instead of holding them in memory (auto: above 1 GiB decoded)
 
 
 @dataclass
@@ -106,22 +119,24 @@ class ScheduleSection:
 @dataclass
 class RunSection:
     batch_size: int = 128  # global: split over processes under torchrun
+    accumulate_steps: int = 1  # K micro-batches per optimiser step (the batch above stays the global one)
+    ema_decay: float | None = None  # D: EMA of the weights, θ_ema ← D θ_ema + (1 − D) θ per step; null: none
     eval_batch_size: int | None = None  # None -> 4 x batch_size (capped at 1024)
     seed: int = 0  # model init, data order, augmentation
-    device: Literal["auto", "cpu", "cuda"] = "auto"
+    device: Literal["auto", "cpu", "cuda"] = not_semantic("auto")
     precision: Literal["auto", "fp32", "bf16"] = "auto"  # auto: bf16 autocast where native
     compile: bool | Literal["auto"] = "auto"  # torch.compile; auto: CUDA, or long bf16 CPU runs (train.backend)
     eval_every: int = 1  # epochs between evaluations; 0 -> only the final test
     checkpoint_every: int = 1  # epochs between checkpoints; 0 -> only at the end
-    nan_check_every: int = 50  # steps between reads of the non-finite flag (one host sync each)
-    out_dir: str = "runs"
-    name: str | None = None  # run folder name; None -> derived from the overrides
-    log: Literal["auto", "bar", "lines", "none"] = "auto"  # auto: a bar on a TTY, else lines
-    divergence_factor: float | None = 100.0  # stop when the training loss exceeds this x ln(classes); null: never
-    tensorboard: bool = False  # also log to TensorBoard (<run>/tb; the "tensorboard" extra)
-    wandb: bool = False  # also log to Weights & Biases, offline unless WANDB_MODE says otherwise (<run>/wandb)
-    wandb_project: str = "mlplab"
-    threads: int | None = None  # torch CPU threads; None -> torch's default
+    nan_check_every: int = not_semantic(50)  # steps between reads of the non-finite flag (one host sync each)
+    out_dir: str = not_semantic("runs")
+    name: str | None = not_semantic(None)  # run folder name; None -> derived from the overrides
+    log: Literal["auto", "bar", "lines", "none"] = not_semantic("auto")  # auto: a bar on a TTY, else lines
+    divergence_factor: float | None = not_semantic(100.0)  # stop when the training loss exceeds this x ln(classes); null: never
+    tensorboard: bool = not_semantic(False)  # also log to TensorBoard (<run>/tb; the "tensorboard" extra)
+    wandb: bool = not_semantic(False)  # also log to Weights & Biases, offline unless WANDB_MODE says otherwise (<run>/wandb)
+    wandb_project: str = not_semantic("mlplab")
+    threads: int | None = not_semantic(None)  # torch CPU threads; None -> torch's default
 
 
 @dataclass
@@ -146,10 +161,10 @@ class RunConfig:
 
 _SECTION_CLS: dict[str, type] = typing.get_type_hints(RunConfig)
 
-# keys that do not change what a run computes: left out of derived names and resume checks
-NON_SEMANTIC = frozenset({"run.log", "run.threads", "run.tensorboard", "run.out_dir", "run.name",
-                          "run.device", "data.root", "data.download", "data.num_workers",
-                          "run.nan_check_every", "run.divergence_factor", "run.wandb", "run.wandb_project"})
+#: keys that do not change what a run computes (fields made with :func:`not_semantic`): left out
+#: of derived names and resume checks
+NON_SEMANTIC = frozenset(f"{sec}.{f.name}" for sec, cls in _SECTION_CLS.items() for f in dataclasses.fields(cls)
+                         if not f.metadata.get("semantic", True))
 
 
 def _field_names(cls: type) -> list[str]:
@@ -171,7 +186,8 @@ def from_dict(d: dict[str, Any]) -> RunConfig:
 def _apply_dict(cfg: RunConfig, d: dict[str, Any]) -> RunConfig:
     for sec, values in d.items():
         if sec not in _SECTION_CLS:
-            raise ValueError(f"unknown config section {sec!r}; valid sections are: {', '.join(_SECTION_CLS)}")
+            raise ValueError(f"unknown config section {sec!r}; {did_you_mean(sec, _SECTION_CLS)}valid sections are: "
+                             f"{', '.join(_SECTION_CLS)}")
         if not isinstance(values, dict):
             raise BadType(f"config section {sec!r} must be a dict, got {type(values).__name__}")
         if sec == "schedule" and values:
@@ -206,7 +222,8 @@ def _set(cfg: RunConfig, key: str, value: Any) -> None:
     parts = key.split(".")
     sec = parts[0]
     if sec not in _SECTION_CLS:
-        raise ValueError(f"unknown config key {key!r}: valid sections are {', '.join(_SECTION_CLS)}")
+        raise ValueError(f"unknown config key {key!r}: {did_you_mean(sec, _SECTION_CLS)}valid sections are "
+                         f"{', '.join(_SECTION_CLS)}")
     section = getattr(cfg, sec)
     if len(parts) == 1:
         raise ValueError(f"config key {key!r} names a whole section; set one of its fields, "
@@ -217,7 +234,8 @@ def _set(cfg: RunConfig, key: str, value: Any) -> None:
         hint = ""
         if sec == "model":
             hint = f" (model hyperparameters go under model.kwargs, e.g. model.kwargs.{name}=...)"
-        raise ValueError(f"unknown config key {key!r}; valid keys in section {sec!r}: "
+        raise ValueError(f"unknown config key {key!r}; {did_you_mean(key, [f'{sec}.{v}' for v in valid])}"
+                         f"valid keys in section {sec!r}: "
                          f"{', '.join(f'{sec}.{v}' for v in valid)}{hint}")
     if sec == "model" and name == "kwargs" and len(parts) > 2:
         section.kwargs = {**section.kwargs, ".".join(parts[2:]): value}
@@ -267,10 +285,30 @@ def _count_set(*values: Any) -> int:
     return sum(v is not None for v in values)
 
 
+def _fingerprint(cfg: RunConfig) -> str:
+    return json.dumps(dataclasses.asdict(cfg), sort_keys=True, default=repr)
+
+
+def ensure_valid(cfg: RunConfig) -> RunConfig:
+    """``cfg`` validated: :func:`validate` runs again only when ``cfg`` changed since it last
+    passed (``make_config`` validates, and a run plans the same config without checking twice)."""
+    if cfg.__dict__.get("_validated") == _fingerprint(cfg):
+        return cfg
+    return validate(cfg)
+def _check_finite(cfg: RunConfig) -> None:
+    """Every number in the config (``model.kwargs`` and lists such as ``optim.betas`` included) is
+    finite: a NaN slips past every ``<``/``>`` range check below."""
+    for key, v in flatten(to_dict(cfg)).items():
+        for x in (v if isinstance(v, (list, tuple)) else [v]):
+            if isinstance(x, float) and not math.isfinite(x):
+                raise ValueError(f"config key {key!r} is {x}; give a finite number")
+
+
 def validate(cfg: RunConfig) -> RunConfig:
     """Type checks every section and refuses inconsistent combinations."""
     for sec in _SECTION_CLS:
         check_types(getattr(cfg, sec), f"config section {sec!r}")
+    _check_finite(cfg)
     s, r, o, d = cfg.schedule, cfg.run, cfg.optim, cfg.data
     if _count_set(s.epochs, s.steps, s.examples) != 1:
         raise ValueError(
@@ -309,18 +347,26 @@ def validate(cfg: RunConfig) -> RunConfig:
         raise ValueError(f"run.divergence_factor must be > 0 or null, got {r.divergence_factor}")
     if r.nan_check_every < 1:
         raise ValueError(f"run.nan_check_every must be >= 1, got {r.nan_check_every}")
+    if r.accumulate_steps < 1:
+        raise ValueError(f"run.accumulate_steps must be >= 1 (micro-batches per optimiser step), got {r.accumulate_steps}")
+    if r.ema_decay is not None and not 0.0 < r.ema_decay < 1.0:
+        raise ValueError(f"run.ema_decay must be in (0, 1) (e.g. 0.9999) or null, got {r.ema_decay}")
     if not 0.0 <= d.val_fraction < 1.0:
         raise ValueError(f"data.val_fraction must be in [0, 1), got {d.val_fraction}")
     for name, v in (("data.train_subset", d.train_subset), ("data.test_subset", d.test_subset),
                     ("data.image_size", d.image_size), ("run.threads", r.threads)):
         if v is not None and v < 1:
             raise ValueError(f"{name} must be >= 1 or null, got {v}")
-    if r.name is not None and (not r.name or "/" in r.name or r.name in (".", "..")):
-        raise ValueError(f"run.name {r.name!r} must be a plain folder name")
+    if r.name is not None and (not r.name or "/" in r.name or r.name in (".", "..")
+                               or not r.name.isprintable()):
+        raise ValueError(f"run.name {r.name!r} must be a plain folder name (no '/', newline or control character)")
+    if o.name in ("adamw", "lion") and not all(0.0 <= b < 1.0 for b in o.betas):
+        raise ValueError(f"optim.betas must both be in [0, 1), got {list(o.betas)}; e.g. optim.betas=[0.9,0.999]")
     AugmentConfig(**dataclasses.asdict(cfg.augment))  # its own range checks (__post_init__)
     # model name and kwargs are checked by the registry (unknown name / key / type -> error)
     get_model_entry(cfg.model.name)
     model_config(cfg.model.name, **cfg.model.kwargs)
+    cfg.__dict__["_validated"] = _fingerprint(cfg)  # not a field: asdict, eq and repr ignore it
     return cfg
 
 
@@ -351,6 +397,11 @@ def peak_lr(cfg: RunConfig) -> float:
     return o.lr * (ratio if o.lr_scaling == "linear" else math.sqrt(ratio))
 
 
+def eval_batch_size(r: RunSection) -> int:
+    """The global evaluation batch: ``run.eval_batch_size``, else 4 x ``run.batch_size`` capped at 1024."""
+    return r.eval_batch_size or min(1024, 4 * r.batch_size)
+
+
 def durations(cfg: RunConfig, n_train: int, world_size: int = 1) -> Durations:
     """The step arithmetic of a run with ``n_train`` training examples on ``world_size`` processes.
 
@@ -360,7 +411,10 @@ def durations(cfg: RunConfig, n_train: int, world_size: int = 1) -> Durations:
     if r.batch_size % world_size:
         raise BadInput(f"run.batch_size={r.batch_size} must be divisible by the {world_size} processes")
     bs = r.batch_size // world_size
-    eval_bs = max(1, (r.eval_batch_size or min(1024, 4 * r.batch_size)) // world_size)
+    if bs % r.accumulate_steps:
+        raise BadInput(f"run.batch_size={r.batch_size} over {world_size} process(es) is {bs} per process, which "
+                       f"run.accumulate_steps={r.accumulate_steps} does not divide; choose a divisor of {bs}")
+    eval_bs = max(1, eval_batch_size(r) // world_size)
     steps_per_epoch = (n_train // world_size) // bs
     if steps_per_epoch < 1:
         raise BadInput(f"the training split has {n_train} examples, fewer than one batch of "
@@ -415,6 +469,8 @@ def run_name(overrides: dict[str, Any], keys: Sequence[str] | None = None, label
 
 def _read_config_file(path: Path) -> dict[str, Any]:
     """A JSON config file as a dict, or an error naming the file and what is wrong with it."""
+    if path.is_dir():
+        raise BadInput(f"config {str(path)!r} is a folder; give a JSON config file (or a named config)")
     if not path.is_file():
         raise FileNotFoundError(f"config file {str(path)!r} does not exist")
     try:
@@ -439,8 +495,8 @@ def load_config(base: str | Path) -> tuple[dict[str, Any], str]:
     path = Path(base)
     if path.suffix == ".json" or path.exists():
         return _read_config_file(path), path.stem
-    raise ValueError(f"unknown config {str(base)!r}: not a named config ({', '.join(sorted(CONFIGS))}) "
-                     "and not a JSON file")
+    raise ValueError(f"unknown config {str(base)!r}: not a named config and not a JSON file; "
+                     f"{did_you_mean(base, CONFIGS)}named configs: {', '.join(sorted(CONFIGS))}")
 
 
 def make_config(base: dict | str | Path | RunConfig | None = None,

@@ -13,15 +13,22 @@ the two runs take the same steps (up to float summation order).
 """
 from __future__ import annotations
 
+import datetime
 import os
 from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 
+from ..errors import BadInput
 from ..utils.seeds import derive_generator
 
-__all__ = ["DistInfo", "init_distributed", "shard_indices", "all_reduce_sum", "barrier", "cleanup"]
+__all__ = ["DistInfo", "init_distributed", "shard_indices", "all_reduce_sum", "barrier", "cleanup",
+           "DEFAULT_TIMEOUT_MIN"]
+
+#: How long a collective may wait for the slowest rank before the run fails (``MLPLAB_DIST_TIMEOUT_MIN``).
+#: Long enough for rank 0 to write a checkpoint or evaluate while the others wait at a barrier.
+DEFAULT_TIMEOUT_MIN = 30
 
 
 @dataclass(frozen=True)
@@ -40,17 +47,26 @@ class DistInfo:
 
 
 def init_distributed(device_type: str) -> DistInfo:
-    """Join the process group described by torchrun's env vars; a no-op without them."""
+    """Join the process group described by torchrun's env vars; a no-op without them.
+
+    On CUDA the rank's GPU (``LOCAL_RANK``) becomes the current device before anything else
+    touches CUDA, so no rank opens a context on GPU 0, and NCCL is bound to it (``device_id``).
+    ``LOCAL_RANK`` must be given: the global rank is not a GPU index on a second node."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world <= 1:
         return DistInfo()
-    rank = int(os.environ["RANK"])
-    local_rank = int(os.environ.get("LOCAL_RANK", rank))
+    missing = [k for k in ("RANK", "LOCAL_RANK") if k not in os.environ]
+    if missing:
+        raise BadInput(f"WORLD_SIZE={world} but {' and '.join(missing)} not set; launch with torchrun "
+                       "(or set RANK and LOCAL_RANK for every process)")
+    rank, local_rank = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
     if not dist.is_initialized():
-        backend = "nccl" if device_type == "cuda" else "gloo"
+        timeout = datetime.timedelta(minutes=float(os.environ.get("MLPLAB_DIST_TIMEOUT_MIN", DEFAULT_TIMEOUT_MIN)))
         if device_type == "cuda":
             torch.cuda.set_device(local_rank)
-        dist.init_process_group(backend=backend)
+            dist.init_process_group(backend="nccl", timeout=timeout, device_id=torch.device("cuda", local_rank))
+        else:
+            dist.init_process_group(backend="gloo", timeout=timeout)
     return DistInfo(rank=dist.get_rank(), world_size=dist.get_world_size(), local_rank=local_rank)
 
 

@@ -23,13 +23,30 @@ native bf16 (AVX512-BF16 or AMX); elsewhere fp32, because emulated bf16 is slowe
 this project's AVX2 EPYC, oneDNN's bf16 linear reaches ~4 GFLOP/s against ~40 at fp32). The loss
 is always computed in fp32. MFU is measured against the machine's rate *at the run's precision*.
 
+Gradient accumulation (``run.accumulate_steps=K``). Each step's batch (``run.batch_size``, the
+global batch that the lr and its scaling name) is drawn and augmented as one — mixup pairs and
+soft targets span the whole batch — then split into K equal micro-batches whose mean losses,
+each divided by K, are back-propagated in turn (:func:`accumulated_backward`). The summed
+gradient is the full batch's mean-loss gradient (the models have no BatchNorm, so a micro-batch's
+forward does not depend on the others), and the optimiser steps once. Under DDP the first K − 1
+backward passes skip the gradient all-reduce (``no_sync``); the last one reduces the sum.
+
+EMA (``run.ema_decay``): :mod:`mlplab.train.ema`, updated after every optimiser step, saved in the
+checkpoint; the final test reports the raw and the averaged model (``test_acc``, ``test_acc_ema``).
+
+Random streams under DDP. The model is built with ``torch.manual_seed(run.seed)`` on every rank, so
+initial weights are identical (RP permutations and SW-MLP masks come from their own streams,
+derived from the model's ``seed``); then each rank reseeds the global generators with
+``derive_seed(run.seed, "rank", rank)`` (:mod:`mlplab.utils.seeds`) for dropout and stochastic
+depth, and the loader draws augmentation from ``(run.seed, "augment", epoch, rank)``. Each
+rank's generator state is saved in the checkpoint, so a resumed run continues every stream.
+
 Threads. On a shared, loaded CPU, ``run.threads=1`` can be several times faster than 2 (OpenMP
 threads spin-wait for each other when the other core is busy); measure before choosing.
 """
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import hashlib
 import math
 import os
@@ -44,123 +61,30 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ..errors import BadInput, RunFailure
-from ..data.table import get_info
 from ..models.counting import count_flops, count_params
-from ..models.registry import create_model, get_model_entry
 from ..utils.cpu import cpu_has_native_bf16
 from ..utils.io import atomic_write_json
+from ..utils.seeds import derive_seed
 from ..utils.units import format_count
 from . import checkpoint as ckpt
-from .backend import compile_model, keep_freed_memory, resolve_compile
-from .config import Durations, RunConfig, durations, validate
+from .accelerator import set_fp32_matmul_policy
+from .backend import apply_impl, compile_model, describe_implementation, implementation_line, keep_freed_memory, resolve_compile
+from .config import Durations, RunConfig, durations
 from .data import RunData, eval_loader, load_run_data, train_loader
-from .init import check_pretrained, pretrained_model, with_model_resolution
+from .ema import WeightEMA
 from .distributed import DistInfo, all_reduce_sum, barrier, cleanup, init_distributed
 from .loggers import open_loggers
-from .metrics import Progress, matmul_flops_per_s
+from .metrics import Progress, matmul_flops_per_s, mfu
 from .optim import build_optimizer, lr_at, set_lr
 from .rundir import RunExistsError, RunFolder, RunLockedError, open_run_folder, truncate_metrics
+from .runplan import RunPlan, as_plan, resolve_device, resolve_model_kwargs, resolve_precision
 
-__all__ = ["train", "check_run", "evaluate", "weights_digest", "resolve_device", "resolve_precision", "resolve_model_kwargs",
+__all__ = ["train", "evaluate", "accumulated_backward", "weights_digest", "RunState", "resolve_device", "resolve_precision", "resolve_model_kwargs",
            "NonFiniteError", "RunExistsError", "RunLockedError"]
 
 
 class NonFiniteError(RunFailure):
     """The loss, the gradients, the weights or the evaluation became NaN/inf, or the loss diverged."""
-
-
-# ----------------------------------------------------------------------------- resolution
-
-def resolve_device(choice: str, dist: DistInfo | None = None) -> torch.device:
-    if choice == "cuda" or (choice == "auto" and torch.cuda.is_available()):
-        if not torch.cuda.is_available():
-            raise ValueError("run.device=cuda but CUDA is not available; use run.device=cpu or auto")
-        return torch.device("cuda", dist.local_rank if dist is not None else torch.cuda.current_device())
-    return torch.device("cpu")
-
-
-def resolve_precision(choice: str, device: torch.device) -> str:
-    """'fp32' or 'bf16'. auto -> bf16 autocast on CUDA with bf16 support and on CPUs with native
-    bf16 matmuls (AVX512-BF16/AMX); fp32 elsewhere, where emulated bf16 is slower than fp32."""
-    if choice != "auto":
-        return choice
-    if device.type == "cuda":
-        return "bf16" if torch.cuda.is_bf16_supported() else "fp32"
-    return "bf16" if cpu_has_native_bf16() else "fp32"
-
-
-def resolve_model_kwargs(cfg: RunConfig, info: Any) -> dict[str, Any]:
-    """The model overrides with image_size / in_chans / num_classes filled from the dataset,
-    or a clear error when given values contradict the data."""
-    fields = {f.name for f in dataclasses.fields(get_model_entry(cfg.model.name).config_cls)}
-    h, w = info.image_size
-    data_vals = {"image_size": h, "in_chans": info.in_chans, "num_classes": info.num_classes}
-    kwargs = dict(cfg.model.kwargs)
-    if h != w and "image_size" in fields:
-        raise ValueError(f"{cfg.data.dataset} images are {h}x{w}; square models need data.image_size=N to resize")
-    for k, v in data_vals.items():
-        if k not in fields:
-            continue
-        if k in kwargs and kwargs[k] != v:
-            hint = {"image_size": f"set data.image_size={kwargs[k]} to resize the data, or drop model.kwargs.image_size",
-                    "in_chans": "drop model.kwargs.in_chans",
-                    "num_classes": "drop model.kwargs.num_classes"}[k]
-            raise ValueError(f"model.kwargs.{k}={kwargs[k]} does not match dataset {cfg.data.dataset!r} "
-                             f"({k}={v}); {hint}")
-        kwargs[k] = v
-    return kwargs
-
-
-def _dataset_info(cfg: RunConfig) -> Any:
-    """The table's record for ``data.dataset``, with the size ``data.image_size`` resizes to."""
-    info = get_info(cfg.data.dataset)  # unknown -> BadInput naming the known ones
-    if cfg.data.image_size is not None:
-        info = dataclasses.replace(info, image_size=(cfg.data.image_size, cfg.data.image_size))
-    return info
-
-
-def _check_memory(n_params: int, device: torch.device) -> None:
-    """Refuse a model whose weights, gradients and optimiser state (16 bytes per fp32 parameter
-    with AdamW) cannot fit in the memory available now."""
-    need = 16 * n_params
-    if device.type == "cuda":
-        free = torch.cuda.mem_get_info(device)[0]
-    else:
-        try:
-            with open("/proc/meminfo") as f:
-                free = next(int(ln.split()[1]) * 1024 for ln in f if ln.startswith("MemAvailable:"))
-        except (OSError, StopIteration, ValueError):
-            return
-    if need > free:
-        raise BadInput(f"the model has {format_count(n_params)} parameters, needing about {need / 2**30:.1f} GiB "
-                       f"for weights, gradients and optimiser state; {device.type} has {free / 2**30:.1f} GiB "
-                       "available. Choose a smaller model (model.kwargs)")
-
-
-def check_run(cfg: RunConfig, memory: bool = True) -> RunConfig:
-    """Everything about ``cfg`` that can be checked without loading data or writing a file: the
-    config's own rules, the dataset's name, the model against the dataset's image size and
-    channels, the model's constructor (built on the ``meta`` device: no memory) and whether its
-    training state fits in memory (``memory=False`` skips that: another machine will run it); with
-    ``model.init_from``, the checkpoint (``train.init.check_pretrained``). Returns the validated
-    config; raises ``BadInput`` otherwise.
-    ``train`` calls it first; ``mlplab train --print-config`` and ``reproduce --set`` too."""
-    cfg = validate(cfg)
-    if cfg.model.init_from is not None:  # the checkpoint decides the model (train.init)
-        check_pretrained(cfg, get_info(cfg.data.dataset).in_chans)
-        return cfg
-    info = _dataset_info(cfg)
-    if info.image_size == (0, 0):
-        return cfg  # image folders: the size is known only once the images are read
-    kwargs = resolve_model_kwargs(cfg, info)
-    try:
-        with torch.device("meta"):
-            model = create_model(cfg.model.name, **kwargs)
-    except NotImplementedError:
-        return cfg  # an op without a meta kernel: the real build (before any write) checks the rest
-    if memory:
-        _check_memory(sum(p.numel() for p in model.parameters()), resolve_device(cfg.run.device))
-    return cfg
 
 
 def weights_digest(model: nn.Module) -> str:
@@ -206,6 +130,31 @@ def evaluate(model: nn.Module, loader, dist: DistInfo, autocast: Callable, hflip
     return {"acc": top1 / n, "top5": top5 / n, "loss": loss / n}
 
 
+def accumulated_backward(model: nn.Module, x: torch.Tensor, y: torch.Tensor, k: int,
+                         autocast: Callable = contextlib.nullcontext,
+                         no_sync: Callable | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Forward and backward of one optimiser step's batch ``(x, y)`` (``y`` class indices or soft
+    targets) in ``k`` equal micro-batches; gradients accumulate in ``.grad``. Returns the batch's
+    mean loss and its logits, both detached (device tensors: no host sync).
+
+    With micro-batches of size m = B/k the gradient is Σ_j ∇(1/k)·(1/m)Σ_{i∈j} ℓ_i = ∇(1/B)Σ_i ℓ_i,
+    the unsplit batch's, up to float rounding. ``no_sync``: DDP's context manager, entered for the
+    first k − 1 backward passes so that only the last one all-reduces the accumulated sum."""
+    losses, logits_all = [], []
+    for j, (xj, yj) in enumerate(zip(x.chunk(k), y.chunk(k))):
+        ctx = no_sync() if no_sync is not None and j < k - 1 else contextlib.nullcontext()
+        with ctx:
+            with autocast():
+                logits = model(xj)
+            loss = F.cross_entropy(logits.float(), yj)
+            (loss / k if k > 1 else loss).backward()
+        losses.append(loss.detach())
+        logits_all.append(logits.detach())
+    if k == 1:
+        return losses[0], logits_all[0]
+    return torch.stack(losses).mean(), torch.cat(logits_all)
+
+
 # ----------------------------------------------------------------------------- the loop
 
 def _rng_state(device: torch.device) -> dict[str, Any]:
@@ -230,20 +179,22 @@ def _gather_rng(device: torch.device, dist: DistInfo) -> list[dict[str, Any]]:
     return out
 
 
-def train(cfg: RunConfig, *, resume: bool = False, overwrite: bool = False,
+def train(cfg: RunConfig | RunPlan | str, *, resume: bool = False, overwrite: bool = False,
           on_epoch_end: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
     """Train and test one run; returns the results (also written to ``<run_dir>/results.json``).
 
-    ``resume``: continue the run in ``<out_dir>/<name>`` from its last checkpoint (its config
-    must be the same). ``overwrite``: replace an existing run folder. ``on_epoch_end(record)`` is
+    ``cfg``: a config, a named config or JSON file (planned here: ``train.runplan``), or the plan
+    ``mlplab train`` made. ``resume``: continue the run in ``<out_dir>/<name>`` from its last
+    checkpoint (its config must be the same). ``overwrite``: replace an existing run folder. ``on_epoch_end(record)`` is
     called after each epoch's metrics and checkpoint are written (tests use it)."""
-    cfg = check_run(cfg)
+    plan = as_plan(cfg)
+    cfg = plan.cfg
     if cfg.run.threads:
         torch.set_num_threads(cfg.run.threads)
     keep_freed_memory()  # no page faults for each step's activations (backend.py)
     dist = init_distributed("cuda" if cfg.run.device != "cpu" and torch.cuda.is_available() else "cpu")
     try:
-        return _train(cfg, dist, resume, overwrite, on_epoch_end)
+        return _train(plan, dist, resume, overwrite, on_epoch_end)
     finally:
         cleanup(dist)
 
@@ -266,7 +217,9 @@ class _Run:
     fpe: float  # forward FLOPs per example (0 when unknown)
     train_fpe: float = 0.0  # training FLOPs per example, 3 × fpe (nanoGPT's rule); 0 when unknown
     train_model: nn.Module | None = None  # model, wrapped in DDP / torch.compile (after resume)
+    ddp: nn.parallel.DistributedDataParallel | None = None  # the DDP wrapper (its no_sync), when distributed
     compiled: bool = False
+    ema: WeightEMA | None = None  # run.ema_decay: the average of the weights
 
     def autocast(self):
         if self.precision == "bf16":
@@ -274,31 +227,47 @@ class _Run:
         return contextlib.nullcontext()
 
 
-def _prepare(cfg: RunConfig, dist: DistInfo) -> _Run:
-    """Device, data, model, durations and optimiser: every check that needs no write happens
-    here, so a refused run leaves no folder behind."""
-    r = cfg.run
-    device = resolve_device(r.device, dist)
-    precision = resolve_precision(r.precision, device)
+def _load_data(cfg: RunConfig, device: torch.device, dist: DistInfo) -> RunData:
+    """The run's data; with ``data.download`` under torchrun rank 0 downloads and extracts first
+    while the other ranks wait, then they read what it wrote (no two ranks extract into one folder)."""
+    if not (dist.enabled and cfg.data.download):
+        return load_run_data(cfg, device)
+    if not dist.is_main:
+        barrier(dist)
+    data = load_run_data(cfg, device)
+    if dist.is_main:
+        barrier(dist)
+    return data
+
+
+def _prepare(plan: RunPlan, dist: DistInfo) -> _Run:
+    """Data, model, durations and optimiser for the plan: every check that needs no write
+    happens here, so a refused run leaves no folder behind."""
+    cfg, r, device, precision = plan.cfg, plan.cfg.run, plan.device, plan.precision
     if precision == "bf16" and device.type == "cpu" and not cpu_has_native_bf16() and dist.is_main:
         print("mlplab train: warning: this CPU has no native bf16 (AVX512-BF16/AMX); bf16 matmuls are "
               "emulated and several times slower than fp32", file=sys.stderr)
+    if device.type == "cuda":
+        set_fp32_matmul_policy()  # fp32 means IEEE fp32 (train.accelerator)
     torch.manual_seed(r.seed)
-    data = load_run_data(with_model_resolution(cfg), device)  # a pretrained model's resolution (train.init)
+    data = _load_data(plan.data_cfg, device, dist)  # a pretrained model's resolution (train.init)
     dur = durations(cfg, len(data.train), dist.world_size)
-    model = (create_model(cfg.model.name, **resolve_model_kwargs(cfg, data.info)) if cfg.model.init_from is None
-             else pretrained_model(cfg, data.info)).to(device)
-    fpe = float(count_flops(model, tuple(data.train.images.shape[1:])))
+    model = plan.build_model(data.info).to(device)
+    apply_impl(model, cfg.model.impl, device, precision)
+    fpe = float(count_flops(model, (data.info.in_chans, *data.info.image_size)))  # streamed splits hold no tensor
     optimizer = build_optimizer(model, cfg.optim)  # may freeze the body (linear probe)
+    ema = WeightEMA(model, r.ema_decay) if r.ema_decay is not None else None
+    # identical weights on every rank above; from here each rank has its own dropout / drop-path stream
+    torch.manual_seed(derive_seed(r.seed, "rank", dist.rank))
     # 3 × forward holds only when the backward runs through every layer: unknown with frozen ones
     every_layer_trains = all(p.requires_grad for p in model.parameters())
     return _Run(cfg, dist, device, precision, data, model, optimizer, dur,
                 n_params=count_params(model), fpe=fpe,
-                train_fpe=3.0 * fpe if every_layer_trains else 0.0)
+                train_fpe=3.0 * fpe if every_layer_trains else 0.0, ema=ema)
 
 
 @dataclass
-class _Progress:
+class RunState:
     """Where a run stands; restored from the checkpoint when resuming."""
     epoch: int = 0  # epochs completed
     step: int = 0  # optimiser steps completed
@@ -307,18 +276,18 @@ class _Progress:
     checkpoint_epoch: int | None = None  # epoch of the last (good) checkpoint written
 
 
-def _resume(run: _Run, folder: RunFolder) -> _Progress:
+def _resume(run: _Run, folder: RunFolder) -> RunState:
     """The run's position: from its checkpoint when continuing, else the start."""
     dist = run.dist
-    state = _Progress()
+    state = RunState()
     found = ckpt.find_checkpoint(folder.path) if folder.continuing else None
     if found is not None:
-        saved = ckpt.load_checkpoint(found, run.model)
+        saved = ckpt.load_checkpoint(found, run.model, run.ema.model if run.ema is not None else None)
         if len(saved["rng"]) != dist.world_size:
             raise BadInput(f"the checkpoint in {found} was written by {len(saved['rng'])} process(es); "
                            f"resume it with the same number, not {dist.world_size}")
         run.optimizer.load_state_dict(saved["optimizer"])
-        state = _Progress(int(saved["epoch"]), int(saved["step"]), list(saved["history"]),
+        state = RunState(int(saved["epoch"]), int(saved["step"]), list(saved["history"]),
                           float(saved["wall_s"]), int(saved["epoch"]))
         _set_rng_state(saved["rng"][dist.rank], run.device)
     if folder.continuing and dist.is_main:
@@ -331,8 +300,13 @@ def _wrap(run: _Run) -> None:
     """DDP (after resuming: it broadcasts rank 0's weights) and torch.compile when chosen."""
     m: nn.Module = run.model
     if run.dist.enabled:
-        m = nn.parallel.DistributedDataParallel(
-            m, device_ids=[run.device.index] if run.device.type == "cuda" else None)
+        # buffers (RP permutations, SW-MLP masks, the layer scale) never change after the start,
+        # when DDP's constructor broadcasts them once: no re-broadcast before every forward,
+        # unless a BatchNorm's running statistics need it
+        running_stats = any(isinstance(mod, nn.modules.batchnorm._BatchNorm) for mod in m.modules())
+        m = run.ddp = nn.parallel.DistributedDataParallel(
+            m, device_ids=[run.device.index] if run.device.type == "cuda" else None,
+            broadcast_buffers=running_stats)
     if resolve_compile(run.cfg.run.compile, run.device, run.precision, run.dur.total_steps):
         m = compile_model(m, run.device)
     run.train_model = m
@@ -391,7 +365,7 @@ class _Guard:
                              f"or use run.precision=fp32, then start a new run.name")
 
 
-def _train_epoch(run: _Run, epoch: int, state: _Progress, guard: _Guard, progress: Progress) -> dict[str, Any]:
+def _train_epoch(run: _Run, epoch: int, state: RunState, guard: _Guard, progress: Progress) -> dict[str, Any]:
     """One pass over this rank's shard; returns the epoch's training record (all ranks reduced)."""
     cfg, dur, dist, device = run.cfg, run.dur, run.dist, run.device
     t_epoch = time.perf_counter()
@@ -399,6 +373,7 @@ def _train_epoch(run: _Run, epoch: int, state: _Progress, guard: _Guard, progres
     params = [p for p in run.model.parameters() if p.requires_grad]
     loader = train_loader(run.data, epoch, dur.batch_per_rank, cfg.run.seed, dist)
     sums = torch.zeros(2, dtype=torch.float64, device=device)  # loss·n, correct
+    no_sync = run.ddp.no_sync if run.ddp is not None else None
     seen = 0  # examples this epoch on this rank (host int: no sync)
     steps_this_epoch = min(dur.steps_per_epoch, dur.total_steps - state.step)
     for i, (x, y) in enumerate(loader):
@@ -407,16 +382,15 @@ def _train_epoch(run: _Run, epoch: int, state: _Progress, guard: _Guard, progres
         if x.device != device:
             x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
         set_lr(run.optimizer, lr_at(state.step, dur.total_steps, dur.warmup_steps, dur.peak_lr, cfg.schedule))
-        with run.autocast():
-            logits = run.train_model(x)
-        loss = F.cross_entropy(logits.float(), y)
         run.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        loss, logits = accumulated_backward(run.train_model, x, y, cfg.run.accumulate_steps, run.autocast, no_sync)
         gnorm = nn.utils.clip_grad_norm_(params, cfg.optim.grad_clip) if cfg.optim.grad_clip is not None else None
         run.optimizer.step()
-        guard.fold(loss.detach(), gnorm)
+        if run.ema is not None:
+            run.ema.update()
+        guard.fold(loss, gnorm)
         labels = y.argmax(-1) if y.ndim == 2 else y
-        sums += torch.stack([loss.detach().double() * len(labels), (logits.argmax(-1) == labels).sum().double()])
+        sums += torch.stack([loss.double() * len(labels), (logits.argmax(-1) == labels).sum().double()])
         seen += len(labels)
         state.step += 1
         if state.step % cfg.run.nan_check_every == 0:
@@ -443,7 +417,7 @@ def _weights_finite(model: nn.Module) -> bool:
     return bool(torch.stack(flags).all()) if flags else True
 
 
-def _save_checkpoint(run: _Run, state: _Progress, run_dir: Path, guard: _Guard, t_start: float) -> None:
+def _save_checkpoint(run: _Run, state: RunState, run_dir: Path, guard: _Guard, t_start: float) -> None:
     """Write the checkpoint of ``state.epoch`` after checking the weights are finite (the guard
     was read at the end of the epoch, and the evaluation's loss checked by the caller)."""
     if not _weights_finite(run.model):
@@ -456,7 +430,7 @@ def _save_checkpoint(run: _Run, state: _Progress, run_dir: Path, guard: _Guard, 
                 # the loader's order and augmentation are functions of (seed, epoch, rank)
                 "loader": {"epoch": state.epoch, "seed": run.cfg.run.seed, "world_size": run.dist.world_size},
                 "history": state.history, "wall_s": state.wall_before + time.perf_counter() - t_start,
-            })
+            }, ema=run.ema.model if run.ema is not None else None)
         except OSError as e:  # a full disk, a quota, a folder gone read-only: the previous checkpoint stands
             kept = (f"the last good checkpoint (epoch {state.checkpoint_epoch}) is kept"
                     if state.checkpoint_epoch is not None else "no earlier checkpoint exists")
@@ -466,7 +440,7 @@ def _save_checkpoint(run: _Run, state: _Progress, run_dir: Path, guard: _Guard, 
     barrier(run.dist)
 
 
-def _results(run: _Run, state: _Progress, final: dict[str, float], run_dir: Path, peak: float,
+def _results(run: _Run, state: RunState, final: dict[str, float], run_dir: Path, peak: float,
              t_start: float) -> dict[str, Any]:
     """The results dict (``results.json``): final test metrics, speed, cost, provenance."""
     digest = weights_digest(run.model)
@@ -491,8 +465,10 @@ def _results(run: _Run, state: _Progress, final: dict[str, float], run_dir: Path
         # masked (SW-MLP) weights counted by their nonzeros: what the comparison tables show
         "effective_params": count_params(run.model, effective=True),
         "flops_per_s": run.train_fpe * ips if run.train_fpe else None,
-        "matmul_flops_per_s": peak, "mfu": run.train_fpe * ips / peak if run.train_fpe else None,
+        "matmul_flops_per_s": peak,
+        "mfu": mfu(run.train_fpe * ips, peak, run.dist.world_size) if run.train_fpe else None,
         "precision": run.precision, "compiled": run.compiled, "device": str(run.device),
+        "implementation": describe_implementation(run.model, run.device, run.precision, run.compiled),
         "world_size": run.dist.world_size, "threads": torch.get_num_threads(), "loadavg": list(os.getloadavg()),
         "weights_sha256": digest, "run_dir": str(run_dir), "history": history,
     }
@@ -503,11 +479,12 @@ def _results(run: _Run, state: _Progress, final: dict[str, float], run_dir: Path
 
 # ----------------------------------------------------------------------------- the loop
 
-def _train(cfg: RunConfig, dist: DistInfo, resume: bool, overwrite: bool,
+def _train(plan: RunPlan, dist: DistInfo, resume: bool, overwrite: bool,
            on_epoch_end: Callable | None) -> dict[str, Any]:
     t_start = time.perf_counter()
+    cfg = plan.cfg
     r = cfg.run
-    run = _prepare(cfg, dist)
+    run = _prepare(plan, dist)
     dur, data = run.dur, run.data
     with open_run_folder(cfg, dist, resume, overwrite) as folder:
         if folder.finished is not None:  # finished already: nothing to do, and the run says so
@@ -524,8 +501,11 @@ def _train(cfg: RunConfig, dist: DistInfo, resume: bool, overwrite: bool,
         if dist.is_main:
             progress.line(f"run {run_dir}: {cfg.model.name} {format_count(run.n_params)} params, "
                           f"{format_count(run.fpe) if run.fpe else '?'}FLOP/example, {len(data.train)} train "
-                          f"examples, {dur.total_steps} steps ({dur.steps_per_epoch}/epoch), peak lr {dur.peak_lr:.3g}, {run.device.type} "
-                          f"{run.precision}{' compiled' if run.compiled else ' eager'}, {dist.world_size} "
+                          f"examples, {dur.total_steps} steps ({dur.steps_per_epoch}/epoch) of batch {r.batch_size}" +
+                          (f" ({r.accumulate_steps} accumulated micro-batches per process)" if r.accumulate_steps > 1 else "") +
+                          (f", EMA decay {r.ema_decay}" if r.ema_decay is not None else "") +
+                          f", peak lr {dur.peak_lr:.3g}, {run.device.type} "
+                          f"{implementation_line(describe_implementation(run.model, run.device, run.precision, run.compiled))}, {dist.world_size} "
                           f"process(es)" + (f", resumed at epoch {state.epoch}" if folder.continuing else ""))
         guard = _Guard(run, state.step, run_dir)
         with open_loggers(run_dir, cfg, enabled=dist.is_main) as loggers:
@@ -545,7 +525,7 @@ def _train(cfg: RunConfig, dist: DistInfo, resume: bool, overwrite: bool,
                 rec["epoch_time_s"] = time.perf_counter() - t_epoch
                 if run.train_fpe:
                     rec["flops_per_s"] = run.train_fpe * rec["images_per_s"]
-                    rec["mfu"] = rec["flops_per_s"] / peak
+                    rec["mfu"] = mfu(rec["flops_per_s"], peak, dist.world_size)
                 state.history.append(rec)
                 state.epoch = epoch + 1
                 loggers.log(rec, state.step)
@@ -566,10 +546,16 @@ def _train(cfg: RunConfig, dist: DistInfo, resume: bool, overwrite: bool,
                 final = evaluate(run.model, progress.iterate(eval_loader(data.test, data, dur.eval_batch_per_rank, dist),
                                                              "test"), dist, run.autocast, cfg.augment.test_hflip)
             results = _results(run, state, final, run_dir, peak, t_start)
+            if run.ema is not None:
+                ema = evaluate(run.ema.model, eval_loader(data.test, data, dur.eval_batch_per_rank, dist), dist,
+                               run.autocast, cfg.augment.test_hflip)
+                results.update({f"test_{k}_ema": v for k, v in ema.items()})
             if dist.is_main:
                 atomic_write_json(run_dir / "results.json", results)
                 loggers.finish(results)
-                progress.line(f"test acc {final['acc']:.4f} top5 {final['top5']:.4f} loss {final['loss']:.4f} "
+                progress.line(f"test acc {final['acc']:.4f} top5 {final['top5']:.4f} loss {final['loss']:.4f} " +
+                              (f"(EMA: acc {results['test_acc_ema']:.4f} loss {results['test_loss_ema']:.4f}) "
+                               if run.ema is not None else "") +
                               f"({results['wall_s']:.1f}s) -> {run_dir}")
         barrier(dist)
     return results

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 
 from ..utils.progress import Progress  # noqa: F401  (the training loop's progress, re-exported)
 
-__all__ = ["matmul_flops_per_s", "Progress"]
+__all__ = ["matmul_flops_per_s", "mfu", "Progress"]
 
 
 def _sync(device: torch.device) -> None:
@@ -32,16 +32,17 @@ def _matmul_rate(device_str: str, dtype_str: str, threads: int) -> float:
     autocast = dtype != torch.float32
 
     def op(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-        # the op a training step runs: nn.Linear on fp32 tensors, under autocast at low precision
-        # (on CPU, autocast's oneDNN bf16 gemm is ~10x faster than `a @ b` on bf16 tensors)
+        # the op a training step runs: nn.Linear under autocast at low precision (on CPU,
+        # autocast's oneDNN bf16 gemm is ~10x faster than `a @ b` on bf16 tensors). The operands
+        # are cast beforehand, so the rate is the GEMM's alone, without the casts.
         with torch.autocast(device.type, dtype=dtype, enabled=autocast):
             return F.linear(a, b)
 
     n, n_max = (2048, 8192) if device.type == "cuda" else (256, 1024)
     g = torch.Generator(device=device).manual_seed(0)  # never touch the global RNG of the run
     while True:  # grow the matrices until one product takes a measurable time
-        a = torch.randn(n, n, device=device, generator=g)
-        b = torch.randn(n, n, device=device, generator=g)
+        a = torch.randn(n, n, device=device, generator=g).to(dtype)
+        b = torch.randn(n, n, device=device, generator=g).to(dtype)
         op(a, b)
         _sync(device)
         t0 = time.perf_counter()
@@ -61,5 +62,11 @@ def _matmul_rate(device_str: str, dtype_str: str, threads: int) -> float:
 
 
 def matmul_flops_per_s(device: torch.device, dtype: torch.dtype) -> float:
-    """Measured dense matmul FLOP/s on ``device`` at ``dtype`` (cached for the process)."""
+    """Measured dense matmul FLOP/s of ONE device (this process's) at ``dtype`` (cached)."""
     return _matmul_rate(str(device), str(dtype).replace("torch.", ""), torch.get_num_threads())
+
+
+def mfu(flops_per_s: float, peak_per_device: float, world_size: int = 1) -> float:
+    """Model FLOPs utilisation: the run's achieved FLOP/s over all its ``world_size`` processes,
+    divided by what those devices can do together (each process measures its own device)."""
+    return flops_per_s / (peak_per_device * max(1, world_size))

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["CONFIGS", "DESCRIPTIONS"]
+from ..models.mlp import SCALING_MLP_PRESETS
+
+__all__ = ["CONFIGS", "DESCRIPTIONS", "SCALING_PRETRAIN", "SCALING_AUGMENT"]
 
 CONFIGS: dict[str, dict[str, Any]] = {}
 DESCRIPTIONS: dict[str, str] = {}
@@ -25,7 +27,7 @@ def _register(name: str, description: str, cfg: dict[str, Any]) -> None:
 _register(
     "fmnist_s_mixer",
     """S-Mixer (S = C = 64, 8 blocks) on Fashion-MNIST, AdamW, 28x28 with patch 4 (S0 = 49 patches;
-    the first block's learned skip W~ maps 49 -> 64 tokens, SPEC §2). Tuned for a few epochs on a
+    the first block's learned skip W~ maps 49 -> 64 tokens, docs/science.md §2). Tuned for a few epochs on a
     CPU: 1-epoch probes on 12k images gave 62% test accuracy with crop+flip at lr 2e-3, batch 128;
     72% without augmentation; 82% without augmentation at lr 1e-2, batch 64, warmup 0.1 epoch.
     Over longer runs light augmentation pays off: without it the model overfits (10 epochs:
@@ -100,7 +102,7 @@ _register(
 
 _register(
     "cifar10_s_mixer",
-    """S-Mixer on CIFAR-10 with the paper's default recipe (SPEC §7): patch 4 on 32x32 (S0 = 64),
+    """S-Mixer on CIFAR-10 with the paper's default recipe (docs/science.md §7): patch 4 on 32x32 (S0 = 64),
     S = C = 64, 8 blocks, Nesterov SGD momentum 0.9, batch 128, lr 0.02, cosine, 200 epochs,
     random crop (padding 4) + horizontal flip.
     Run:      mlplab train cifar10_s_mixer run.seed=0   (3 seeds in the paper)
@@ -118,7 +120,7 @@ _register(
 
 _register(
     "cifar10_mixer_adamw",
-    """MLP-Mixer (L = 3, gamma = 2, S = C = 64) on CIFAR-10 with the fig2 recipe (SPEC §7): AdamW
+    """MLP-Mixer (L = 3, gamma = 2, S = C = 64) on CIFAR-10 with the fig2 recipe (docs/science.md §7): AdamW
     lr 0.01, batch 128, cosine, 600 epochs, AutoAugment + crop + flip. Weight decay is not
     published; 0.05 here (timm's Mixer default).
     Run:      mlplab train cifar10_mixer_adamw
@@ -137,7 +139,7 @@ _register(
 
 _register(
     "scaling_mlp",
-    """Inverted-bottleneck MLP B-6/Wi-512 from scratch (Bachmann et al. 2023, SPEC §7): LION lr 5e-5,
+    """Inverted-bottleneck MLP B-6/Wi-512 from scratch (Bachmann et al. 2023, docs/science.md §7): LION lr 5e-5,
     label smoothing 0.3, random crop + flip + mixup 0.8. Batch 1024 and 100 epochs are our choice
     for CIFAR-10 (the paper's scaling runs use batch 16384, lr 1e-5, wd 1e-3).
     Run:      mlplab train scaling_mlp
@@ -190,7 +192,7 @@ _register(
 
 _register(
     "fmnist_finetune",
-    """Fine-tuning recipe of Scaling MLPs (Bachmann et al. 2023, SPEC §7) on Fashion-MNIST: SGD with
+    """Fine-tuning recipe of Scaling MLPs (Bachmann et al. 2023, docs/science.md §7) on Fashion-MNIST: SGD with
     momentum 0.9, lr 0.01 for the head and 0.001 for the body, cosine, at twice the pre-training
     resolution through expand_resolution (model.expand=2: 28x28 -> 56x56, the data is resized).
     The model comes from the checkpoint; the paper fine-tunes 50 epochs on the whole set, this
@@ -211,7 +213,7 @@ _register(
 
 _register(
     "fmnist_linear_probe",
-    """Linear probe (Scaling MLPs, SPEC §7): the body frozen, a new head trained with LION lr 1e-5
+    """Linear probe (Scaling MLPs, docs/science.md §7): the body frozen, a new head trained with LION lr 1e-5
     on the pre-trained features (the paper trains 50 epochs; this demo 2).
     Run:      mlplab finetune runs/fmnist_mixer_pretrain fmnist_linear_probe
     Expect:   a little below the pre-trained accuracy (README: measured)
@@ -224,3 +226,78 @@ _register(
         "run": {"batch_size": 128, "eval_every": 0, "checkpoint_every": 0},
     },
 )
+
+
+# ----------------------------------------------------------------------------- Scaling MLPs at scale
+
+#: Scaling-MLPs pre-training on ImageNet-21k at 64x64 (Bachmann et al. 2023, SPEC §7): size ->
+#: (model, epochs). Epochs are those of the released IN-21k checkpoints (scaling_mlps
+#: utils/download.py: 800, B-12/Wi-512 600); the Wi-256 sizes, not released, take 800 as well.
+SCALING_PRETRAIN: dict[str, tuple[str, int]] = {
+    "b6_wi256": ("bottleneck_mlp_b6_wi256", 800),
+    "b12_wi256": ("bottleneck_mlp_b12_wi256", 800),
+    "b6_wi512": ("bottleneck_mlp_b6_wi512", 800),
+    "b12_wi512": ("bottleneck_mlp_b12_wi512", 600),
+    "b6_wi1024": ("bottleneck_mlp_b6_wi1024", 800),
+    "b12_wi1024": ("bottleneck_mlp_b12_wi1024", 800),
+}
+#: forward MFLOP per 64x64 image at 11,230 classes (models.counting.count_flops; a test keeps them
+#: equal), for the Time lines
+_MFLOP = {"b6_wi256": 18.3, "b12_wi256": 24.6, "b6_wi512": 49.2, "b12_wi512": 74.4, "b6_wi1024": 148.8,
+          "b12_wi1024": 249.5}
+#: scaling_mlps' pre-training augmentation: crop + flip, mixup 0.8, label smoothing 0.3
+SCALING_AUGMENT: dict[str, Any] = {"crop_padding": 4, "hflip": True, "mixup": 0.8, "label_smoothing": 0.3}
+
+for _size, (_model, _epochs) in SCALING_PRETRAIN.items():
+    _L, _m = _size[1:].split("_wi")
+    _eflop = 3 * _MFLOP[_size] * 1e6 * 12e6 * _epochs / 1e18
+    _register(
+        f"in21k_{_size}",
+        f"""Scaling-MLPs pre-training of B-{_L}/Wi-{_m} ({SCALING_MLP_PRESETS[_model][2]}M parameters published at
+    11,230 classes) on ImageNet-21k at 64x64 (Bachmann et al. 2023, SPEC §7): LION lr 1e-5, weight decay
+    1e-3, constant lr (scaling_mlps' default), label smoothing 0.3, crop + flip + mixup 0.8, global
+    batch 16,384 as 4 accumulated micro-batches of 4,096 (one 24 GB GPU in the paper; under torchrun
+    with N GPUs lower run.accumulate_steps, the batch stays 16,384), {_epochs} epochs. The data is an
+    ImageNet-21k pack (mlplab pack IN21K_DIR DST --image-size 64); the class count comes from it.
+    Run:      mlplab train in21k_{_size} data.root=DST
+    Expect:   fine-tuned (in21k_finetune_cifar10/100): SPEC §7 Table 2 / the released checkpoints
+    Time:     {_epochs} x ~12M = {_epochs * 12e6:.2g} images, {_eflop:.2g} EFLOP of training: >= {_eflop * 1e18 / (0.4 * 989e12) / 3600:.1f} h
+              on one H100 at 40% of its bf16 peak; in practice the loader's img/s bounds it.""",
+        {
+            "model": {"name": _model},
+            "data": {"dataset": "packed", "image_size": 64},
+            "augment": dict(SCALING_AUGMENT),
+            "optim": {"name": "lion", "lr": 1e-5, "weight_decay": 1e-3, "betas": [0.9, 0.99]},
+            "schedule": {"epochs": _epochs, "schedule": "constant"},
+            "run": {"batch_size": 16384, "accumulate_steps": 4, "eval_every": 10, "checkpoint_every": 1},
+        },
+    )
+
+#: Scaling-MLPs fine-tuning (SPEC §7; scaling_mlps README): SGD momentum 0.9, lr 0.01 head / 0.001 body,
+#: weight decay 1e-4, label smoothing 0.3, gradient clipping 1, batch 2048, 50 epochs, 64x64
+_FINETUNE: dict[str, Any] = {
+    "augment": {"crop_padding": 4, "hflip": True, "label_smoothing": 0.3},
+    "optim": {"name": "sgd", "lr": 1e-3, "head_lr": 1e-2, "momentum": 0.9, "nesterov": False,
+              "weight_decay": 1e-4, "grad_clip": 1.0},
+    "schedule": {"epochs": 50, "warmup_epochs": 1},
+    "run": {"batch_size": 2048, "eval_every": 5, "checkpoint_every": 5},
+}
+
+for _ds, _what, _expect in (
+        ("cifar10", "CIFAR-10 (32x32, upscaled to the model's 64x64)",
+         "B-12/Wi-1024: 93.6% (SPEC §7 Table 2; released checkpoint, 100 epochs: 94.2%)"),
+        ("cifar100", "CIFAR-100 (32x32, upscaled to the model's 64x64)",
+         "B-12/Wi-1024: 79.2% (SPEC §7 Table 2; released checkpoint, 100 epochs: 80.0%)"),
+        ("imagefolder", "an image folder (data.root=DIR: a subfolder per class, resized to 64x64)",
+         "depends on the data")):
+    _register(
+        f"in21k_finetune_{_ds}",
+        f"""Fine-tuning an ImageNet-21k pre-trained bottleneck MLP (in21k_*) on {_what},
+    Scaling-MLPs recipe (SPEC §7): SGD momentum 0.9, lr 0.01 for the new head and 0.001 for the body, weight decay
+    1e-4, label smoothing 0.3, gradient clipping 1, crop + flip, batch 2048, 50 epochs, cosine.
+    Run:      mlplab finetune runs/in21k_b12_wi1024 in21k_finetune_{_ds}{' data.root=DIR' if _ds == 'imagefolder' else ''}
+    Expect:   {_expect}
+    Time:     50 epochs; CIFAR: 2.5M images, 1.9 PFLOP through B-12/Wi-1024 (seconds of H100
+              compute): the loader's img/s bounds it.""",
+        {"model": {"new_head": "auto"}, "data": {"dataset": _ds}, **_FINETUNE},
+    )

@@ -4,46 +4,51 @@
 checked (config, dataset, model, durations), so a refused or invalid run leaves nothing behind.
 It then
 
-1. takes the folder's lock: ``fcntl.flock`` on ``<run>/.lock``, held until the run ends (the
-   kernel drops it when the process dies, so a killed run never leaves a stale lock). The holder
-   writes its PID into the file; a second process is refused with a message naming that PID.
+1. takes the folder's lock (``mlplab.utils.io.folder_lock``: ``fcntl.flock`` on ``<run>/.lock``,
+   held until the run ends and dropped by the kernel when the process dies). A second process is
+   refused with a message naming the holder's PID.
 2. decides whether the call may use the folder: a new run, a resumed run with the same config,
-   or a refusal (a finished or unfinished run is never overwritten without ``overwrite``).
-3. for a new run, clears what an overwritten run left and writes ``config.json``; for a resumed
-   one, drops ``metrics.jsonl`` records of epochs after the checkpoint.
+   or a refusal. A finished run, or an unfinished one with a checkpoint, is never replaced without
+   ``overwrite``; a run that stopped before its first checkpoint (it diverged, crashed or was
+   interrupted) holds nothing worth keeping, so the same command simply starts it again. A folder
+   of someone else's files is not trained into without ``overwrite``; ``resume`` of a folder
+   that holds no run is refused (a mistyped ``run.name`` does not silently start a new run).
+3. for a new run, clears what an earlier run left and writes ``config.json``; for a resumed
+   one, drops ``metrics.jsonl`` records of epochs after the checkpoint. A ``results.json`` that
+   cannot be read counts as unfinished: the resumed run writes it again.
+4. turns Ctrl-C (and SIGTERM, which ``mlplab.cli`` maps to it) inside the run into
+   :class:`~mlplab.errors.Interrupted`, whose message names the last checkpoint.
 """
 from __future__ import annotations
 
 import contextlib
-import errno
-import fcntl
+import difflib
 import json
-import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
-from ..errors import BadInput, RunFailure
-from ..utils.io import atomic_write_json, atomic_write_text
+from ..errors import BadInput, FolderInUse, Interrupted, UnreadableFile
+from ..utils.io import LOCK_FILE, atomic_write_json, atomic_write_text, folder_lock, read_json
+from .checkpoint import find_checkpoint
 from .config import RunConfig, config_diff, from_dict, to_dict
 from .distributed import DistInfo, barrier
 
 __all__ = ["RunFolder", "open_run_folder", "RunExistsError", "RunLockedError", "LOCK_FILE",
-           "truncate_metrics"]
+           "truncate_metrics", "read_results", "checkpoint_epoch"]
 
-LOCK_FILE = ".lock"
 # files a new run clears when it replaces an old one (``.lock`` stays: it is held)
 _RUN_FILES = ("metrics.jsonl", "results.json", "error.txt")
 _RUN_DIRS = ("checkpoint", "checkpoint.prev", "checkpoint.new", "tb", "wandb")
+# what a sweep's run folder holds before its trainer starts (``mlplab.experiments.executors``)
+_SWEEP_FILES = ("spec.json", "log.txt", "error.txt", "error.previous.txt", "results.unreadable.json")
+
+RunLockedError = FolderInUse  # another process is writing to the run folder
 
 
 class RunExistsError(BadInput):
     """The run folder holds a run that this call must not overwrite."""
-
-
-class RunLockedError(RunFailure):
-    """Another process is writing to the run folder."""
 
 
 @dataclass
@@ -53,61 +58,98 @@ class RunFolder:
     finished: dict[str, Any] | None  # its results when it had already finished
 
 
+def read_results(run_dir: str | Path) -> dict[str, Any] | None:
+    """The run's ``results.json``, or None when it is missing or unreadable (a run killed while
+    an older tool wrote it, a file cut by a full disk): such a run counts as unfinished."""
+    try:
+        return read_json(Path(run_dir) / "results.json", "results file")
+    except (OSError, UnreadableFile):
+        return None
+
+
+def checkpoint_epoch(run_dir: str | Path) -> int | None:
+    """The epoch of the run's last complete checkpoint (from its safetensors header), or None."""
+    found = find_checkpoint(run_dir)
+    if found is None:
+        return None
+    try:
+        from safetensors import safe_open
+
+        with safe_open(str(found / "model.safetensors"), framework="pt") as f:
+            return int((f.metadata() or {}).get("epoch"))
+    except Exception:  # a damaged checkpoint: the resume says so
+        return None
+
+
 @contextlib.contextmanager
 def _lock(run_dir: Path, enabled: bool) -> Iterator[None]:
-    """Hold ``<run_dir>/.lock`` exclusively for the duration (rank 0 only under torchrun)."""
+    """Hold ``<run_dir>/.lock`` for the duration (rank 0 only under torchrun); a folder this call
+    created is removed again when the call fails before writing ``config.json``."""
     if not enabled:
         yield
         return
     created = not run_dir.exists()
     run_dir.mkdir(parents=True, exist_ok=True)
-    path = run_dir / LOCK_FILE
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as e:
-            if e.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
-                raise
-            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "another process"
-            raise RunLockedError(f"{run_dir} is in use by process {holder}; wait for it to finish "
-                                 f"(or stop it), then --resume") from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-        try:
+        with folder_lock(run_dir, "wait for it to finish (or stop it), then --resume"):
             yield
-        except BaseException:
-            if created and not (run_dir / "config.json").exists():
-                shutil.rmtree(run_dir, ignore_errors=True)  # refused before writing: leave nothing
-            raise
-        finally:
-            os.ftruncate(fd, 0)
-    finally:
-        os.close(fd)  # releases the lock
+    except BaseException:
+        if created and not (run_dir / "config.json").exists():
+            shutil.rmtree(run_dir, ignore_errors=True)  # refused before writing: leave nothing
+        raise
+
+
+def _siblings(run_dir: Path) -> list[str]:
+    try:
+        return [p.name for p in run_dir.parent.iterdir() if (p / "config.json").is_file()]
+    except OSError:
+        return []
 
 
 def _check(cfg: RunConfig, run_dir: Path, resume: bool, overwrite: bool) -> bool:
     """May this call use ``run_dir``? Returns whether an existing run is continued."""
     cfg_file = run_dir / "config.json"
-    exists = cfg_file.is_file()
-    if exists and resume:
-        with open(cfg_file) as f:
-            saved = from_dict(json.load(f))
+    if not cfg_file.is_file():
+        if resume:
+            close = difflib.get_close_matches(run_dir.name, _siblings(run_dir), n=1)
+            hint = f"did you mean run.name={close[0]}? " if close else ""
+            raise RunExistsError(f"nothing to resume: {run_dir} holds no run; {hint}drop --resume to start it")
+        foreign = sorted(p.name for p in run_dir.iterdir() if p.name not in (LOCK_FILE, *_SWEEP_FILES)) \
+            if run_dir.is_dir() else []
+        if foreign and not overwrite:
+            shown = ", ".join(foreign[:3]) + (", ..." if len(foreign) > 3 else "")
+            raise RunExistsError(f"{run_dir} is not an mlplab run folder but holds files ({shown}); choose another "
+                                 "run.name, or pass --overwrite to train into it (its other files are kept)")
+        return False
+    epoch = checkpoint_epoch(run_dir)
+    results = read_results(run_dir)
+    keepsake = results is not None or find_checkpoint(run_dir) is not None
+    if not keepsake:  # stopped before its first checkpoint: nothing to keep, the same command starts again
+        return resume
+    if resume:
+        try:
+            saved = from_dict(read_json(cfg_file, "run config"))
+        except ValueError as e:
+            raise RunExistsError(f"cannot resume {run_dir}: its config.json no longer fits this version of mlplab "
+                                 f"({e}); use --overwrite or a new run.name") from None
         diff = config_diff(saved, cfg)
         if diff:
             lines = "; ".join(f"{k}: saved {a!r}, now {b!r}" for k, (a, b) in diff.items())
             raise RunExistsError(f"cannot resume {run_dir}: its config differs ({lines}). Nothing was "
                                  "changed; use the saved config, or a new run.name")
         return True
-    if exists and not overwrite:
-        state = "a finished run" if (run_dir / "results.json").is_file() else "an unfinished run"
-        raise RunExistsError(f"{run_dir} already holds {state}; pass --resume (resume=True) to continue it, "
-                             "--overwrite to replace it, or choose another run.name")
-    return False
+    if overwrite:
+        return False
+    if results is not None:
+        raise RunExistsError(f"{run_dir} already holds a finished run; pass --resume to use its results, "
+                             "--overwrite to train it again, or choose another run.name")
+    at = f" (last checkpoint: epoch {epoch})" if epoch is not None else ""
+    raise RunExistsError(f"{run_dir} already holds an unfinished run{at}; pass --resume (resume=True) to "
+                         "continue it, --overwrite to replace it, or choose another run.name")
 
 
 def _init(cfg: RunConfig, run_dir: Path) -> None:
-    """A new run: clear what an overwritten run left, then write ``config.json``."""
+    """A new run: clear what an earlier run left, then write ``config.json``."""
     for name in _RUN_DIRS:
         shutil.rmtree(run_dir / name, ignore_errors=True)
     for name in _RUN_FILES:
@@ -116,20 +158,43 @@ def _init(cfg: RunConfig, run_dir: Path) -> None:
 
 
 def truncate_metrics(run_dir: Path, epoch: int) -> None:
-    """Drop records of epochs after the checkpoint (a killed run may have logged them)."""
+    """Drop records of epochs after the checkpoint (a killed run may have logged them) and lines
+    cut short by a kill or a full disk."""
     path = run_dir / "metrics.jsonl"
     if not path.is_file():
         return
     keep = []
-    with open(path) as f:
+    with open(path, encoding="utf-8", errors="replace") as f:
         for line in f:
             try:
                 rec = json.loads(line)
             except json.JSONDecodeError:
                 continue  # a line cut by the kill
-            if rec.get("epoch", 0) <= epoch:
+            if isinstance(rec, dict) and rec.get("epoch", 0) <= epoch:
                 keep.append(line if line.endswith("\n") else line + "\n")
     atomic_write_text(path, "".join(keep))
+
+
+def _last_logged_epoch(run_dir: Path) -> int:
+    try:
+        lines = (run_dir / "metrics.jsonl").read_text(errors="replace").splitlines()
+    except OSError:
+        return 0
+    for line in reversed(lines):
+        try:
+            return int(json.loads(line)["epoch"])
+        except (ValueError, KeyError, TypeError):
+            continue
+    return 0
+
+
+def _interrupted(run_dir: Path, signum: int | None) -> Interrupted:
+    """Where a stopped run stood: the epoch it was in and the checkpoint a resume starts from."""
+    epoch = checkpoint_epoch(run_dir)
+    now = max(_last_logged_epoch(run_dir), epoch or 0) + 1
+    kept = (f"the checkpoint of epoch {epoch} is kept" if epoch is not None
+            else "no checkpoint yet, a resume starts it again")
+    return Interrupted(f"interrupted at epoch {now} of {run_dir} ({kept})", signum)
 
 
 @contextlib.contextmanager
@@ -142,10 +207,17 @@ def open_run_folder(cfg: RunConfig, dist: DistInfo, resume: bool, overwrite: boo
         continuing = _check(cfg, run_dir, resume, overwrite)
         barrier(dist)  # every rank has looked before rank 0 writes
         finished = None
-        if continuing and (run_dir / "results.json").is_file():
-            with open(run_dir / "results.json") as f:
-                finished = json.load(f)
-        elif not continuing and dist.is_main:
+        if continuing:
+            finished = read_results(run_dir)
+            if finished is not None and dist.is_main:
+                print(f"{run_dir} finished before (test acc {finished.get('test_acc')}); nothing to do. "
+                      "--overwrite trains it again", flush=True)
+        elif dist.is_main:
             _init(cfg, run_dir)
         barrier(dist)
-        yield RunFolder(run_dir, continuing, finished)
+        try:
+            yield RunFolder(run_dir, continuing, finished)
+        except KeyboardInterrupt as e:
+            if isinstance(e, Interrupted) and e.message:
+                raise
+            raise _interrupted(run_dir, getattr(e, "signum", None)) from None

@@ -1,31 +1,105 @@
-"""Crash-safe file writing: write a temp file in the target's folder, fsync, then rename."""
+"""Files that survive a kill, a full disk and a second writer.
+
+* :func:`atomic_save` writes a temp file in the target's folder, fsyncs it and renames it over the
+  target: a crash leaves the old file or the new one, never a partial one. The file gets the
+  permissions any other tool would give it (``0666 & ~umask``; ``mkstemp`` alone makes ``0600``,
+  which teammates on a shared cluster cannot read). A failed write names the target, not the
+  hidden temp file, and a library's own write error (safetensors, ``torch.save``) caused by a full
+  disk or a file-size limit comes back as the ``OSError`` it is.
+* :func:`read_json` reads a JSON file the tool wrote, or says which file is unreadable and why.
+* :func:`folder_lock` holds a folder's ``.lock`` (``fcntl.flock``) so one process writes at a time;
+  the kernel drops it when the holder dies, so a killed process never leaves a stale lock.
+"""
 from __future__ import annotations
 
+import contextlib
+import errno
+import fcntl
 import json
 import os
+import re
 import tempfile
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
-__all__ = ["atomic_write_bytes", "atomic_write_text", "atomic_write_json", "atomic_save"]
+from ..errors import BadInput, FolderInUse, UnreadableFile
+
+__all__ = ["atomic_write_bytes", "atomic_write_text", "atomic_write_json", "atomic_save", "read_json",
+           "folder_lock", "file_mode", "torch_load_error", "LOCK_FILE"]
+
+LOCK_FILE = ".lock"
+_HELD: set[str] = set()  # folders whose lock this process holds
+
+
+def file_mode() -> int:
+    """The mode a new file gets from ``open()``: ``0o666`` less the process umask."""
+    try:
+        with open("/proc/self/status") as f:  # Linux >= 4.7: reads the umask without changing it
+            for line in f:
+                if line.startswith("Umask:"):
+                    return 0o666 & ~int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
+_OS_ERROR = re.compile(r"os error (\d+)")
+
+
+def _write_error(e: BaseException, tmp: str) -> OSError | None:
+    """The ``OSError`` behind a writer's non-``OSError`` failure, if the disk is the cause:
+    safetensors says ``(os error 28)``; ``torch.save`` only says its position is wrong, so a short
+    probe write to the temp file tells whether the file system refuses more bytes."""
+    m = _OS_ERROR.search(str(e))
+    if m:
+        code = int(m.group(1))
+        return OSError(code, os.strerror(code))
+    try:
+        with open(tmp, "ab") as f:
+            f.write(b"\0" * 65536)
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError as probe:
+        return probe
+    return None
 
 
 def atomic_save(path: str | os.PathLike, writer: Callable[[str], None]) -> Path:
     """Call ``writer(tmp_path)`` and move the finished file onto ``path`` in one rename.
 
-    A crash at any point leaves either the old file or the new one, never a partial file.
-    """
+    A crash at any point leaves either the old file or the new one, never a partial file. The
+    folder must exist or be creatable; an ``OSError`` names ``path``."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
+    tmp = None
     try:
-        writer(tmp)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        os.close(fd)
+        try:
+            writer(tmp)
+        except OSError:
+            raise
+        except Exception as e:
+            cause = _write_error(e, tmp)
+            if cause is None:
+                raise
+            raise cause from e
+        os.chmod(tmp, file_mode())  # after the writer: some writers replace the file they are given
         with open(tmp, "rb") as f:
             os.fsync(f.fileno())
+        if path.is_dir():
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
         os.replace(tmp, path)
+    except OSError as e:
+        if tmp is not None and os.path.exists(tmp):
+            os.unlink(tmp)
+        if e.filename in (None, tmp):  # name the file the caller asked for, not the hidden temp file
+            raise type(e)(e.errno, e.strerror or str(e), str(path)) from e
+        raise
     except BaseException:
-        if os.path.exists(tmp):
+        if tmp is not None and os.path.exists(tmp):
             os.unlink(tmp)
         raise
     return path
@@ -45,3 +119,80 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
 
 def atomic_write_json(path: str | os.PathLike, obj: Any, indent: int = 2) -> Path:
     return atomic_write_text(path, json.dumps(obj, indent=indent, sort_keys=False, default=str) + "\n")
+
+
+def read_json(path: str | os.PathLike, what: str = "file", expect: type | None = dict,
+              users: bool = False) -> Any:
+    """The JSON in ``path``; a missing file raises ``FileNotFoundError``, and an empty, cut,
+    non-UTF-8 or wrongly shaped one :class:`~mlplab.errors.UnreadableFile` naming the file
+    (``users``: a file the user wrote, so :class:`~mlplab.errors.BadInput` saying to fix it)."""
+    path = Path(path)
+    if users:
+        try:
+            return read_json(path, what, expect)
+        except UnreadableFile as e:
+            raise BadInput(f"{what} {path} {e.reason}; fix it") from None
+    data = path.read_bytes()
+    try:
+        obj = json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise UnreadableFile(path, f"is not UTF-8 text (byte {e.start})", what) from None
+    except json.JSONDecodeError as e:
+        reason = "is empty" if not data.strip() else f"is not valid JSON ({e.msg} at line {e.lineno} column {e.colno})"
+        raise UnreadableFile(path, reason, what) from None
+    if expect is not None and not isinstance(obj, expect):
+        raise UnreadableFile(path, f"holds a JSON {type(obj).__name__}, not an object", what)
+    return obj
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+def torch_load_error(e: BaseException) -> str:
+    """What went wrong in ``torch.load(weights_only=True)``, in a few words: a cut or corrupt
+    archive, or the object the weights-only unpickler refused (without torch's advice to load
+    with ``weights_only=False``, which would run the file's code)."""
+    text = _ANSI.sub("", str(e))
+    if "WeightsUnpickler error:" in text:
+        reason = text.split("WeightsUnpickler error:", 1)[1].strip().splitlines()[0].strip()
+        if reason.startswith("Unsupported global"):
+            return f"it holds objects other than tensors and plain types ({reason})"
+        return "it is cut short or not a PyTorch file"
+    if "Weights only load failed" in text:
+        return "it is not a PyTorch file of tensors and plain types"
+    if isinstance(e, (EOFError, OSError)) or "zip archive" in text or "central directory" in text:
+        return "it is cut short or not a PyTorch file"
+    return f"{type(e).__name__}: {text.strip().splitlines()[0] if text.strip() else ''}"
+
+
+@contextlib.contextmanager
+def folder_lock(folder: str | os.PathLike, hint: str = "wait for it to finish (or stop it)") -> Iterator[Path]:
+    """Hold ``<folder>/.lock`` exclusively, or raise :class:`~mlplab.errors.FolderInUse` naming
+    the holder's PID. The holder writes its PID into the file; the kernel releases the lock when
+    the process ends, however it ends. Re-entrant within a process (``reproduce`` holds its
+    output folder while each stage's sweep takes it again)."""
+    folder = Path(folder)
+    key = os.path.realpath(folder)
+    if key in _HELD:
+        yield folder
+        return
+    path = folder / LOCK_FILE
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            if e.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
+                raise
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "another process"
+            raise FolderInUse(f"{folder} is in use by process {holder}; {hint}") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        _HELD.add(key)
+        try:
+            yield folder
+        finally:
+            _HELD.discard(key)
+            os.ftruncate(fd, 0)
+    finally:
+        os.close(fd)  # releases the lock

@@ -1,4 +1,5 @@
-"""The published experiments (SPEC §7), one ``@experiment``-registered function each.
+"""The published experiments (SPEC §7), one ``@experiment``-registered function each; how to add
+one: ``docs/adding-an-experiment.md``.
 
 ``MODULES`` lists the spec modules; importing this package imports each of them, which
 registers their experiments in :data:`mlplab.experiments.plan.EXPERIMENTS`. ``ORDER`` is the order
@@ -8,10 +9,18 @@ never the registry.
 """
 from importlib import import_module
 
-MODULES = ["misc", "budget", "rp", "scaling"]  # fig2a-c, fig2d, figS5, figS9, tableS3 | fig4-6, figS1-S3, table1 | fig7, figS4, figS6-S8 | scaling
+MODULES = ["cka",  # fig2a-c
+           "monarch",  # fig2d
+           "fig4", "fig5", "fig6", "figS1", "figS2_S3", "table1",  # at a fixed budget Ω (shared: budget)
+           "rp",  # fig7, figS4, figS6-S8: random-permuted Mixers
+           "patch_size",  # figS5
+           "pictures",  # figS9
+           "runtime",  # tableS3
+           "implicit_bias",  # Prop. 3.3
+           "scaling"]  # Scaling MLPs in miniature
 
-ORDER = ["fig2a-c", "fig2d", "fig4", "fig5", "fig6", "fig7", "figS1", "figS2-S3", "figS4", "figS5",
-         "figS6-S8", "figS9", "table1", "tableS3", "implicit-bias", "scaling"]
+ORDER = ["fig2a-c", "fig2d", "fig4", "fig5", "fig6", "fig6-imagenet", "fig7", "figS1", "figS2-S3", "figS4", "figS5",
+         "figS6-S8", "figS9", "table1", "table1-imagenet", "tableS3", "implicit-bias", "scaling"]
 
 for _m in MODULES:
     import_module(f"{__name__}.{_m}")

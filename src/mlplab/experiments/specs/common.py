@@ -1,12 +1,14 @@
-"""Shared pieces of the experiment specs: model overrides (one table per family), the budget
-planner, and the small statistics the verdicts use."""
+"""Shared pieces of the experiment specs: model overrides (one table per family), the derived
+keys every training sweep uses, the budget planner, and the small statistics the verdicts use."""
 from __future__ import annotations
 
 from typing import Any, Callable, Sequence
 
 from ..aggregate import RunRecord, group_runs, loss_change, select, test_error
+from ..derived import Derive, derive, derived_key
+from ..recipes import Scale
 
-__all__ = ["mixer", "sw_mlp", "model_seed", "pairs_for", "sw_widths", "err_rows", "FAMILY_LABEL",
+__all__ = ["mixer", "sw_mlp", "model_seed", "trained", "pairs_for", "sw_widths", "err_rows", "FAMILY_LABEL",
            "log2", "fair_width", "connections", "loss_change", "TRAIN_METRICS", "TRAIN_COLUMNS",
            "seed_table", "per_seed"]
 
@@ -32,7 +34,7 @@ def mixer(S: int | None, C: int, depth: int, patch: int, *, block: str = "s", ga
 
 
 def sw_mlp(width: int, density: float, depth: int, patch: int, gamma: float = 1.0) -> dict[str, Any]:
-    """Overrides of a static sparse-weight MLP of width m and density p (SPEC §2): single-layer
+    """Overrides of a static sparse-weight MLP of width m and density p (docs/science.md §2): single-layer
     blocks x + φ((M ⊙ A) LN(x)) for γ = 1 (the S-Mixer's counterpart), MLP blocks with hidden
     width γm otherwise (the MLP-Mixer's). ``depth`` counts blocks; the specs use 2L blocks for a
     Mixer of L blocks, one per token- and channel-mixing layer of its effective wide MLP."""
@@ -43,6 +45,7 @@ def sw_mlp(width: int, density: float, depth: int, patch: int, gamma: float = 1.
     return o
 
 
+@derived_key("model_seed")
 def model_seed(o: dict[str, Any]) -> dict[str, Any]:
     """Derived key: the model's own ``seed`` (RP permutations, SW-MLP masks) follows ``run.seed``
     for models that have one."""
@@ -57,10 +60,16 @@ def model_seed(o: dict[str, Any]) -> dict[str, Any]:
     return {"model.kwargs.seed": int(o.get("run.seed", 0))} if "seed" in fields else {}
 
 
+def trained(sc: Scale) -> list[Derive]:
+    """The derived keys that end every training sweep: the model's seed, then the family's lr at
+    cpu scale (:func:`mlplab.experiments.recipes.family_lr`)."""
+    return [derive("model_seed"), derive("family_lr", scale=sc.name)]
+
+
 def pairs_for(omega: float, gamma: float = 1.0, channels: Sequence[int] | None = None,
               tokens: Sequence[int] | None = None, symmetric: bool = True,
               family: str | None = None) -> list[tuple[int, int]]:
-    """(C, S) pairs with Ω connections per layer, from the budget planner (SPEC §3)."""
+    """(C, S) pairs with Ω connections per layer, from the budget planner (docs/science.md §3)."""
     from ...theory.budget import plan_budget
 
     fam = family or ("s_mixer" if gamma == 1.0 else "mlp_mixer")
@@ -92,12 +101,12 @@ def fair_width(m: float, s0: int) -> int:
 
     An SW-MLP of such a width gets the same stem as the Mixer it is compared with — the per-patch
     FC (C0 → m/S0 channels), then the sparse layers on vec(X) — instead of a dense embedding of
-    the whole image whose ch·H·W·m weights lie outside Ω (SPEC §2, issue 8)."""
+    the whole image whose ch·H·W·m weights lie outside Ω (docs/science.md §2, issue 8)."""
     return max(int(s0), int(round(m / s0)) * int(s0))
 
 
 def connections(r: RunRecord) -> float:
-    """Mean connections per mixing layer as built (SPEC §3): a Mixer's (C·S·D_S + S·C·D_C)/2 with
+    """Mean connections per mixing layer as built (docs/science.md §3): a Mixer's (C·S·D_S + S·C·D_C)/2 with
     its built hidden widths D_S = round(γS), D_C = round(γC) (= γ(C·S² + C²·S)/2 when γS and γC
     are whole), from ``meta.S``, ``meta.C``; an SW-MLP's p·γ·m² from ``meta.m``, ``meta.p``."""
     from ...theory.budget import omega_sw_mlp
@@ -121,7 +130,7 @@ def train_error(r: RunRecord) -> float:
 
 # Columns every training table carries: test error, and what makes comparisons fair and shows
 # convergence — parameters (masked SW-MLP weights by their nonzeros, ``effective_params``; runs
-# written before 2026-11-25 have only the dense count), connections per mixing layer, training
+# written by older versions have only the dense count), connections per mixing layer, training
 # error, last-epochs loss change.
 TRAIN_METRICS: dict[str, Callable[[RunRecord], float]] = {
     "test_error": test_error, "train_error": train_error, "loss_change": loss_change,

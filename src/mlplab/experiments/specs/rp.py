@@ -2,6 +2,7 @@
 (RP prevents overfitting)."""
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -13,7 +14,8 @@ from ..plots import Bars, Panel, Series, draw
 from ..recipes import Scale
 from ..sweep import Sweep, product
 from ..verdicts import compare, trend, worst_of
-from .common import FAMILY_LABEL, TRAIN_COLUMNS, TRAIN_METRICS, err_rows, mixer, model_seed, seed_table
+from ..derived import derive
+from .common import FAMILY_LABEL, TRAIN_COLUMNS, TRAIN_METRICS, err_rows, mixer, seed_table, trained
 
 
 # ------------------------------------------------------------------------------------------ fig7
@@ -47,6 +49,22 @@ def _analyse_fig7(runs: list[RunRecord], manifest: dict[str, Any]) -> Analysis:
                     [claim])
 
 
+@dataclass(frozen=True)
+class Fig7:
+    S: int  # S = C of every S-Mixer
+    depths: list[int]  # blocks L
+    seeds: int
+    epochs: int
+
+
+FIG7 = {
+    "smoke": Fig7(S=8, depths=[1, 2], seeds=1, epochs=1),
+    # three depths a factor 2 apart are enough for a slope (L = 16 would double the cost)
+    "cpu": Fig7(S=32, depths=[2, 4, 8], seeds=3, epochs=10),
+    "paper": Fig7(S=128, depths=[4, 8, 12, 16, 20], seeds=3, epochs=200),
+}
+
+
 @experiment("fig7", "RP vs normal S-Mixer over depth", analyse=_analyse_fig7, default_dataset="cifar10")
 def fig7(sc: Scale) -> Plan:
     """Fig. 7: random permutations cost accuracy in shallow Mixers, less so in deep ones.
@@ -56,20 +74,19 @@ def fig7(sc: Scale) -> Plan:
     Published: the RP S-Mixer is worse at small depth and approaches the S-Mixer as L grows.
     Verdict: per seed, the slope of the gap (RP − normal test error) against log2(L), one-sample
     t-test < 0 (``verdicts.trend``).
-    Time: paper 10 runs × 3 seeds × 200 epochs; cpu (see ``reproduce --list``): S = C = 32,
-    L ∈ {2, 4, 8}, 3 seeds, 10 epochs on all 60k Fashion-MNIST images. Dropped: depths 12-20
-    (three depths a factor 2 apart are enough for a slope; L = 16 would double the cost).
+    Time: paper 30 runs × 200 epochs; cpu 18 runs, S = C = 32, L ∈ {2, 4, 8} on Fashion-MNIST
+    (``reproduce --list``); smoke seconds.
     """
-    depths = sc.pick([1, 2], [2, 4, 8], [4, 8, 12, 16, 20])
-    S = sc.pick(8, 32, 128)
-    base = sc.recipe(epochs=200, cpu_epochs=10)
+    s = sc.settings(FIG7)
     patch = sc.patch_for_tokens(4)
-    sweep = Sweep("depth", base, [product(("meta.rp", [False, True]), ("model.kwargs.depth", depths))],
-                  seeds=sc.seed_list(3), derived=[lambda o: {k: v for k, v in mixer(S, S, o["model.kwargs.depth"], patch,
-                                                                                     rp=o["meta.rp"]).items()}, model_seed, sc.family_lr],
-                  name_keys=["model.name", "model.kwargs.depth", "run.seed"], est_epoch_s=sc.pick(1, 36, 30),
-                  epochs=base["schedule.epochs"], description=f"S-Mixer vs RP S-Mixer, S=C={S}, L ∈ {depths}")
-    return Plan([[sweep]], settings={"S = C": S, "depths": depths, "patch": patch})
+    base = sc.recipe(epochs=s.epochs, cpu_epochs=s.epochs)
+    models = [{**mixer(s.S, s.S, L, patch, rp=rp), "meta.rp": rp} for rp in (False, True) for L in s.depths]
+    sweep = Sweep("depth", base, [product(("meta.rp", [False, True]), ("model.kwargs.depth", s.depths))],
+                  seeds=list(range(s.seeds)),
+                  derived=[derive("match", keys=["meta.rp", "model.kwargs.depth"], rows=models), *trained(sc)],
+                  name_keys=["model.name", "model.kwargs.depth", "run.seed"], epochs=base["schedule.epochs"],
+                  description=f"S-Mixer vs RP S-Mixer, S=C={s.S}, L ∈ {s.depths}")
+    return Plan([[sweep]], settings={"S = C": s.S, "depths": s.depths, "patch": patch})
 
 
 # ------------------------------------------------------------------------------------------ figS4
@@ -102,6 +119,22 @@ def _analyse_figS4(runs: list[RunRecord], manifest: dict[str, Any]) -> Analysis:
     return Analysis(rows, ["rp_blocks", *TRAIN_COLUMNS], {"figS4": fig}, claims)
 
 
+@dataclass(frozen=True)
+class FigS4:
+    S: int  # S = C of the 4-block S-Mixer
+    rp_blocks: list[Any]  # which blocks are random-permuted, one run each
+    seeds: int
+    epochs: int
+
+
+ALL_CHOICES = ["none", [0], [1], [2], [3], "all"]
+FIGS4 = {
+    "smoke": FigS4(S=8, rp_blocks=["none", [0], [1]], seeds=1, epochs=1),
+    "cpu": FigS4(S=32, rp_blocks=ALL_CHOICES, seeds=3, epochs=10),
+    "paper": FigS4(S=64, rp_blocks=ALL_CHOICES, seeds=3, epochs=200),
+}
+
+
 @experiment("figS4", "Replace one block of a 4-block S-Mixer with an RP block", analyse=_analyse_figS4,
             default_dataset="cifar10")
 def figS4(sc: Scale) -> Plan:
@@ -112,18 +145,17 @@ def figS4(sc: Scale) -> Plan:
     Published: replacing the first block costs the most accuracy; later blocks matter little.
     Verdict: block 0's error against each other single-block replacement, paired one-sided
     t-tests, Holm (``verdicts.worst_of``).
-    Time: paper 6 runs × 3 seeds × 200 epochs; cpu (see ``reproduce --list``): S = C = 32, all six
-    variants, 3 seeds, 10 epochs on all 60k Fashion-MNIST images.
+    Time: paper 18 runs × 200 epochs; cpu 18 runs, S = C = 32 on Fashion-MNIST
+    (``reproduce --list``); smoke seconds.
     """
-    S = sc.pick(8, 32, 64)
+    s = sc.settings(FIGS4)
     depth = 4
-    choices = sc.pick(["none", [0], [1]], ["none", [0], [1], [2], [3], "all"], ["none", [0], [1], [2], [3], "all"])
-    base = sc.recipe(epochs=200, cpu_epochs=10)
+    base = sc.recipe(epochs=s.epochs, cpu_epochs=s.epochs)
     patch = sc.patch_for_tokens(4)
-    sweep = Sweep("blocks", {**base, **mixer(S, S, depth, patch)}, [("model.kwargs.rp_blocks", choices)],
-                  seeds=sc.seed_list(3), derived=[model_seed, sc.family_lr], est_epoch_s=sc.pick(1, 36, 25),
-                  epochs=base["schedule.epochs"], description=f"S-Mixer S=C={S}, L=4, one block RP at a time")
-    return Plan([[sweep]], settings={"S = C": S, "depth": depth})
+    sweep = Sweep("blocks", {**base, **mixer(s.S, s.S, depth, patch)}, [("model.kwargs.rp_blocks", s.rp_blocks)],
+                  seeds=list(range(s.seeds)), derived=trained(sc), epochs=base["schedule.epochs"],
+                  description=f"S-Mixer S=C={s.S}, L=4, one block RP at a time")
+    return Plan([[sweep]], settings={"S = C": s.S, "depth": depth})
 
 
 # ------------------------------------------------------------------------------------------ figS6-S8
@@ -175,6 +207,33 @@ def _analyse_figS6(runs: list[RunRecord], manifest: dict[str, Any]) -> Analysis:
                     {"figS6-S8": draw(panels, "Figs. S.6–S.8: RP Mixers overfit less")}, claims)
 
 
+@dataclass(frozen=True)
+class FigS6S8:
+    S: int  # S = C
+    depth: int  # blocks L
+    parts: list[str]  # which of S6, S7, S8 run
+    seeds: int
+    epochs: int
+    train_subset: int | None  # a fixed random subset of the training set (to provoke overfitting)
+    test_subset: int | None  # test loss every epoch on this many test images
+
+
+# each part keeps its published optimiser and lr at every scale: the three settings differ by them
+PARTS = {"S6": ("s", dict(optim="sgd", lr=0.1, augment="crop_flip")),
+         "S7": ("mlp", dict(optim="sgd", lr=0.1, augment="autoaugment")),
+         "S8": ("s", dict(optim="adamw", lr=0.01, batch_size=256, augment="crop_flip"))}
+FIGS6_S8 = {
+    "smoke": FigS6S8(S=8, depth=2, parts=["S6"], seeds=1, epochs=1, train_subset=None, test_subset=None),
+    # 5 seeds: a paired gap difference is small
+    "cpu": FigS6S8(S=32, depth=4, parts=["S6", "S7", "S8"], seeds=5, epochs=50, train_subset=2000, test_subset=2000),
+    # quick: 3 of cpu's 5 seeds, the same runs (a subset the paired test can still decide)
+    "quick": FigS6S8(S=32, depth=4, parts=["S6", "S7", "S8"], seeds=3, epochs=50, train_subset=2000,
+                     test_subset=2000),
+    "paper": FigS6S8(S=64, depth=8, parts=["S6", "S7", "S8"], seeds=1, epochs=600, train_subset=None,
+                     test_subset=None),
+}
+
+
 @experiment("figS6-S8", "RP prevents overfitting (three training settings)", analyse=_analyse_figS6,
             default_dataset="cifar10", aliases=("figS6", "figS7", "figS8", "figS6S8"))
 def figS6_S8(sc: Scale) -> Plan:
@@ -188,30 +247,21 @@ def figS6_S8(sc: Scale) -> Plan:
     Mixer's does not: the RP generalisation gap is smaller.
     Verdict: per part, the per-seed gap (test − training loss at the end), paired one-sided
     t-test RP < normal (``verdicts.compare``).
-    Time: paper 6 runs × 600 epochs; cpu (see ``reproduce --list``): S = C = 32, L = 4, 50 epochs,
-    batch 256, each part with its published optimiser and lr (S.6, S.7: SGD 0.1, momentum 0.9;
-    S.8: AdamW 0.01), on a fixed random 2 000 training images (to provoke overfitting), test loss every epoch on
-    2 000 test images, 5 seeds (a paired gap difference is small); quick: the same runs with
-    3 seeds (a subset of the cpu runs that the paired test can still decide).
+    Time: paper 6 runs × 600 epochs; cpu 30 runs of 50 epochs on 2 000 Fashion-MNIST images (S = C
+    = 32, L = 4, each part at its published optimiser and lr); quick 18 of them (3 seeds); smoke seconds.
     """
-    S = sc.pick(8, 32, 64)
-    depth = sc.pick(2, 4, 8)
+    s = sc.settings(FIGS6_S8)
     patch = sc.patch_for_tokens(4)
-    ep = sc.pick(1, 50, 600)
     sweeps = []
-    parts = (("S6", "s", dict(optim="sgd", lr=0.1, augment="crop_flip")),
-             ("S7", "mlp", dict(optim="sgd", lr=0.1, augment="autoaugment")),
-             ("S8", "s", dict(optim="adamw", lr=0.01, batch_size=256, augment="crop_flip")))
-    for part, block, kw in parts[:1] if sc.smoke else parts:  # smoke: S.6 only
-        # each part keeps its published optimiser and lr at every scale: the three settings differ
-        # by them (with the cpu recipe's AdamW at the S-Mixer's lr, S.6 and S.8 were the same runs)
-        base = sc.recipe(epochs=600, cpu_epochs=ep, eval_every=1, cpu_optim=None, **kw)
-        if sc.name in ("cpu", "quick"):  # the same subsets at both scales: quick runs are cpu runs
-            base.update({"data.train_subset": 2000, "data.test_subset": 2000, "data.subset": "random"})
-        sweeps.append(Sweep(part, base, [("meta.rp", [False, True])], seeds=sc.seed_list(1, cpu=3 if sc.quick else 5),
-                            derived=[lambda o, block=block: mixer(S, S, depth, patch, block=block,
-                                                                  gamma=4.0 if block == "mlp" else None, rp=o["meta.rp"]),
-                                     model_seed, sc.family_lr],
-                            name_keys=["model.name", "run.seed"], est_epoch_s=sc.pick(1, 12 if block == "s" else 36, 30),
-                            epochs=base["schedule.epochs"], description=_S678[part]))
-    return Plan([sweeps], settings={"S = C": S, "depth": depth, "epochs": ep})
+    for part in s.parts:
+        block, kw = PARTS[part]
+        base = sc.recipe(epochs=s.epochs, cpu_epochs=s.epochs, eval_every=1, cpu_optim=None, **kw)
+        if s.train_subset:
+            base.update({"data.train_subset": s.train_subset, "data.test_subset": s.test_subset, "data.subset": "random"})
+        models = [{**mixer(s.S, s.S, s.depth, patch, block=block, gamma=4.0 if block == "mlp" else None, rp=rp),
+                   "meta.rp": rp} for rp in (False, True)]
+        sweeps.append(Sweep(part, base, [("meta.rp", [False, True])], seeds=list(range(s.seeds)),
+                            derived=[derive("match", keys=["meta.rp"], rows=models), *trained(sc)],
+                            name_keys=["model.name", "run.seed"], epochs=base["schedule.epochs"],
+                            description=_S678[part]))
+    return Plan([sweeps], settings={"S = C": s.S, "depth": s.depth, "epochs": s.epochs})

@@ -1,4 +1,4 @@
-"""scaling: the Scaling-MLPs study in miniature (Bachmann et al. 2023, SPEC §7): inverted-bottleneck
+"""scaling: the Scaling-MLPs study in miniature (Bachmann et al. 2023, docs/science.md §7): inverted-bottleneck
 MLPs of several sizes × training-set sizes × epoch counts; error against compute
 C = FLOP(f)·3·N·T, the fit E(C) = a(b + C)^(−α) + E∞, and the compute-optimal frontier's
 exponents P*(C) ∝ C^β_P, N*(C) ∝ C^β_N beside the published 0.35 / 0.65."""
@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -14,6 +15,7 @@ from ...analysis.scaling import (PUBLISHED_EXPONENTS, bootstrap_scaling, compute
                                  fit_power, fit_scaling_law)
 from ..aggregate import RunRecord, select, test_error
 from ..claims import Analysis, Claim
+from ..derived import derive
 from ..plan import Plan, experiment
 from ..plots import Panel, Series, draw
 from ..recipes import Scale
@@ -135,6 +137,36 @@ def _figure(rows: list[dict[str, Any]], fit, front: dict[str, Any], manifest: di
     return draw(panels, "Scaling MLPs Fig. 1 in miniature: error vs compute")
 
 
+@dataclass(frozen=True)
+class Scaling:
+    widths: list[int]  # bottleneck MLP widths
+    depths: list[int]  # blocks
+    subsets: list[int]  # training-set sizes N
+    epochs: list[int]  # epoch counts T
+    recipe: dict[str, Any]  # Scale.recipe keywords
+    bootstrap: int  # resamples of the runs for the intervals
+    note: str  # how the setting departs from Scaling MLPs'
+
+
+SETTINGS = {
+    "smoke": Scaling(widths=[4, 8], depths=[1], subsets=[32, 64], epochs=[1, 2], bootstrap=50,
+                     recipe=dict(epochs=1, cpu_epochs=1, extra={"augment.hflip": True}),
+                     note="no mixup or label smoothing below paper scale (Scaling MLPs' scaling runs use mixup 0.8): "
+                          "with 1–4 epochs they only slow the fit; the lr (AdamW 3e-3, the cpu default) was not tuned"),
+    "cpu": Scaling(widths=[16, 32, 64, 128, 256], depths=[2], subsets=[3750, 15000, 60000], epochs=[1, 2, 4],
+                   bootstrap=1000, recipe=dict(epochs=1, cpu_epochs=1, extra={"augment.hflip": True}),
+                   note="no mixup or label smoothing below paper scale (Scaling MLPs' scaling runs use mixup 0.8): "
+                        "with 1–4 epochs they only slow the fit; the lr (AdamW 3e-3, the cpu default) was not tuned"),
+    "paper": Scaling(widths=[256, 512, 1024], depths=[6, 12], subsets=[12500, 25000, 50000], epochs=[25, 50, 100],
+                     bootstrap=1000,
+                     recipe=dict(epochs=100, optim="lion", lr=5e-5, batch_size=1024, weight_decay=1e-3,
+                                 augment="crop_flip",
+                                 extra={"data.image_size": 64, "augment.mixup": 0.8, "augment.label_smoothing": 0.3}),
+                     note="from scratch on the requested dataset, not ImageNet-21k pre-training; batch 1024 instead "
+                          "of 16384 (a subset of 12,500 images is smaller than one such batch)"),
+}
+
+
 @experiment("scaling", "Scaling MLPs in miniature: error vs compute, fit and compute-optimal frontier",
             analyse=_analyse_scaling, default_dataset="cifar100", aliases=("scaling-mlps",),
             needs_plateau=False)  # short runs on purpose: error against compute, not trained models
@@ -150,33 +182,19 @@ def scaling(sc: Scale) -> Plan:
     examples seen, N·T) with bootstrap intervals.
     Published: error falls as a power law in compute; compute-optimal P* ∝ C^0.35, N* ∝ C^0.65
     (ImageNet-21k pre-training, batch 16384, LION).
-    Time: paper 6 published models (B-6/12, Wi-256/512/1024) × 3 × 3 runs on CIFAR-100 at 64×64
-    (GPU days); cpu: 45 runs (widths 16-256, depth 2, N ∈ {3,750, 15,000, 60,000} of Fashion-MNIST,
-    T ∈ {1, 2, 4} epochs, AdamW 3e-3 batch 256, crop + flip), ~10 min on 2 cores by the cost
-    estimate (``reproduce --list``; tested ≤ 30 min).
+    Time: paper 6 models × 3 × 3 runs on CIFAR-100 at 64×64 (GPU days); cpu 45 runs (widths
+    16–256, N ≤ 60 000 Fashion-MNIST images, T ≤ 4 epochs), ~10 min (``reproduce --list``).
     """
-    if sc.paper:
-        models = [{"model.kwargs.depth": d, "model.kwargs.width": w} for w in (256, 512, 1024) for d in (6, 12)]
-        subsets, epochs = [12500, 25000, 50000], [25, 50, 100]
-        base = sc.recipe(epochs=100, optim="lion", lr=5e-5, batch_size=1024, weight_decay=1e-3, augment="crop_flip",
-                         extra={"data.image_size": 64, "augment.mixup": 0.8, "augment.label_smoothing": 0.3})
-    else:
-        depth = sc.pick(1, 2, 2)
-        models = [{"model.kwargs.depth": depth, "model.kwargs.width": w} for w in sc.pick([4, 8], [16, 32, 64, 128, 256], [])]
-        subsets, epochs = sc.pick([32, 64], [3750, 15000, 60000], []), sc.pick([1, 2], [1, 2, 4], [])
-        base = sc.recipe(epochs=1, cpu_epochs=1, extra={"augment.hflip": True})
+    s = sc.settings(SETTINGS)
+    models = [{"model.kwargs.depth": d, "model.kwargs.width": w} for w in s.widths for d in s.depths]
+    base = sc.recipe(**s.recipe)
     base.update({"model.name": "bottleneck_mlp", "data.subset": "random", "run.checkpoint_every": 0})
-    sweep = Sweep("runs", base, [product(("meta.model", list(range(len(models)))), ("data.train_subset", subsets),
-                                         ("schedule.epochs", epochs))],
-                  seeds=[0], derived=[lambda o: models[o["meta.model"]]],
+    sweep = Sweep("runs", base, [product(("meta.model", list(range(len(models)))), ("data.train_subset", s.subsets),
+                                         ("schedule.epochs", s.epochs))],
+                  seeds=[0], derived=[derive("lookup", key="meta.model", table=models)],
                   name_keys=["model.kwargs.width", "model.kwargs.depth", "data.train_subset", "schedule.epochs"],
-                  est_epoch_s=sc.pick(0.5, 5, 600), epochs=float(np.mean(epochs)),
-                  description=f"{len(models)} bottleneck MLPs × N ∈ {subsets} × T ∈ {epochs}")
+                  epochs=float(np.mean(s.epochs)),
+                  description=f"{len(models)} bottleneck MLPs × N ∈ {s.subsets} × T ∈ {s.epochs}")
     return Plan([[sweep]], settings={"models": [f"B-{m['model.kwargs.depth']}/Wi-{m['model.kwargs.width']}" for m in models],
-                                     "N": subsets, "T": epochs, "bootstrap": sc.pick(50, 1000, 1000)},
-                notes=["one seed per run: the intervals come from a bootstrap over runs, not over seeds",
-                       "no mixup or label smoothing below paper scale (Scaling MLPs' scaling runs use mixup 0.8): "
-                       "with 1–4 epochs they only slow the fit; the lr (AdamW 3e-3, the cpu default) was not tuned"
-                       if not sc.paper else
-                       "from scratch on the requested dataset, not ImageNet-21k pre-training; batch 1024 instead "
-                       "of 16384 (a subset of 12,500 images is smaller than one such batch)"])
+                                     "N": s.subsets, "T": s.epochs, "bootstrap": s.bootstrap},
+                notes=["one seed per run: the intervals come from a bootstrap over runs, not over seeds", s.note])

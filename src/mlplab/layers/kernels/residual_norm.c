@@ -15,12 +15,35 @@
  * erf_rational (max abs error 4.5e-7) and exp_poly (rel. error < 2e-7), which vectorise.
  * gamma, beta have the residual's type; mean, rstd and the per-thread dgamma/dbeta partial sums
  * (caller-provided (nthreads, C) arrays) the accumulator's.
+ *
+ * Every exported function returns 0, or 1 when a thread could not allocate its buffers (then
+ * nothing was computed). Their prototypes are generated from the signature table in
+ * mlplab/layers/fused.py (SIGNATURES), which also types the Python calls: the build writes them
+ * to residual_norm_api.h, so a definition here that disagrees with the table does not compile.
  */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <omp.h>
+
+#include "residual_norm_api.h"
+
+/* Called by every thread of a parallel region once it has allocated its buffers (mine: all
+ * allocations succeeded): whether every thread's did. Threads that see a failure skip the work
+ * (a worksharing loop must be met by all threads of the team, so they run it with no iterations),
+ * and the function returns 1. */
+static int team_allocated(int mine, int *failed) {
+    if (!mine) {
+        #pragma omp atomic write
+        *failed = 1;
+    }
+    #pragma omp barrier
+    int any;
+    #pragma omp atomic read
+    any = *failed;
+    return !any;
+}
 
 static inline float bf16_to_f32(uint16_t v) {
     uint32_t u = (uint32_t)v << 16;
@@ -39,8 +62,8 @@ static inline uint16_t f32_to_bf16(float f) {
 }
 
 /* Two samples' bfloat16 values in one 32-bit word, the first in the low half (the RP seams'
- * paired gathers); a bfloat16 moved to the high 16 bits of a float is its value. (Float pairs
- * in 64-bit words made the fp32 RP S-Mixer step 1.03-1.04x slower: not used.) */
+ * paired gathers); a bfloat16 moved to the high 16 bits of a float is its value. Only bfloat16
+ * is paired: float pairs in 64-bit words are slower than one gather per sample. */
 static inline uint32_t pair_bf16(uint16_t a, uint16_t b) { return (uint32_t)a | (uint32_t)b << 16; }
 static inline float bf16_hi_f32(uint32_t w) {
     uint32_t u = w & 0xffff0000u;

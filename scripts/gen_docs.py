@@ -1,0 +1,217 @@
+#!/usr/bin/env python
+"""Generate the result tables of README.md and docs/ from the committed result files.
+
+    python scripts/gen_docs.py            # rewrite the generated blocks in place
+    python scripts/gen_docs.py --check    # exit 1 naming every block that differs (tests/test_docs.py)
+    python scripts/gen_docs.py --add runs/experiments/fig5-cpu   # commit a finished reproduction
+
+Sources (one file per measurement, named by what and where it was measured):
+
+- ``docs/results/<id>-<scale>-<machine>/``: a reproduction's own ``verdicts.json`` (with
+  ``experiment.json``, ``report.md``, ``results.csv`` and its figure when the run folder was kept;
+  a ``verdicts.json`` alone records what an earlier report said, with ``source`` saying so).
+- ``benchmarks/results/<what>-pt<torch>-<machine>.json``: what ``benchmarks/`` wrote (or recorded
+  from an earlier report), each with its ``tables``.
+
+A generated block sits between ``<!-- gen_docs: NAME -->`` and ``<!-- /gen_docs -->``; the text
+around it is written by hand.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS = REPO / "docs" / "results"
+BENCH = REPO / "benchmarks" / "results"
+#: the files with generated blocks, relative to the repository
+TARGETS = ("README.md", "docs/experiments.md", "docs/performance.md")
+SCALE_RANK = {"paper": 3, "cpu": 2, "quick": 1, "smoke": 0}
+BLOCK = re.compile(r"(<!-- gen_docs: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /gen_docs -->)", re.S)
+VERDICTS = ("HELD", "DID NOT HOLD", "UNDECIDED")
+
+
+# ----------------------------------------------------------------------------------- reproductions
+
+def load_result(folder: Path) -> dict[str, Any]:
+    """One committed reproduction: id, scale, machine, date, minutes, verdicts and the file to link."""
+    v = json.loads((folder / "verdicts.json").read_text())
+    manifest = json.loads((folder / "experiment.json").read_text()) if (folder / "experiment.json").exists() else {}
+    exp = v["experiment"]
+    scale = v.get("scale") or manifest.get("scale", {}).get("scale")
+    machine = v.get("machine") or folder.name.removeprefix(f"{exp}-{scale}-")
+    minutes = v.get("minutes")
+    if minutes is None and manifest.get("wall_s") is not None:
+        minutes = round(manifest["wall_s"] / 60, 1)
+    link = folder / ("report.md" if (folder / "report.md").exists() else "verdicts.json")
+    where = json.loads((folder / "machine.json").read_text()) if (folder / "machine.json").exists() else {}
+    return {"id": exp, "scale": scale, "machine": machine, "minutes": minutes, "load": v.get("loadavg") or where.get("loadavg"),
+            "measured": v.get("measured") or manifest.get("finished", "")[:10],
+            "verdicts": [c["verdict"] for c in v["verdicts"]], "link": link.relative_to(REPO).as_posix(),
+            "recovered": "source" in v}
+
+
+def load_results(root: Path = RESULTS) -> list[dict[str, Any]]:
+    return [load_result(f) for f in sorted(root.iterdir()) if (f / "verdicts.json").exists()] if root.exists() else []
+
+
+def latest(results: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per id the most recent result; on the same day the larger scale, then a kept run folder."""
+    best: dict[str, dict[str, Any]] = {}
+    for r in results:
+        key = (r["measured"], SCALE_RANK.get(r["scale"], 0), not r["recovered"])
+        if r["id"] not in best or key > best[r["id"]]["_key"]:
+            best[r["id"]] = {**r, "_key": key}
+    return best
+
+
+def verdict_summary(verdicts: list[str]) -> str:
+    """``**HELD** ×3`` or ``**HELD** ×2, **DID NOT HOLD** ×1`` (claims in the order of the report)."""
+    if not verdicts:
+        return "–"
+    parts = [(w, verdicts.count(w)) for w in VERDICTS if w in verdicts]
+    return ", ".join(f"**{w}**" + (f" ×{n}" if n > 1 or len(parts) > 1 else "") for w, n in parts)
+
+
+def experiments_table(results: list[dict[str, Any]], titles: dict[str, str], link_prefix: str = "") -> str:
+    """The README's table: every registered id, what it tests, the latest verdict and its report."""
+    best = latest(results)
+    lines = ["| id | what it tests | latest verdict | scale, machine | report |", "|---|---|---|---|---|"]
+    for id, title in titles.items():
+        r = best.get(id)
+        if r is None:
+            lines.append(f"| `{id}` | {title} | not run yet | – | – |")
+            continue
+        lines.append(f"| `{id}` | {title} | {verdict_summary(r['verdicts'])} | {r['scale']}, {r['machine']} | "
+                     f"[{Path(r['link']).parent.name}]({link_prefix}{r['link']}) |")
+    return "\n".join(lines) + "\n"
+
+
+def all_results_table(results: list[dict[str, Any]]) -> str:
+    """docs/experiments.md: every committed reproduction, one row each."""
+    lines = ["| id | scale | machine | verdicts | minutes (load) | files |", "|---|---|---|---|---|---|"]
+    for r in sorted(results, key=lambda r: (r["id"], -SCALE_RANK.get(r["scale"], 0), r["machine"])):
+        minutes = "–" if r["minutes"] is None else f"{r['minutes']:g}" + (f" ({r['load']})" if r.get("load") else "")
+        kind = "recorded from an earlier report" if r["recovered"] else "report, figure, results.csv"
+        lines.append(f"| `{r['id']}` | {r['scale']} | {r['machine']} | {verdict_summary(r['verdicts'])} | {minutes} | "
+                     f"[{kind}]({r['link'].removeprefix('docs/')}) |")
+    return "\n".join(lines) + "\n"
+
+
+def add_run(run_dir: Path, machine: str | None = None, load: str | None = None) -> Path:
+    """Copy a finished ``mlplab reproduce`` folder's report files to ``docs/results/<id>-<scale>-<machine>/``,
+    with ``machine.json`` (the machine tag, the CPU and the load average while it ran, when given)."""
+    sys.path.insert(0, str(REPO / "src"))
+    from mlplab.utils.cpu import cpu_has_native_bf16, cpu_info, machine_tag
+
+    manifest = json.loads((run_dir / "experiment.json").read_text())
+    exp, scale = manifest["experiment"], manifest["scale"]["scale"]
+    dest = RESULTS / f"{exp}-{scale}-{machine or machine_tag()}"
+    if dest.exists():
+        shutil.rmtree(dest)
+    dest.mkdir(parents=True)
+    for f in sorted(run_dir.iterdir()):
+        if f.is_file() and (f.name in ("report.md", "verdicts.json", "experiment.json") or f.suffix in (".csv", ".png")):
+            shutil.copy2(f, dest / f.name)
+    where = {"machine": machine or machine_tag(), "cpu": cpu_info().get("model name"),
+             "native_bf16": cpu_has_native_bf16(), "loadavg": load}
+    (dest / "machine.json").write_text(json.dumps(where, indent=2) + "\n")
+    return dest
+
+
+# ------------------------------------------------------------------------------------- benchmarks
+
+def _md_table(t: dict[str, Any]) -> str:
+    lines = ["| " + " | ".join(map(str, t["columns"])) + " |", "|" + "---|" * len(t["columns"])]
+    lines += ["| " + " | ".join("–" if c is None else str(c) for c in row) + " |" for row in t["rows"]]
+    return "\n".join(lines) + "\n"
+
+
+def benchmark_sections(root: Path = BENCH) -> str:
+    """docs/performance.md: every benchmark result file as a section with its command and tables."""
+    out = []
+    for f in sorted(root.glob("*.json")) if root.exists() else []:
+        d = json.loads(f.read_text())
+        title = d.get("title") or d.get("benchmark") or f.stem
+        out.append(f"### {title} — {d.get('machine', '?')}\n")
+        env = d.get("environment") or d.get("env") or {}
+        facts = [f"CPU: {d.get('cpu') or env.get('processor', '?')}", f"torch {d.get('torch') or env.get('torch', '?')}"]
+        load = d.get("loadavg") or env.get("loadavg")
+        if load:
+            facts.append(f"load {load if isinstance(load, str) else '/'.join(f'{x:.1f}' for x in load)}")
+        if "source" in d:
+            facts.append("recorded from an earlier report")
+        out.append(f"`{d.get('command', '?')}` ({'; '.join(facts)}; file: "
+                   f"[{f.name}](../{f.relative_to(REPO).as_posix()}))\n")
+        for t in d.get("tables", []):
+            if t.get("caption"):
+                out.append(f"{t['caption']}:\n")
+            out.append(_md_table(t))
+        for n in d.get("notes", []):
+            out.append(f"- {n}")
+        if d.get("notes"):
+            out.append("")
+    return "\n".join(out).rstrip() + "\n"
+
+
+# ---------------------------------------------------------------------------------------- blocks
+
+def experiment_titles() -> dict[str, str]:
+    sys.path.insert(0, str(REPO / "src"))
+    from mlplab.experiments.registry import get_experiment, list_experiments
+
+    return {id: get_experiment(id).title for id in list_experiments()}
+
+
+def render(name: str) -> str:
+    """The text of generated block ``name``."""
+    if name == "experiments":
+        return experiments_table(load_results(), experiment_titles())
+    if name == "all-results":
+        return all_results_table(load_results())
+    if name == "benchmarks":
+        return benchmark_sections()
+    raise KeyError(f"unknown generated block {name!r}: expected experiments, all-results or benchmarks")
+
+
+def regenerate(text: str) -> str:
+    """``text`` with every generated block rendered afresh."""
+    return BLOCK.sub(lambda m: m.group(1) + render(m.group("name")) + m.group(4), text)
+
+
+def stale(targets=TARGETS, repo: Path = REPO) -> list[str]:
+    """The files whose generated blocks differ from what the result files give."""
+    return [t for t in targets if (repo / t).exists() and regenerate((repo / t).read_text()) != (repo / t).read_text()]
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--check", action="store_true", help="change nothing; exit 1 if a generated block is stale")
+    p.add_argument("--add", type=Path, metavar="RUN_DIR", help="first copy a finished reproduction into docs/results/")
+    p.add_argument("--machine", default=None, help="with --add: the machine tag (default: this CPU's)")
+    p.add_argument("--load", default=None, help="with --add: the load average while it ran, e.g. '7-11'")
+    a = p.parse_args(argv)
+    if a.add:
+        print(f"added {add_run(a.add, a.machine, a.load).relative_to(REPO)}")
+    if a.check:
+        bad = stale()
+        for t in bad:
+            print(f"{t}: generated tables differ from the result files; run python scripts/gen_docs.py", file=sys.stderr)
+        return 1 if bad else 0
+    for t in TARGETS:
+        path = REPO / t
+        if path.exists():
+            new = regenerate(path.read_text())
+            if new != path.read_text():
+                path.write_text(new)
+                print(f"rewrote {t}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

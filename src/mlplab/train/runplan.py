@@ -1,0 +1,217 @@
+"""A run resolved once: :func:`plan_run` turns a config into a :class:`RunPlan`.
+
+Everything about a run that can be known before its data is loaded or a file is written is
+worked out here, once, and then passed along: the validated config, the device and precision,
+the dataset's record at the resolution the data is loaded at, the model's constructor keywords
+(or, with ``model.init_from``, the checkpoint, read once), the parameter count from a build on
+the ``meta`` device, and whether the training state fits in memory. ``mlplab train`` /
+``mlplab finetune`` build one plan and hand it to ``--print-config`` or to
+:func:`mlplab.train.loop.train`; ``check_specs`` plans every run of an experiment for another
+machine (no device, no memory check) before anything is launched. A refused plan is one
+``BadInput`` sentence that says what to change.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn as nn
+from torch.overrides import TorchFunctionMode
+
+from ..data.table import DatasetInfo, get_info
+from ..errors import BadInput
+from ..models.registry import create_model, get_model_entry
+from ..utils.cpu import cpu_has_native_bf16
+from ..utils.units import format_count
+from . import config as _config
+from .accelerator import native_bf16_cuda
+from .config import RunConfig
+from .init import check_pretrained, pretrained_model, read_init_checkpoint
+
+__all__ = ["RunPlan", "plan_run", "as_plan", "resolve_device", "resolve_precision", "resolve_model_kwargs",
+           "dataset_info", "check_memory", "meta_param_count"]
+
+#: Bytes of training state per fp32 parameter: weights, gradients and two AdamW moments.
+STATE_BYTES_PER_PARAM = 16
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunPlan:
+    """A run as it will happen on this machine (see the module docstring)."""
+
+    cfg: RunConfig  # validated; what the run folder's config.json records
+    data_cfg: RunConfig  # cfg with data.image_size at a pretrained model's resolution (= cfg otherwise)
+    info: DatasetInfo  # the dataset's record, image_size at the resolution the data is loaded at
+    model_kwargs: dict[str, Any] | None  # create_model keywords with the dataset's fields; None: from the images
+    checkpoint: Any = None  # model.init_from read once (mlplab.interop Imported), else None
+    n_params: int | None = None  # from the meta build or the checkpoint; None: known only from the images
+    device: torch.device | None = None  # None: planned for another machine (check_specs)
+    precision: str | None = None  # "fp32" | "bf16"; None with device None
+
+    def build_model(self, info: DatasetInfo) -> nn.Module:
+        """The run's model on the CPU for the loaded data ``info``: fresh from the registry, or the
+        checkpoint's (train.init). The checkpoint's weights are handed to the model and dropped
+        from the plan, so a run does not hold them twice (a second build reads the file again)."""
+        if self.checkpoint is None:
+            kwargs = self.model_kwargs if self.model_kwargs is not None else resolve_model_kwargs(self.cfg, info)
+            return create_model(self.cfg.model.name, **kwargs)
+        if not self.checkpoint.state:
+            self.checkpoint.state = read_init_checkpoint(self.cfg).state
+        model = pretrained_model(self.cfg, info, self.checkpoint)
+        self.checkpoint.state = {}
+        return model
+
+
+def plan_run(cfg: RunConfig, *, here: bool = True, checkpoint: Any = None) -> RunPlan:
+    """Resolve ``cfg`` once. ``here=False`` plans a run for another machine (a cluster node):
+    no device, precision or memory check. ``checkpoint``: ``model.init_from`` already read
+    (``mlplab finetune`` reads it to name the model), so the file is read once."""
+    cfg = _config.ensure_valid(cfg)
+    info = dataset_info(cfg)  # an unknown dataset -> BadInput naming the known ones
+    data_cfg, kwargs, n_params = cfg, None, None
+    if cfg.model.init_from is not None:  # the checkpoint decides the model (train.init)
+        if checkpoint is None or not checkpoint.state:  # not read yet, or its weights went to a model
+            checkpoint = read_init_checkpoint(cfg)
+        data_cfg = check_pretrained(cfg, info.in_chans, checkpoint, info.num_classes)
+        info = dataset_info(data_cfg)
+        n_params = sum(t.numel() for t in checkpoint.state.values())
+    elif info.image_size != (0, 0) and info.num_classes != 0:  # image folders, packs: size and classes are known once the data is opened
+        kwargs = resolve_model_kwargs(cfg, info)
+        n_params = meta_param_count(cfg.model.name, kwargs)
+    resolved = dict(cfg=cfg, data_cfg=data_cfg, info=info, model_kwargs=kwargs, checkpoint=checkpoint,
+                    n_params=n_params)
+    if not here:
+        return RunPlan(**resolved)
+    device = resolve_device(cfg.run.device, local_rank=_torchrun_local_rank())
+    if n_params is not None:
+        check_memory(n_params, device)
+    return RunPlan(**resolved, device=device, precision=resolve_precision(cfg.run.precision, device))
+
+
+def as_plan(run: RunConfig | RunPlan | str | os.PathLike) -> RunPlan:
+    """A plan for this machine: the one given, or one made from a config, a named config or a
+    JSON file (``make_config(name)``), or a plan made for another machine."""
+    if isinstance(run, RunPlan):
+        return run if run.device is not None else plan_run(run.cfg, checkpoint=run.checkpoint)
+    if isinstance(run, (str, os.PathLike)):
+        run = _config.make_config(run)
+    if not isinstance(run, RunConfig):
+        raise BadInput(f"train takes a RunConfig (mlplab.make_config(...)), a named config or a JSON file, "
+                       f"not a {type(run).__name__}")
+    return plan_run(run)
+
+
+# ----------------------------------------------------------------------------- the parts
+
+def _torchrun_local_rank() -> int | None:
+    """This process's GPU under torchrun (``LOCAL_RANK``), read before the process group exists
+    so that no CUDA context is made on another rank's device."""
+    v = os.environ.get("LOCAL_RANK")
+    return int(v) if v is not None and int(os.environ.get("WORLD_SIZE", "1")) > 1 else None
+
+
+def resolve_device(choice: str, dist: Any = None, *, local_rank: int | None = None) -> torch.device:
+    """The run's device: CUDA when asked for (or, with ``auto``, present), on this rank's GPU
+    (``dist.local_rank`` or ``local_rank``; else the current one), else the CPU."""
+    if choice == "cuda" or (choice == "auto" and torch.cuda.is_available()):
+        if not torch.cuda.is_available():
+            raise BadInput("run.device=cuda but CUDA is not available; use run.device=cpu or auto")
+        if dist is not None:
+            local_rank = dist.local_rank
+        return torch.device("cuda", local_rank if local_rank is not None else torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def resolve_precision(choice: str, device: torch.device) -> str:
+    """'fp32' or 'bf16'. auto -> bf16 autocast on GPUs with bf16 tensor cores and on CPUs with native
+    bf16 matmuls (AVX512-BF16/AMX); fp32 elsewhere, where emulated bf16 is slower than fp32."""
+    if choice != "auto":
+        return choice
+    if device.type == "cuda":  # not V100/T4, where bf16 is emulated (train.accelerator)
+        return "bf16" if native_bf16_cuda(device) else "fp32"
+    return "bf16" if cpu_has_native_bf16() else "fp32"
+
+
+def resolve_model_kwargs(cfg: RunConfig, info: Any) -> dict[str, Any]:
+    """The model overrides with image_size / in_chans / num_classes filled from the dataset,
+    or a clear error when given values contradict the data."""
+    fields = {f.name for f in dataclasses.fields(get_model_entry(cfg.model.name).config_cls)}
+    h, w = info.image_size
+    data_vals = {"image_size": h, "in_chans": info.in_chans, "num_classes": info.num_classes}
+    kwargs = dict(cfg.model.kwargs)
+    if h != w and "image_size" in fields:
+        raise BadInput(f"{cfg.data.dataset} images are {h}x{w}; square models need data.image_size=N to resize")
+    for k, v in data_vals.items():
+        if k not in fields:
+            continue
+        if k in kwargs and kwargs[k] != v:
+            hint = {"image_size": f"set data.image_size={kwargs[k]} to resize the data, or drop model.kwargs.image_size",
+                    "in_chans": "drop model.kwargs.in_chans",
+                    "num_classes": "drop model.kwargs.num_classes"}[k]
+            raise BadInput(f"model.kwargs.{k}={kwargs[k]} does not match dataset {cfg.data.dataset!r} "
+                           f"({k}={v}); {hint}")
+        kwargs[k] = v
+    return kwargs
+
+
+def dataset_info(cfg: RunConfig) -> DatasetInfo:
+    """The table's record for ``data.dataset``, with the size ``data.image_size`` resizes to."""
+    info = get_info(cfg.data.dataset)
+    if cfg.data.image_size is not None:
+        info = dataclasses.replace(info, image_size=(cfg.data.image_size, cfg.data.image_size))
+    return info
+
+
+class _DataChecksPass(TorchFunctionMode):
+    """On the meta device a tensor has no values, so the checks a constructor makes on values
+    have no kernel there: ``torch.equal`` (PK layers compare index arrays with ``arange`` to
+    choose how they compute, and check permutations) answers True, and the truth value of a
+    tensor (sparse layers' "index out of range", "duplicate position") answers False: the
+    checks pass. The real build, before any file is written, checks the values."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if any(getattr(a, "is_meta", False) for a in args):
+            if func in (torch.equal, torch.Tensor.equal):
+                return True
+            if func is torch.Tensor.__bool__:
+                return False
+        return func(*args, **(kwargs or {}))
+
+
+#: meta_param_count's answers by (name, kwargs): the runs of a sweep share a few architectures,
+#: and a Mixer's meta build takes ~0.1-1 s (its PK layers' index arithmetic)
+_META_COUNTS: dict[str, int] = {}
+
+
+def meta_param_count(name: str, kwargs: dict[str, Any]) -> int:
+    """The parameter count of ``create_model(name, **kwargs)``, built on the meta device (no
+    memory is allocated, so an absurd size is refused instead of allocated). The constructor's
+    own checks run too."""
+    key = json.dumps([name, kwargs], sort_keys=True, default=repr)
+    if key not in _META_COUNTS:
+        with torch.device("meta"), _DataChecksPass():
+            model = create_model(name, **kwargs)
+        _META_COUNTS[key] = sum(p.numel() for p in model.parameters())
+    return _META_COUNTS[key]
+
+
+def check_memory(n_params: int, device: torch.device) -> None:
+    """Refuse a model whose weights, gradients and optimiser state (16 bytes per fp32 parameter
+    with AdamW) cannot fit in the memory available now on ``device``."""
+    need = STATE_BYTES_PER_PARAM * n_params
+    if device.type == "cuda":
+        free = torch.cuda.mem_get_info(device)[0]
+    else:
+        try:
+            with open("/proc/meminfo") as f:
+                free = next(int(ln.split()[1]) * 1024 for ln in f if ln.startswith("MemAvailable:"))
+        except (OSError, StopIteration, ValueError):
+            return
+    if need > free:
+        raise BadInput(f"the model has {format_count(n_params)} parameters, needing about {need / 2**30:.1f} GiB "
+                       f"for weights, gradients and optimiser state; {device.type} has {free / 2**30:.1f} GiB "
+                       "available. Choose a smaller model (model.kwargs)")

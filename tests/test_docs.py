@@ -1,0 +1,115 @@
+"""The documentation agrees with the code and the committed results.
+
+The README's experiment table and the tables of docs/experiments.md and docs/performance.md are
+generated from docs/results/ and benchmarks/results/ by scripts/gen_docs.py; docstrings cite
+docs/science.md by section.
+"""
+import importlib.util
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+_spec = importlib.util.spec_from_file_location("gen_docs", REPO / "scripts" / "gen_docs.py")
+gen_docs = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(gen_docs)
+
+#: the pages this test holds to "current, not a history" (no dates or clock times)
+PAGES = ["README.md", "docs/README.md", "docs/models.md", "docs/experiments.md", "docs/performance.md",
+         "docs/science.md"]
+#: pages that other parts of the project write; links to them are checked once they exist
+OTHER_PAGES = {"data.md", "training.md", "reliability.md", "pretrained.md", "cli.md", "kernels.md",
+               "adding-an-experiment.md"}
+
+
+def test_generated_tables_match_the_result_files():
+    assert gen_docs.stale() == [], "run: python scripts/gen_docs.py"
+
+
+def test_a_stale_table_is_detected(tmp_path):
+    (tmp_path / "README.md").write_text("intro\n<!-- gen_docs: experiments -->\n| old | table |\n<!-- /gen_docs -->\n")
+    assert gen_docs.stale(["README.md"], repo=tmp_path) == ["README.md"]
+    (tmp_path / "README.md").write_text(gen_docs.regenerate((tmp_path / "README.md").read_text()))
+    assert gen_docs.stale(["README.md"], repo=tmp_path) == []
+
+
+def test_unknown_generated_block_is_an_error():
+    with pytest.raises(KeyError, match="experiments, all-results or benchmarks"):
+        gen_docs.regenerate("<!-- gen_docs: nonsense -->\n<!-- /gen_docs -->")
+
+
+def test_latest_result_per_id_wins():
+    old = {"id": "fig5", "scale": "cpu", "machine": "a", "measured": "2026-01-01", "verdicts": ["UNDECIDED"],
+           "link": "docs/results/old/verdicts.json", "recovered": True, "minutes": 1}
+    new = {**old, "machine": "b", "measured": "2026-01-02", "verdicts": ["HELD"] * 3,
+           "link": "docs/results/new/report.md", "recovered": False}
+    table = gen_docs.experiments_table([new, old], {"fig5": "width", "fig6": "S ≈ C"})
+    assert "| `fig5` | width | **HELD** ×3 | cpu, b | [new](docs/results/new/report.md) |" in table
+    assert "| `fig6` | S ≈ C | not run yet |" in table
+
+
+def test_verdict_summary_counts_each_word():
+    assert gen_docs.verdict_summary(["HELD", "DID NOT HOLD", "HELD"]) == "**HELD** ×2, **DID NOT HOLD** ×1"
+    assert gen_docs.verdict_summary(["UNDECIDED"]) == "**UNDECIDED**"
+
+
+def test_every_registered_experiment_is_in_the_readme():
+    readme = (REPO / "README.md").read_text()
+    for id in gen_docs.experiment_titles():
+        assert f"| `{id}` |" in readme
+
+
+def test_every_committed_result_names_its_machine_and_verdicts():
+    results = gen_docs.load_results()
+    assert results, "docs/results/ holds no reproduction"
+    for r in results:
+        assert r["machine"] and r["scale"] in gen_docs.SCALE_RANK and r["verdicts"], r
+        assert set(r["verdicts"]) <= set(gen_docs.VERDICTS), r
+
+
+def test_readme_is_short():
+    assert len((REPO / "README.md").read_text().splitlines()) <= 250
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_pages_carry_no_dates_or_clock_times(page):
+    text = (REPO / page).read_text()
+    assert not re.findall(r"\b20\d\d-\d\d-\d\d\b|\b\d\d:\d\d\b", text), "dates belong in CHANGELOG.md"
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_relative_links_resolve(page):
+    path = REPO / page
+    for target in re.findall(r"\]\(([^)#\s]+)\)", path.read_text()):
+        if "://" in target or Path(target).name in OTHER_PAGES:
+            continue
+        assert (path.parent / target).exists(), f"{page} links to missing {target}"
+
+
+def test_science_citations_name_existing_sections():
+    headings = set(re.findall(r"^## (\d+)\.", (REPO / "docs" / "science.md").read_text(), re.M))
+    cited = set()
+    for f in [*(REPO / "src").rglob("*.py"), *(REPO / "tests").rglob("*.py")]:
+        text = f.read_text()
+        assert "SPEC" + " §" not in text, f"{f} cites a file outside the repository"
+        cited |= set(re.findall(r"docs/science\.md §(\d+)", text))
+    assert cited and cited <= headings, f"cited sections without a heading: {sorted(cited - headings)}"
+
+
+def test_benchmark_results_are_named_by_what_torch_and_machine():
+    spec = importlib.util.spec_from_file_location("bench_common", REPO / "benchmarks" / "common.py")
+    common = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(common)
+    from mlplab.utils.cpu import machine_tag
+
+    torch_tag = "".join(common.torch.__version__.split("+")[0].split(".")[:2])
+    assert common.default_out("bench_mixer_step") == \
+        REPO / "benchmarks" / "results" / f"mixer-step-pt{torch_tag}-{machine_tag()}.json"
+    files = sorted((REPO / "benchmarks" / "results").glob("*.json"))
+    assert files
+    for f in files:
+        assert re.fullmatch(r"[a-z0-9-]+-pt\d+-[a-z0-9]+-[a-z0-9]+\.json", f.name), f.name
+        d = json.loads(f.read_text())
+        assert f.name.endswith(f"-{d['machine']}.json") and d["tables"], f.name

@@ -1,0 +1,119 @@
+"""``mlplab eval``: a finished run's test accuracy reproduced exactly; checkpoint files; bad input."""
+import json
+from pathlib import Path
+
+import pytest
+
+from mlplab import cli, create_model
+from mlplab.interop import save_pretrained
+from mlplab.train import train
+from mlplab.train.evaluation import evaluate_checkpoint
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
+    """A finished run with an EMA, a random test subset, mirror-image test-time augmentation and a
+    held-out val split, so that eval must follow the run's own config to reproduce its numbers."""
+    from mlplab.train import make_config
+    from train_helpers import tiny_overrides
+
+    out = tmp_path_factory.mktemp("eval")
+    cfg = make_config(None, tiny_overrides(out / "runs", "done", **{
+        "run.ema_decay": 0.8, "data.subset": "random", "data.val_fraction": 0.1, "augment.test_hflip": True,
+        "augment.hflip": True, "schedule.epochs": 2, "run.eval_every": 1}))
+    return train(cfg)
+
+
+def _eval_json(capsys, *argv):
+    assert cli.main(["eval", *argv, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_eval_reproduces_the_runs_test_accuracy_exactly(finished, capsys):
+    run_dir = finished["run_dir"]
+    got = _eval_json(capsys, run_dir)
+    assert got["acc"] == finished["test_acc"] and got["loss"] == finished["test_loss"]
+    assert got["top5"] == finished["test_top5"] and got["images"] == 128 and got["split"] == "test"
+    ema = _eval_json(capsys, run_dir, "--ema")
+    assert ema["acc"] == finished["test_acc_ema"] and ema["loss"] == finished["test_loss_ema"]
+    assert ema["weights"].endswith("ema.safetensors")
+    # the checkpoint folder and file of the run evaluate under the run's config too
+    assert _eval_json(capsys, str(Path(run_dir) / "checkpoint"))["loss"] == finished["test_loss"]
+    val = _eval_json(capsys, run_dir, "--split", "val")
+    assert val["acc"] == finished["val_acc"] and val["split"] == "val"
+
+
+def test_eval_prints_one_line_without_json(finished, capsys):
+    assert cli.main(["eval", finished["run_dir"]]) == 0
+    out = capsys.readouterr().out.strip().splitlines()
+    assert len(out) == 1 and "acc " in out[0] and "img/s" in out[0] and "synthetic test" in out[0]
+
+
+def test_eval_of_a_checkpoint_file_resizes_the_data_to_the_model(tmp_path, capsys):
+    model = create_model("bottleneck_mlp", image_size=8, width=16, depth=1)
+    path = save_pretrained(model, tmp_path / "mlp.safetensors")
+    got = _eval_json(capsys, str(path), "data.dataset=synthetic", "data.test_subset=64")
+    assert got["image_size"] == 8 and got["images"] == 64 and 0.0 <= got["acc"] <= 1.0
+    assert got["model"] == "bottleneck_mlp"
+    same = evaluate_checkpoint(path, {"data.dataset": "synthetic", "data.test_subset": 64, "data.image_size": 8},
+                               progress=False)
+    assert same["loss"] == got["loss"]
+
+
+def _refused(capsys, *argv):
+    assert cli.main(["eval", *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "Traceback" not in err, err
+    return err
+
+
+def test_eval_bad_input_is_one_sentence_exit_2(tmp_path, finished, capsys):
+    assert "does not exist" in _refused(capsys, str(tmp_path / "missing"))
+    five = save_pretrained(create_model("bottleneck_mlp", image_size=8, width=16, depth=1, num_classes=5),
+                           tmp_path / "five.safetensors")
+    assert "has 5 classes but synthetic has 10" in _refused(capsys, str(five), "data.dataset=synthetic")
+    assert "data.dataset=NAME" in _refused(capsys, str(five))
+    assert "unknown dataset 'nosuchdata'" in _refused(capsys, str(five), "data.dataset=nosuchdata")
+    assert "takes 8x8 images" in _refused(capsys, str(five), "data.dataset=synthetic", "data.image_size=16")
+    assert "not optim.lr" in _refused(capsys, finished["run_dir"], "optim.lr=0.1")
+    plain = save_pretrained(create_model("bottleneck_mlp", image_size=8, width=16, depth=1),
+                            tmp_path / "plain.safetensors")
+    assert "--ema reads" in _refused(capsys, str(plain), "data.dataset=synthetic", "--ema")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert "weight files" in _refused(capsys, str(empty), "data.dataset=synthetic")
+
+
+def test_eval_refuses_ema_of_a_run_without_one(tiny, capsys):
+    res = train(tiny("noema", **{"schedule.epochs": 1}))
+    assert "no ema.safetensors" in _refused(capsys, res["run_dir"], "--ema")
+    assert "holds out none" in _refused(capsys, res["run_dir"], "--split", "val")
+
+
+def test_eval_few_shot_equals_the_library_on_the_same_features(finished, capsys):
+    """``--few-shot`` is analysis.fewshot on the run's frozen pre-logit features: training split
+    for the shots, the evaluated split for the accuracy."""
+    from mlplab.analysis.fewshot import extract_features, linear_few_shot
+    from mlplab.train.config import eval_batch_size
+    from mlplab.train.data import eval_loader
+    from mlplab.train.distributed import DistInfo
+    from mlplab.train.evaluation import load_for_eval
+
+    got = _eval_json(capsys, finished["run_dir"], "--few-shot", "1,5", "--draws", "3")["few_shot"]
+    setup = load_for_eval(finished["run_dir"])
+    batch = eval_batch_size(setup.cfg.run)
+    train_f = extract_features(setup.model, eval_loader(setup.data.train, setup.data, batch, DistInfo()),
+                               autocast=setup.autocast)
+    test_f = extract_features(setup.model, eval_loader(setup.split, setup.data, batch, DistInfo()), autocast=setup.autocast)
+    want = linear_few_shot(*train_f, *test_f, shots=(1, 5), draws=3)
+    assert set(got) == {"1", "5"}
+    for k in (1, 5):
+        assert got[str(k)]["accuracies"] == list(want[k].accuracies) and got[str(k)]["mean"] == want[k].mean
+    assert cli.main(["eval", finished["run_dir"]]) == 0 and "shot" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("bad", ["0", "1,x", ""])
+def test_eval_few_shot_bad_counts_are_one_sentence(finished, capsys, bad):
+    assert cli.main(["eval", finished["run_dir"], "--few-shot", bad]) == 2
+    err = capsys.readouterr().err
+    assert "--few-shot takes" in err and "Traceback" not in err

@@ -1,0 +1,129 @@
+"""A run resolved once (mlplab.train.runplan): one validation, one meta build and one checkpoint
+read per command; the memory check for every family; the plan's parts."""
+import pytest
+import torch
+
+import mlplab
+from mlplab import cli
+from mlplab.interop import api as interop_api
+from mlplab.models.registry import create_model, list_models
+from mlplab.train import config as config_mod
+from mlplab.train import make_config, runplan
+from mlplab.train.runplan import as_plan, meta_param_count, plan_run
+
+from train_helpers import tiny_overrides
+
+
+def _argv(ov):
+    return [f"{k}={v}" for k, v in ov.items()]
+
+
+def _count(monkeypatch, module, name):
+    calls = []
+    real = getattr(module, name)
+
+    def counted(*args, **kwargs):
+        calls.append(args)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(module, name, counted)
+    return calls
+
+
+def test_train_validates_and_builds_on_meta_once(tmp_path, monkeypatch):
+    validations = _count(monkeypatch, config_mod, "validate")
+    meta_builds = _count(monkeypatch, runplan, "meta_param_count")
+    ov = tiny_overrides(tmp_path, "once", **{"schedule.epochs": 1})
+    assert cli.main(["train", "synthetic_tiny", *_argv(ov)]) == 0
+    assert len(validations) == 1 and len(meta_builds) == 1
+    assert (tmp_path / "once" / "results.json").exists()
+
+
+def test_a_changed_config_is_validated_again():
+    cfg = make_config(None, {"schedule.epochs": 1})
+    cfg.optim.lr = -1.0  # changed after make_config validated it
+    with pytest.raises(ValueError, match="optim.lr must be"):
+        plan_run(cfg)
+
+
+def test_finetune_reads_the_checkpoint_once(tmp_path, monkeypatch, capsys):
+    model = create_model("mlp_mixer", image_size=8, patch_size=4, in_chans=3, num_classes=10, hidden_dim=8,
+                         depth=1, token_hidden=4, channel_hidden=8)
+    ckpt = mlplab.save_pretrained(model, tmp_path / "pre.safetensors")
+    reads = _count(monkeypatch, interop_api, "read_tensors")
+    ov = {k: v for k, v in tiny_overrides(tmp_path, "ft", **{"schedule.epochs": 1}).items()
+          if not k.startswith(("model.", "data.image_size"))}
+    assert cli.main(["finetune", str(ckpt), "synthetic_tiny", *_argv(ov)]) == 0
+    assert len(reads) == 1
+    assert (tmp_path / "ft" / "results.json").exists()
+    reads.clear()
+    assert cli.main(["finetune", str(ckpt), "synthetic_tiny", *_argv(ov), "--print-config"]) == 0
+    assert len(reads) == 1 and '"init_from"' in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("name,kwargs", [
+    ("mlp_mixer", {"hidden_dim": 10**6}), ("s_mixer", {"hidden_dim": 10**6}), ("rp_mlp_mixer", {"hidden_dim": 10**6}),
+    ("mlp", {"width": 10**8}), ("sw_mlp", {"width": 10**8}), ("sw_mlp", {"width": 10**8, "storage": "sparse"}),
+    ("monarch_mlp", {"width": 10**8})])
+def test_an_absurd_model_is_refused_before_any_allocation(tmp_path, capsys, name, kwargs):
+    ov = {k: v for k, v in tiny_overrides(tmp_path, "huge").items() if not k.startswith("model.")}
+    ov["model.name"] = name
+    ov["model.kwargs"] = kwargs
+    assert cli.main(["train", "synthetic_tiny", *_argv(ov)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "parameters, needing about" in err and "Choose a smaller model" in err and "\n" not in err
+    assert not (tmp_path / "huge").exists()
+
+
+@pytest.mark.parametrize("name", [n for n in list_models() if meta_param_count(n, {}) < 15_000_000])
+def test_meta_count_is_the_real_count(name):
+    """Every family builds on the meta device (the Mixers' PK layers included) and counts the
+    parameters the real model has."""
+    torch.manual_seed(0)
+    assert meta_param_count(name, {}) == sum(p.numel() for p in create_model(name).parameters())
+
+
+def test_every_registered_model_builds_on_meta():
+    assert all(meta_param_count(n, {}) > 0 for n in list_models())
+
+
+def test_plan_for_another_machine_has_no_device_and_train_replans_it(tmp_path):
+    cfg = make_config(None, tiny_overrides(tmp_path, "elsewhere", **{"schedule.epochs": 1}))
+    away = plan_run(cfg, here=False)
+    assert away.device is None and away.precision is None and away.n_params > 0
+    here = as_plan(away)
+    assert here.device == torch.device("cpu") and here.precision == "fp32" and here.cfg is cfg
+    assert mlplab.train(away)["test_acc"] >= 0
+
+
+def test_train_takes_a_named_config_and_refuses_other_things(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    res = mlplab.train("synthetic_tiny")
+    assert res["run_dir"].endswith("synthetic_tiny") and res["epochs"] == 3
+    with pytest.raises(ValueError, match="train takes a RunConfig .* not a dict"):
+        mlplab.train({"optim": {"lr": 0.1}})
+
+
+def test_the_rank_gpu_comes_from_torchrun_before_the_process_group(monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    assert runplan._torchrun_local_rank() == 1
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    assert runplan._torchrun_local_rank() is None
+    if torch.cuda.device_count() > 1:
+        assert runplan.resolve_device("cuda", local_rank=1) == torch.device("cuda", 1)
+    elif not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="run.device=cuda but CUDA is not available"):
+            runplan.resolve_device("cuda", local_rank=1)
+
+
+def test_a_plan_builds_its_pretrained_model_twice_by_reading_again(tmp_path):
+    model = create_model("mlp", image_size=8, in_chans=3, num_classes=10, width=16, depth=1)
+    ckpt = mlplab.save_pretrained(model, tmp_path / "pre.safetensors")
+    cfg = make_config(None, {**tiny_overrides(tmp_path, "ft"), "model.name": "mlp", "model.kwargs": {},
+                             "model.init_from": str(ckpt), "data.image_size": None})
+    plan = plan_run(cfg)
+    assert plan.n_params == sum(p.numel() for p in model.parameters()) and plan.data_cfg.data.image_size == 8
+    first, second = plan.build_model(plan.info), plan.build_model(plan.info)
+    assert all(torch.equal(a, b) for a, b in zip(first.state_dict().values(), second.state_dict().values()))
+    assert torch.equal(first.stem.weight, model.stem.weight)
