@@ -169,7 +169,7 @@ def test_a_mixer_timm_builds_is_written_in_timms_layout(tmp_path):
 def test_a_repository_without_weight_files_is_bad_input(monkeypatch):
     from huggingface_hub import errors
 
-    def no_such_file(repo, name, revision=None):
+    def no_such_file(repo, name, revision=None, local_files_only=False):
         raise errors.RemoteEntryNotFoundError(f"{name} not in {repo}", response=_Response())
 
     class _Response:

@@ -35,14 +35,15 @@ def check_destination(src: str, dst: str, overwrite: bool) -> None:
     """Refuse a DST that would destroy something: SRC itself, a run's checkpoint, an existing file
     (without ``overwrite``), a folder; and one whose folder does not exist (it is not created)."""
     from ..interop.files import CHECKPOINT_DIRS, resolve_weights_path
+    from ..interop.hub import is_hub_source
 
     out = Path(dst)
     if out.is_dir():
         raise BadInput(f"{out} is a folder; give the file to write, e.g. {out / 'model.safetensors'}")
     if not out.parent.is_dir():
         raise BadInput(f"the folder {out.parent} does not exist; create it first or write elsewhere")
-    source = resolve_weights_path(src)
-    if out.exists() and out.samefile(source):
+    source = None if is_hub_source(src) else resolve_weights_path(src)  # a Hub source is in the Hub's cache
+    if source is not None and out.exists() and out.samefile(source):
         raise BadInput(f"{dst} is the file being converted; write the result to another file")
     if out.parent.name in CHECKPOINT_DIRS and (out.parent / "state.pt").exists():
         raise BadInput(f"{dst} belongs to the checkpoint of run {out.parent.parent}; replacing it would break that "

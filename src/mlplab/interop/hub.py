@@ -53,8 +53,8 @@ def download(source: str) -> tuple[Path, dict[str, Any]]:
     repo, revision = hub_repo(source)
     weights, why = None, []
     for name in WEIGHT_FILES:
-        try:
-            weights = Path(hub.hf_hub_download(repo, name, revision=revision))
+        try:  # once the Hub proved unreachable, only the cache is asked (no second round of retries)
+            weights = Path(hub.hf_hub_download(repo, name, revision=revision, local_files_only=bool(why)))
             break
         except errors.RepositoryNotFoundError:
             raise ValueError(f"there is no Hub repository {repo!r} (or it is private or gated: log in with "
@@ -74,7 +74,8 @@ def download(source: str) -> tuple[Path, dict[str, Any]]:
                          f"({hub_cache_dir()}) and {offline} ({'; '.join(why)}); download them where there is "
                          f"internet (`hf download {repo}`) and copy the cache, or give a local file")
     try:
-        config = json.loads(Path(hub.hf_hub_download(repo, "config.json", revision=revision)).read_text())
+        config = json.loads(Path(hub.hf_hub_download(repo, "config.json", revision=revision,
+                                                     local_files_only=bool(why))).read_text())
     except (errors.EntryNotFoundError, errors.LocalEntryNotFoundError, OSError, ValueError):
         config = {}
     return weights, config if isinstance(config, dict) else {}

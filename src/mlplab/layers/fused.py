@@ -539,11 +539,3 @@ def layer_norm_rows(x: torch.Tensor, norm: torch.nn.LayerNorm, h_dtype: torch.dt
     op = _layer_norm_rows if torch.compiler.is_compiling() else _LayerNormRows.apply
     h, _, _ = op(x.contiguous(), norm.weight, norm.bias, norm.eps, h_dtype or x.dtype, h_map, h_inv, batch_major)
     return h
-
-
-def status() -> dict:
-    """``{"available": bool, "reason": str | None, "library": str | None}``: whether the fused
-    kernels run here, why not, and the shared library they were loaded from (``mlplab info``)."""
-    lib, why = _library()
-    return {"available": lib is not None, "reason": None if lib is not None else why,
-            "library": getattr(lib, "_name", None) if lib is not None else None}
