@@ -606,7 +606,8 @@ def _cut(path: Path, keep: float = 0.5) -> None:
     ("checkpoint/state.pt", r"checkpoint file .*checkpoint/state\.pt is unreadable \(it is cut short or not a PyTorch "
                             r"file\); it is truncated"),
     ("checkpoint/model.safetensors", r"checkpoint file .*checkpoint/model\.safetensors is unreadable .*truncated"),
-    ("config.json", r"run config .*config\.json is not valid JSON .*cut short or damaged"),
+    ("config.json", r"run config .*config\.json is not valid JSON .*cut short or damaged: restore it from a copy, "
+                    r"or pass --overwrite to start the run again"),
 ])
 def test_resume_with_a_damaged_file_names_it(tmp_path, capsys, victim, pattern):
     run_dir = _finished_run(tmp_path / "runs", capsys, "r")
@@ -1115,3 +1116,121 @@ def test_a_damaged_latest_checkpoint_points_at_the_intact_previous_one(tmp_path,
     rc, _, err = _run([*argv, "--resume"], capsys)
     assert rc == 0, err
     assert json.loads((run_dir / "results.json").read_text())["epochs"] == 2
+
+
+@pytest.mark.parametrize("resume", [[], ["--resume"]])
+def test_a_run_folder_that_lost_its_config_says_so(tmp_path, capsys, resume):
+    run_dir = _finished_run(tmp_path / "runs", capsys, "r")
+    (run_dir / "results.json").unlink()
+    (run_dir / "config.json").unlink()
+    before = _snapshot(run_dir)
+    rc, _, err = _run(["train", *TINY, f"run.out_dir={tmp_path / 'runs'}", "run.name=r", "schedule.epochs=1",
+                       *resume], capsys)
+    assert rc == 2
+    _assert_message(err, r"r holds a checkpoint but no config\.json; restore config\.json to resume it, or pass "
+                         r"--overwrite", "train")
+    assert _snapshot(run_dir) == before
+
+
+def test_report_with_a_cut_manifest_names_it_and_the_fix(tmp_path, capsys):
+    out = tmp_path / "s9"
+    assert _run(["reproduce", "figS9", "--scale", "smoke", "--out", str(out), "--no-report"], capsys)[0] == 0
+    _cut(out / "experiment.json")
+    before = _snapshot(out)
+    rc, _, err = _run(["report", "figS9", "--out", str(out)], capsys)
+    assert rc == 1
+    _assert_message(err, r"experiment manifest .*s9/experiment\.json is not valid JSON .*run the same `mlplab "
+                         r"reproduce \.\.\. --out .*s9` again", "report")
+    assert _snapshot(out) == before
+    rc, _, err = _run(["reproduce", "figS9", "--scale", "smoke", "--out", str(out)], capsys)  # the fix
+    assert rc == 0, err
+    assert json.loads((out / "experiment.json").read_text())["experiment"] == "figS9"
+
+
+def test_resume_of_a_run_without_a_checkpoint_starts_it_with_the_new_config(tmp_path, capsys):
+    run_dir = _finished_run(tmp_path / "runs", capsys, "r")
+    import shutil
+    for name in ("checkpoint", "checkpoint.prev"):
+        shutil.rmtree(run_dir / name, ignore_errors=True)
+    (run_dir / "results.json").unlink()
+    rc, _, err = _run(["train", *TINY, f"run.out_dir={tmp_path / 'runs'}", "run.name=r", "schedule.epochs=1",
+                       "optim.lr=0.001", "--resume"], capsys)
+    assert rc == 0, err
+    assert json.loads((run_dir / "config.json").read_text())["optim"]["lr"] == 0.001
+    assert len((run_dir / "metrics.jsonl").read_text().splitlines()) == 1
+
+
+# ----------------------------------------------------------------------------- data, memory and API cases (other owners' fixes)
+
+def _image_folder(root: Path, classes=("a", "b"), n: int = 4, size: int = 12) -> Path:
+    import numpy as np
+    from PIL import Image
+
+    g = np.random.default_rng(0)
+    for split in ("train", "val"):
+        for c in classes:
+            d = root / split / c
+            d.mkdir(parents=True)
+            for i in range(n):
+                Image.fromarray(g.integers(0, 256, (size, size, 3), dtype=np.uint8)).save(d / f"{i}.png")
+    return root
+
+
+def test_an_image_folder_trains_at_a_chosen_resolution(tmp_path, capsys):
+    root = _image_folder(tmp_path / "flowers")
+    out = tmp_path / "runs"
+    rc, _, err = _run(["train", *TINY, "data.dataset=imagefolder", f"data.root={root}", "data.image_size=8",
+                       "run.batch_size=4", "schedule.epochs=1", f"run.out_dir={out}", "run.name=if"], capsys)
+    assert rc == 0, err
+    res = json.loads((out / "if" / "results.json").read_text())
+    assert res["train_examples"] == 8 and json.loads((out / "if" / "config.json").read_text())["data"]["image_size"] == 8
+
+
+def test_an_empty_class_folder_is_named(tmp_path, capsys):
+    root = _image_folder(tmp_path / "flowers")
+    (root / "train" / "c").mkdir()
+    rc, _, err = _run(["train", *TINY, "data.dataset=imagefolder", f"data.root={root}", "data.image_size=8",
+                       "run.batch_size=4", f"run.out_dir={tmp_path / 'runs'}"], capsys)
+    assert rc == 2
+    _assert_message(err, r"flowers/train/c: class folder holds no images .*add images or remove the folder", "train")
+    assert not (tmp_path / "runs").exists()
+
+
+def test_an_explicit_data_root_that_does_not_exist_is_refused(tmp_path, capsys):
+    rc, _, err = _run(["train", *TINY, "data.dataset=fashion_mnist", f"data.root={tmp_path / 'nope'}",
+                       f"run.out_dir={tmp_path / 'runs'}"], capsys)
+    assert rc == 2
+    _assert_message(err, r"data\.root=.*nope does not exist \(an explicit root is never skipped\)", "train")
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "nope").exists()
+
+
+@pytest.mark.parametrize("model", ["s_mixer", "mlp_mixer"])
+def test_a_mixer_too_large_for_memory_is_refused_before_it_is_built(tmp_path, capsys, model):
+    rc, _, err = _run(["train", *TINY, f"model.name={model}", "model.kwargs.hidden_dim=1000000",
+                       f"run.out_dir={tmp_path / 'runs'}"], capsys)
+    assert rc == 2
+    _assert_message(err, r"parameters, needing about [0-9.]+ GiB for weights, gradients and optimiser state; .*"
+                         r"Choose a smaller model", "train")
+    assert not (tmp_path / "runs").exists()
+
+
+def test_train_takes_a_named_config_in_python(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    res = mlplab.train("synthetic_tiny")
+    assert 0.0 <= res["test_acc"] <= 1.0
+    assert Path(res["run_dir"], "results.json").exists()
+
+
+@pytest.mark.parametrize("victim, pattern", [
+    ("train-00000.images.npy", r"train-00000\.images\.npy: cannot read the shard .*truncated — pack again"),
+    ("index.json", r"index\.json: cannot read .*the file is truncated or not a pack index — pack again"),
+])
+def test_a_cut_pack_names_the_file(tmp_path, capsys, victim, pattern):
+    root = _image_folder(tmp_path / "flowers", size=8)
+    assert _run(["pack", str(root), str(tmp_path / "pack"), "--image-size", "8"], capsys)[0] == 0
+    _cut(tmp_path / "pack" / victim)
+    rc, _, err = _run(["train", *TINY, "data.dataset=packed", f"data.root={tmp_path / 'pack'}", "run.batch_size=4",
+                       f"run.out_dir={tmp_path / 'runs'}"], capsys)
+    assert rc == 2
+    _assert_message(err, pattern, "train")
+    assert not (tmp_path / "runs").exists()

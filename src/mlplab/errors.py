@@ -45,9 +45,10 @@ class FolderInUse(RunFailure):
 class UnreadableFile(RunFailure):
     """A file the tool wrote (results, spec, run config, checkpoint) is cut short or corrupt."""
 
-    def __init__(self, path: str | os.PathLike, reason: str, what: str = "file"):
+    def __init__(self, path: str | os.PathLike, reason: str, what: str = "file",
+                 fix: str = "remove it, or restore it from a copy"):
         self.path, self.reason = path, reason
-        super().__init__(f"{what} {path} {reason}; it was cut short or damaged: remove it, or restore it from a copy")
+        super().__init__(f"{what} {path} {reason}; it was cut short or damaged: {fix}")
 
 
 class Interrupted(KeyboardInterrupt):

@@ -42,8 +42,7 @@ def check_destination(src: str, dst: str, overwrite: bool) -> None:
         raise BadInput(f"{out} is a folder; give the file to write, e.g. {out / 'model.safetensors'}")
     if not out.parent.is_dir():
         raise BadInput(f"the folder {out.parent} does not exist; create it first or write elsewhere")
-    source = None if is_hub_source(src) else resolve_weights_path(src)  # a Hub source is in the Hub's cache
-    if source is not None and out.exists() and out.samefile(source):
+    if out.exists() and not is_hub_source(src) and out.samefile(resolve_weights_path(src)):
         raise BadInput(f"{dst} is the file being converted; write the result to another file")
     if out.parent.name in CHECKPOINT_DIRS and (out.parent / "state.pt").exists():
         raise BadInput(f"{dst} belongs to the checkpoint of run {out.parent.parent}; replacing it would break that "

@@ -31,7 +31,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..train.evaluation import evaluate_setup, few_shot_setup, load_for_eval
+    from ..train.evaluation import evaluate_setup, load_for_eval
 
     shots = _shots(args.few_shot) if args.few_shot is not None else None
     setup = load_for_eval(args.checkpoint, args.overrides, split=args.split, ema=args.ema)
@@ -57,3 +57,23 @@ def _shots(text: str) -> tuple[int, ...]:
     if not shots or min(shots) < 1:
         raise ValueError(f"--few-shot takes positive shot counts like 1,5,10,25, not {text!r}")
     return shots
+
+
+def few_shot_setup(setup, shots: tuple[int, ...], *, draws: int = 5, seed: int = 0) -> dict:
+    """Linear k-shot accuracy (mean ± sd over ``draws`` draws of the shots) of ``setup.model``'s
+    frozen pre-logit features (``mlplab.analysis.fewshot``): shots and the held-out examples that
+    choose the regulariser from the config's training split, accuracy on the evaluated split."""
+    from ..analysis.fewshot import extract_features, linear_few_shot
+    from ..train.config import eval_batch_size
+    from ..train.data import eval_loader
+    from ..train.distributed import DistInfo
+
+    if setup.split_name == "train":
+        raise ValueError("--few-shot draws its shots from the training split; evaluate on --split test or val")
+    batch = eval_batch_size(setup.cfg.run)
+    train = extract_features(setup.model, eval_loader(setup.data.train, setup.data, batch, DistInfo()),
+                             autocast=setup.autocast)
+    test = extract_features(setup.model, eval_loader(setup.split, setup.data, batch, DistInfo()), autocast=setup.autocast)
+    results = linear_few_shot(*train, *test, shots=shots, draws=draws, seed=seed)
+    return {str(k): {"mean": r.mean, "sd": r.sd, "accuracies": list(r.accuracies), "l2": list(r.l2),
+                     "holdout": r.holdout} for k, r in results.items()}

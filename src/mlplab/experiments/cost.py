@@ -190,9 +190,9 @@ def spec_s(spec: RunSpec, scale: str, est_epoch_s: float = 0.0, epochs: float = 
     o = spec.overrides
     machine = paper_machine() if scale == "paper" else cpu_machine()
     overhead = RUN_OVERHEAD_S.get(scale, RUN_OVERHEAD_S["cpu"])
-    if spec.task != "train":
+    if spec.task != "train":  # an analysis process: a CPU run's start-up at every scale but smoke
         task_s = TASK_S.get(spec.task)
-        return overhead + (task_s(o, machine) if task_s else est_epoch_s * epochs)
+        return min(overhead, RUN_OVERHEAD_S["cpu"]) + (task_s(o, machine) if task_s else est_epoch_s * epochs)
     flops, acts, rp_share = run_counts(o)
     slow = 1.0 + (machine.rp_slowdown - 1.0) * rp_share
     ds = str(o.get("data.dataset"))

@@ -27,7 +27,8 @@ def load_manifest(out_dir: str | Path) -> dict[str, Any]:
     p = Path(out_dir) / "experiment.json"
     if not p.exists():
         raise FileNotFoundError(f"{p} does not exist: run `mlplab reproduce ID --out {out_dir}` first")
-    return read_json(p, "experiment manifest")
+    return read_json(p, "experiment manifest", fix=f"run the same `mlplab reproduce ... --out {out_dir}` again "
+                                                    "(it rewrites the manifest; finished runs are skipped)")
 
 
 def _fmt(v: Any) -> str:

@@ -7,10 +7,9 @@ model (a run's last checkpoint, its EMA average with ``ema=True``, or any file t
 precision and test-time flips are the run's and ``test_acc`` in its ``results.json`` is
 reproduced exactly), and the data, loaded as training loads it (``train.data.load_run_data``). :func:`evaluate_setup` then measures top-1,
 top-5, mean cross-entropy and images/s with the training loop's own ``evaluate``.
-:func:`few_shot_setup` evaluates the same model by linear few-shot accuracy on its frozen
-pre-logit features (docs/science.md §7b; :mod:`mlplab.analysis.fewshot`): the shots and the
-held-out examples that choose the regulariser are drawn from the config's training split, the
-accuracy is measured on the evaluated split.
+``mlplab eval --few-shot`` evaluates the same setup by linear few-shot accuracy on its frozen
+pre-logit features (:mod:`mlplab.analysis.fewshot`, joined to this module in the command: train
+and analysis do not import each other).
 
 Overrides are dotted config keys of the ``data`` section (``data.dataset=cifar10
 data.root=DIR data.image_size=64``) plus ``run.eval_batch_size``, ``run.precision``,
@@ -38,7 +37,7 @@ from .data import RunData, Split, eval_loader, load_run_data
 from .distributed import DistInfo
 from .loop import evaluate, resolve_device, resolve_precision
 
-__all__ = ["EvalSetup", "load_for_eval", "evaluate_setup", "evaluate_checkpoint", "few_shot_setup", "EVAL_KEYS"]
+__all__ = ["EvalSetup", "load_for_eval", "evaluate_setup", "evaluate_checkpoint", "EVAL_KEYS"]
 
 #: the config keys ``mlplab eval`` accepts (``data.*`` as a whole section)
 EVAL_KEYS = ("run.eval_batch_size", "run.precision", "run.device", "run.threads", "augment.test_hflip")
@@ -181,21 +180,3 @@ def evaluate_checkpoint(checkpoint: str | Path, overrides: dict[str, Any] | list
                         split: str = "test", ema: bool = False, progress: bool | None = None) -> dict[str, Any]:
     """``mlplab eval`` as a function: :func:`load_for_eval` then :func:`evaluate_setup`."""
     return evaluate_setup(load_for_eval(checkpoint, overrides, split=split, ema=ema), progress)
-
-
-def few_shot_setup(setup: EvalSetup, shots: tuple[int, ...] = (1, 5, 10, 25), *, draws: int = 5,
-                   seed: int = 0) -> dict[str, Any]:
-    """Linear k-shot accuracy (mean ± sd over ``draws`` draws of the shots) of ``setup.model``'s
-    frozen pre-logit features, for every k in ``shots``: shots and held-out examples from the
-    config's training split, accuracy on ``setup.split``."""
-    from ..analysis.fewshot import extract_features, linear_few_shot
-
-    if setup.split_name == "train":
-        raise BadInput("--few-shot draws its shots from the training split; evaluate on --split test or val")
-    dist = DistInfo()
-    batch = eval_batch_size(setup.cfg.run)
-    train = extract_features(setup.model, eval_loader(setup.data.train, setup.data, batch, dist), autocast=setup.autocast)
-    test = extract_features(setup.model, eval_loader(setup.split, setup.data, batch, dist), autocast=setup.autocast)
-    results = linear_few_shot(*train, *test, shots=shots, draws=draws, seed=seed)
-    return {str(k): {"mean": r.mean, "sd": r.sd, "accuracies": list(r.accuracies), "l2": list(r.l2),
-                     "holdout": r.holdout} for k, r in results.items()}

@@ -110,6 +110,9 @@ def _check(cfg: RunConfig, run_dir: Path, resume: bool, overwrite: bool) -> bool
     """May this call use ``run_dir``? Returns whether an existing run is continued."""
     cfg_file = run_dir / "config.json"
     if not cfg_file.is_file():
+        if find_checkpoint(run_dir) is not None and not overwrite:
+            raise RunExistsError(f"{run_dir} holds a checkpoint but no config.json; restore config.json to resume "
+                                 "it, or pass --overwrite to start the run again")
         if resume:
             close = difflib.get_close_matches(run_dir.name, _siblings(run_dir), n=1)
             hint = f"did you mean run.name={close[0]}? " if close else ""
@@ -124,11 +127,12 @@ def _check(cfg: RunConfig, run_dir: Path, resume: bool, overwrite: bool) -> bool
     epoch = checkpoint_epoch(run_dir)
     results = read_results(run_dir)
     keepsake = results is not None or find_checkpoint(run_dir) is not None
-    if not keepsake:  # stopped before its first checkpoint: nothing to keep, the same command starts again
-        return resume
+    if not keepsake:  # stopped before its first checkpoint: nothing to keep, the run starts again (new config.json)
+        return False
     if resume:
         try:
-            saved = from_dict(read_json(cfg_file, "run config"))
+            saved = from_dict(read_json(cfg_file, "run config",
+                                        fix="restore it from a copy, or pass --overwrite to start the run again"))
         except ValueError as e:
             raise RunExistsError(f"cannot resume {run_dir}: its config.json no longer fits this version of mlplab "
                                  f"({e}); use --overwrite or a new run.name") from None

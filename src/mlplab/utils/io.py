@@ -122,26 +122,28 @@ def atomic_write_json(path: str | os.PathLike, obj: Any, indent: int = 2) -> Pat
 
 
 def read_json(path: str | os.PathLike, what: str = "file", expect: type | None = dict,
-              users: bool = False) -> Any:
+              users: bool = False, fix: str | None = None) -> Any:
     """The JSON in ``path``; a missing file raises ``FileNotFoundError``, and an empty, cut,
     non-UTF-8 or wrongly shaped one :class:`~mlplab.errors.UnreadableFile` naming the file
-    (``users``: a file the user wrote, so :class:`~mlplab.errors.BadInput` saying to fix it)."""
+    (``users``: a file the user wrote, so :class:`~mlplab.errors.BadInput` saying to fix it;
+    ``fix``: what to do instead of removing or restoring the file)."""
     path = Path(path)
     if users:
         try:
             return read_json(path, what, expect)
         except UnreadableFile as e:
             raise BadInput(f"{what} {path} {e.reason}; fix it") from None
+    extra = (fix,) if fix else ()
     data = path.read_bytes()
     try:
         obj = json.loads(data.decode("utf-8"))
     except UnicodeDecodeError as e:
-        raise UnreadableFile(path, f"is not UTF-8 text (byte {e.start})", what) from None
+        raise UnreadableFile(path, f"is not UTF-8 text (byte {e.start})", what, *extra) from None
     except json.JSONDecodeError as e:
         reason = "is empty" if not data.strip() else f"is not valid JSON ({e.msg} at line {e.lineno} column {e.colno})"
-        raise UnreadableFile(path, reason, what) from None
+        raise UnreadableFile(path, reason, what, *extra) from None
     if expect is not None and not isinstance(obj, expect):
-        raise UnreadableFile(path, f"holds a JSON {type(obj).__name__}, not an object", what)
+        raise UnreadableFile(path, f"holds a JSON {type(obj).__name__}, not an object", what, *extra)
     return obj
 
 

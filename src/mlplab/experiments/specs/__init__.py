@@ -1,10 +1,10 @@
-"""The published experiments (SPEC §7), one ``@experiment``-registered function each; how to add
-one: ``docs/adding-an-experiment.md``.
+"""The published experiments (docs/science.md §7), one ``@experiment``-registered function each;
+how to add one: ``docs/adding-an-experiment.md``.
 
 ``MODULES`` lists the spec modules; importing this package imports each of them, which
 registers their experiments in :data:`mlplab.experiments.plan.EXPERIMENTS`. ``ORDER`` is the order
-in which ``mlplab reproduce --list`` shows them (SPEC order, then ``implicit-bias``, SPEC §5);
-ids not in it follow in registration order. Specs import ``plan``, ``claims`` and ``verdicts``,
+in which ``mlplab reproduce --list`` shows them (the order of docs/science.md §7, then
+``implicit-bias``, §5); ids not in it follow in registration order. Specs import ``plan``, ``claims`` and ``verdicts``,
 never the registry.
 """
 from importlib import import_module

@@ -120,7 +120,7 @@ def fig2abc(sc: Scale) -> Plan:
     Tests: train MLP-Mixers (L = 3, γ = 2, S = C ∈ {64, 32}) and SW-MLPs of the same effective
     width m = S·C and expansion, with 2L = 6 blocks (one per Mixer mixing layer) and density
     p = 2^-n, n = 0..10 (CIFAR-10, AdamW lr 0.01, batch 128, 600 epochs, AutoAugment, cosine);
-    then mini-batch linear CKA (SPEC §6) between each Mixer layer (token and channel branches)
+    then mini-batch linear CKA (docs/science.md §6) between each Mixer layer (token and channel branches)
     and each SW-MLP block, on test images, from the runs' saved weights.
     Published: the average diagonal CKA peaks at an intermediate sparsity, and the CKA matrix with
     the matching sparse MLP (p = 1/C = 1/64) is higher than with the dense MLP.

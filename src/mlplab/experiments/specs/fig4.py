@@ -128,7 +128,7 @@ def fig4(sc: Scale) -> Plan:
     the same width m = S·C and density p = Ω/(γm²) (test error, fig2a settings: AdamW lr 0.01,
     AutoAugment, 600 epochs, 4 seeds); λ_max of random weights vs m over 10 seeds (no training).
     Published: the Mixer's error keeps falling with m while the SW-MLP's rises at large m; the
-    Mixer's λ_max stays at c_γ = 1 + √γ while the SW-MLP's grows (≈ sqrt(L+), SPEC §4).
+    Mixer's λ_max stays at c_γ = 1 + √γ while the SW-MLP's grows (≈ sqrt(L+), docs/science.md §4).
     Verdicts: Mixer error falls with m (``trend``); at the largest width the Mixer beats the
     SW-MLP (``compare``); the SW-MLP's λ_max grows with m (``trend``); the Mixer's stays within
     5% of c_γ (``noninferior`` on the per-seed mean departure over the widths).

@@ -70,7 +70,7 @@ def _analyse_fig6(runs: list[RunRecord], manifest: dict[str, Any]) -> Analysis:
 @experiment("fig6", "Error vs (S, C) at fixed Ω: the minimum lies near S = C", analyse=_analyse_fig6,
             default_dataset="cifar10")
 def fig6(sc: Scale) -> Plan:
-    """Fig. 6: at a fixed budget the best Mixer has S ≈ C (the widest effective MLP, SPEC §3).
+    """Fig. 6: at a fixed budget the best Mixer has S ≈ C (the widest effective MLP, docs/science.md §3).
 
     Command: ``mlplab reproduce fig6 --scale cpu`` (paper: ``--dataset cifar10|cifar100|stl10``;
     ImageNet: ``fig6-imagenet``).

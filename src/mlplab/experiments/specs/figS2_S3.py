@@ -26,7 +26,7 @@ class FigS2S3:
     width: int  # S.3: the fixed m = S·C
     omega_s3: int  # S.3: the budget γ is chosen to spend
     tokens_s3: list[int]  # S.3: S (C = m / S)
-    depth: int  # MLP-Mixer blocks L (not given in SPEC; L = 8 as fig5 at paper scale)
+    depth: int  # MLP-Mixer blocks L (not given in the paper; L = 8 as fig5 at paper scale)
     seeds: int
     epochs: int
 
@@ -90,7 +90,7 @@ def figS2_S3(sc: Scale) -> Plan:
     Command: ``mlplab reproduce figS2-S3 --scale cpu``.
     Tests: S.2: MLP-Mixers with γ = 4 at Ω ∈ {2^18, 2^20} over planner pairs (SGD lr 0.1);
     S.3: fixed m = S·C = 4096, pairs (16,256) … (256,16), γ = 2Ω/(m(S + C)) at Ω = 2^20.
-    Depth is not given in SPEC; we use L = 8 (as fig5) at paper scale.
+    Depth is not given in the paper; we use L = 8 (as fig5) at paper scale.
     Published: error falls with width at both budgets; at fixed m the error is lowest near S = C.
     Verdicts: S.2 per-seed slopes of error against log2(m) (``trend``); S.3 the S = C point
     against both ends, Holm (``interior_optimum``).

@@ -1,5 +1,5 @@
 """implicit-bias: Prop. 3.3 numerically — weight decay on a linear S-Mixer's factors V, W acts
-as an L1 penalty on the wide weight V ⊗ W (SPEC §5)."""
+as an L1 penalty on the wide weight V ⊗ W (docs/science.md §5)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -57,7 +57,7 @@ def _analyse_implicit(runs: list[RunRecord], manifest: dict[str, Any]) -> Analys
 @experiment("implicit-bias", "Prop. 3.3 numerically: weight decay on V, W acts as an L1 penalty on V ⊗ W",
             analyse=_analyse_implicit, default_dataset="synthetic", aliases=("prop3.3", "lemmaB1"))
 def implicit_bias(sc: Scale) -> Plan:
-    """SPEC §5 (Prop. 3.3 / Lemma B.1): the implicit regularisation of a linear S-Mixer.
+    """docs/science.md §5 (Prop. 3.3 / Lemma B.1): the implicit regularisation of a linear S-Mixer.
 
     Command: ``mlplab reproduce implicit-bias --scale cpu``.
     Tests: on small bilinear regressions (x ~ N(0, I), y = (V* ⊗ W*) x + noise, MSE) train both

@@ -18,7 +18,7 @@ from .common import FAMILY_LABEL, TRAIN_COLUMNS, TRAIN_METRICS, err_rows, seed_t
 
 @dataclass(frozen=True)
 class Fig2d:
-    widths: list[int]  # hidden widths (perfect squares; not given in SPEC)
+    widths: list[int]  # hidden widths (perfect squares; not given in the paper)
     seeds: int
     epochs: int
 
@@ -66,7 +66,7 @@ def fig2d(sc: Scale) -> Plan:
 
     Command: ``mlplab reproduce fig2d --scale cpu``.
     Tests: monarch_mlp vs kronecker_mlp of the same width on MNIST (AdamW lr 0.01, 200 epochs,
-    cosine, 5 seeds). Widths are not given in SPEC; we sweep 256, 1024, 4096 (perfect squares).
+    cosine, 5 seeds). Widths are not given in the paper; we sweep 256, 1024, 4096 (perfect squares).
     Published: both structured MLPs train to similar accuracy (Corollary 3.4: an S-Mixer without
     its intermediate activation is an MLP with a weight-shared Monarch weight).
     Verdict: per width, non-inferiority of the Kronecker MLP: paired one-sided t-test of

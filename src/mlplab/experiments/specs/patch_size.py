@@ -64,7 +64,7 @@ def figS5(sc: Scale) -> Plan:
     Command: ``mlplab reproduce figS5 --scale cpu`` (paper STL-10 panel: ``--dataset stl10``, 90×90,
     P ∈ {1, 3, 6, 10, 18, 30}).
     Tests: S-Mixers with S = C = 64, 4 blocks, P ∈ {1, 2, 4, 8, 16, 32} on 32×32 images; S0 = (32/P)²
-    patches are mapped to S tokens by the first block and its learned skip W̃ (SPEC §2).
+    patches are mapped to S tokens by the first block and its learned skip W̃ (docs/science.md §2).
     Published: the error depends on P; tiny patches (pixels) and huge ones are both worse.
     Verdict: the P with the lowest mean error against every other P, paired one-sided t-tests,
     Holm (``verdicts.best_is_interior``): HELD when that P is an inner one.

@@ -242,7 +242,7 @@ def figS6_S8(sc: Scale) -> Plan:
     Command: ``mlplab reproduce figS6-S8 --scale cpu``.
     Tests: normal vs RP, loss curves (train and test every epoch): S.6 S-Mixer L = 8, SGD lr 0.1,
     600 epochs; S.7 MLP-Mixer γ = 4 + AutoAugment; S.8 AdamW lr 0.01, batch 256. S = C is not
-    given in SPEC; we use S = C = 64 at paper scale.
+    given in the paper; we use S = C = 64 at paper scale.
     Published: the normal Mixer's test loss rises late in training (overfitting) while the RP
     Mixer's does not: the RP generalisation gap is smaller.
     Verdict: per part, the per-seed gap (test − training loss at the end), paired one-sided
