@@ -20,7 +20,7 @@ process and its worker processes: on a machine shared with other jobs it shows w
 costs, where the wall-clock rate shows what the load left over. ``--rss`` trains a tiny model for 100 steps of
 batch 1024 on packs of 2k and 200k images (``data.stream=true``) and reports the peak RssAnon
 (anonymous resident memory: the process's own, not the page cache) sampled from /proc.
-Results go to ``benchmarks/results/bench_data-pt<torch>-<cpu>.json``.
+Results go to ``benchmarks/results/data-pt<torch>-<machine>.json`` (``common.default_out``).
 """
 from __future__ import annotations
 
@@ -43,11 +43,11 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import environment, fmt_table, write_results  # noqa: E402
+from common import default_out, environment, fmt_table, write_results  # noqa: E402
 
 from mlplab.data import (AugmentConfig, ImageFolderDataset, Pack, PackedLoader, StreamingLoader, build_augment,
                          pack)
-from mlplab.data.augment import random_crop, random_hflip
+from mlplab.data.augment import crop_flip_host
 from mlplab.data.formats import png_bytes
 from mlplab.data.packed import FORMAT_NAME, FORMAT_VERSION, shard_files, sha256_file
 
@@ -128,7 +128,7 @@ def read_batches(part, batch: int, threads: int, then=None) -> None:
 
 
 def crop_flip_uint8(x: torch.Tensor, g: torch.Generator) -> torch.Tensor:
-    return random_hflip(random_crop(x, 4, g), g)
+    return crop_flip_host(x, 4, True, g)  # what Augment runs on a host batch (= random_crop + random_hflip)
 
 
 def drain(loader) -> None:
@@ -192,8 +192,7 @@ def main() -> int:
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     env = environment()
-    cpu = re.sub(r"[^a-z0-9]+", "-", (env["processor"] or "cpu").lower()).strip("-")
-    out = a.out or REPO / "benchmarks" / "results" / f"bench_data-pt{torch.__version__.split('+')[0].replace('.', '')[:3]}-{cpu}.json"
+    out = a.out or default_out("bench_data")
     work = a.work or Path(tempfile.mkdtemp(prefix="bench_data."))
     if a.rss_only:
         try:
@@ -264,6 +263,9 @@ def main() -> int:
         if a.rss:
             result["rss"] = measure_rss(work, a.size)
             print(f"RssAnon growth from 2k to 200k images: {result['rss']['rss_anon_growth_mib']} MiB")
+            print(fmt_table(["pack (64x64x3, 200 steps of batch 256, data.stream=true)", "peak RssAnon MiB"],
+                            [["2,000 images", result["rss"]["rss_anon_mib_2000"]],
+                             ["200,000 images", result["rss"]["rss_anon_mib_200000"]]]))
         write_results(out, result)
     finally:
         if a.work is None:

@@ -2,7 +2,7 @@
 
 The Table S.3 analogue of Hayase & Karakida (2024), CIFAR setting: MLP-Mixer S = 64, C = 48,
 L = 3, γ = 2. The SW-MLP gets the same effective width m = S·C = 3072, the same γ and depth,
-and the same connection budget Ω = γ(C·S² + C²·S)/2 (SPEC §3), hence density p = Ω/(γ m²).
+and the same connection budget Ω = γ(C·S² + C²·S)/2 (docs/science.md §3), hence density p = Ω/(γ m²).
 A masked SW-MLP stores a dense m×γm weight and mask per layer (memory ∝ m²); the sparse
 storage keeps only the nonzeros (∝ p·m²).
 

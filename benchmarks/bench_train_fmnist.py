@@ -1,7 +1,7 @@
 """Train an S-Mixer (S = C = 64, 8 blocks, patch 4) on real Fashion-MNIST on the CPU, at fp32 and bf16.
 
 28x28 with patch 4 gives S0 = 49 patches of 16 values; the first block's learned skip W~ maps
-49 -> S = 64 tokens (SPEC §2), so the model is the spec's S = C = 64 S-Mixer. Recipe: the named
+49 -> S = 64 tokens (docs/science.md §2), so the model is the spec's S = C = 64 S-Mixer. Recipe: the named
 config ``fmnist_s_mixer`` (AdamW lr 1e-2, wd 0.05 on matrices, batch 64, warmup 0.1 epoch, cosine to
 1e-5, random crop with padding 1, 20 epochs; see the config's notes for the recipes tried).
 

@@ -126,3 +126,18 @@ def test_host_staged_batches_cross_once_as_uint8(monkeypatch):
     assert len(batches) == 4 and all(x.device.type == "meta" for x, _ in batches)
     assert crossed[0] == (torch.int64, (64,), "cpu")  # the epoch's order, to where the images live
     assert crossed[1:] == [(torch.uint8, (16, 3, 8, 8), "cuda"), (torch.int64, (16,), "cuda")] * 4
+
+
+@pytest.mark.parametrize("padding,hflip", [(4, True), (4, False), (1, True), (0, True)])
+def test_host_crop_flip_equals_the_batched_ops(padding, hflip):
+    """The host fast path draws the same numbers in the same order as random_crop then
+    random_hflip and returns the same batch, element for element."""
+    from mlplab.data.augment import crop_flip_host, random_crop, random_hflip
+
+    x = torch.randint(0, 256, (33, 3, 12, 10), dtype=torch.uint8, generator=torch.Generator().manual_seed(9))
+    g1, g2 = torch.Generator().manual_seed(5), torch.Generator().manual_seed(5)
+    want = random_crop(x, padding, g1)
+    if hflip:
+        want = random_hflip(want, g1)
+    assert torch.equal(crop_flip_host(x, padding, hflip, g2), want)
+    assert torch.equal(g1.get_state(), g2.get_state())  # and leaves the generator where they leave it

@@ -50,13 +50,13 @@ def test_train_on_an_image_folder_at_a_chosen_size(folder, tmp_path, stream):
 
 @pytest.mark.parametrize("stream", [True, "auto"])  # auto: a small pack is held in memory
 def test_train_on_a_pack_resized_with_a_holdout(folder, tmp_path, stream):
-    pack(folder, tmp_path / "p", 16, workers=1, shard_size=5, progress="none")
-    args = tiny(tmp_path, "p", **{"data.dataset": "packed", "data.root": str(tmp_path / "p"), "data.image_size": 8,
+    pack(folder, tmp_path / "pk", 16, workers=1, shard_size=5, progress="none")
+    args = tiny(tmp_path / "runs", "p", **{"data.dataset": "packed", "data.root": str(tmp_path / "pk"), "data.image_size": 8,
                                   "data.stream": stream, "data.val_fraction": 0.25, "augment.hflip": True})
     assert cli.main(args) == 0
-    res = json.loads((tmp_path / "p" / "results.json").read_text())
+    res = json.loads((tmp_path / "runs" / "p" / "results.json").read_text())
     assert res["train_examples"] == 18 - round(18 * 0.25) and "val_acc" in res["history"][-1]
-    assert head_rows(tmp_path / "p") == 3
+    assert head_rows(tmp_path / "runs" / "p") == 3
 
 
 def test_each_rank_reads_its_own_share_of_a_pack(folder, tmp_path):

@@ -117,3 +117,15 @@ def test_eval_few_shot_bad_counts_are_one_sentence(finished, capsys, bad):
     assert cli.main(["eval", finished["run_dir"], "--few-shot", bad]) == 2
     err = capsys.readouterr().err
     assert "--few-shot takes" in err and "Traceback" not in err
+
+
+def test_eval_few_shot_on_data_with_other_classes_uses_the_features_only(tmp_path, capsys):
+    """Transfer: a 5-class model's frozen features on the 10-class synthetic set; the head's
+    metrics would be meaningless there, so only the few-shot accuracy is reported."""
+    five = save_pretrained(create_model("bottleneck_mlp", image_size=8, width=16, depth=1, num_classes=5),
+                           tmp_path / "five.safetensors")
+    got = _eval_json(capsys, str(five), "data.dataset=synthetic", "data.test_subset=40", "--few-shot", "1,2",
+                     "--draws", "2")
+    assert "acc" not in got and got["images"] == 40 and set(got["few_shot"]) == {"1", "2"}
+    assert all(0.0 <= r["mean"] <= 1.0 for r in got["few_shot"].values())
+    assert "has 5 classes but synthetic has 10" in _refused(capsys, str(five), "data.dataset=synthetic")

@@ -33,7 +33,7 @@ def test_pretraining_presets_are_the_published_recipe_and_sizes(size):
     with torch.device("meta"):  # the preset's model on its data: 64x64x3, the paper's 11,230 classes
         model = create_model(cfg.model.name, image_size=64, in_chans=3, num_classes=SCALING_MLP_CLASSES)
     published = SCALING_MLP_PRESETS[cfg.model.name][2]
-    assert count_params(model) // 10**6 == published  # SPEC §7: 9, 12, 24, 37, 74, 124 M
+    assert count_params(model) // 10**6 == published  # docs/science.md §7: 9, 12, 24, 37, 74, 124 M
     assert count_flops(model, (3, 64, 64)) / 1e6 == pytest.approx(_MFLOP[size], abs=0.05)  # the Time lines
     from mlplab.train.presets import DESCRIPTIONS
     assert all(f"{k}:" in DESCRIPTIONS[name] for k in ("Run", "Expect", "Time"))
@@ -59,6 +59,48 @@ def test_finetune_presets_run_from_a_64px_checkpoint(tmp_path, dataset):
     assert res["steps"] == 2 and res["history"][-1]["train_loss"] > 0
 
 
-def test_finetune_imagefolder_preset_asks_for_the_folder():
-    cfg = CONFIGS["in21k_finetune_imagefolder"]
-    assert cfg["data"] == {"dataset": "imagefolder"} and cfg["optim"]["head_lr"] == 1e-2
+def _image_folder(root, classes=3, per_class=6, size=(40, 48)):
+    """``root/{train,val}/class<c>/<i>.png``: small RGB images of another size than the models'."""
+    import numpy as np
+    from mlplab.data.formats import png_bytes
+
+    rng = np.random.default_rng(0)
+    for split, n in (("train", per_class), ("val", 2)):
+        for c in range(classes):
+            d = root / split / f"class{c}"
+            d.mkdir(parents=True)
+            for i in range(n):
+                (d / f"{i}.png").write_bytes(png_bytes(rng.integers(0, 256, (3, *size), dtype=np.uint8)))
+    return root
+
+
+@pytest.mark.slow
+def test_pretraining_preset_on_a_pack_then_eval_reproduces_it(tmp_path, capsys):
+    """The IN-21k preset as it is meant to run (data.dataset=packed data.root=DST, its own
+    RandomResizedCrop, mixup and accumulation), 2 steps on a 64x64 pack of a generated folder; then
+    `mlplab eval RUN` reproduces its test accuracy and loss."""
+    import json
+    from mlplab import cli
+    from mlplab.data import pack
+
+    pack(_image_folder(tmp_path / "folder"), tmp_path / "pack", 64, workers=1, progress="none")
+    ov = {**_smoke(tmp_path, "packed"), "data.root": str(tmp_path / "pack"), "run.batch_size": 8}
+    del ov["data.dataset"], ov["data.train_subset"], ov["data.test_subset"]
+    cfg = make_config("in21k_b6_wi256", ov)
+    assert cfg.data.dataset == "packed" and cfg.augment.random_resized_crop and cfg.run.accumulate_steps == 4
+    res = train(cfg)
+    assert res["steps"] == 2 and res["train_examples"] == 18
+    assert cli.main(["eval", res["run_dir"], "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert (got["acc"], got["loss"], got["images"]) == (res["test_acc"], res["test_loss"], 6)
+
+
+def test_finetune_imagefolder_preset_runs_on_a_folder(tmp_path):
+    ckpt = save_pretrained(create_model("bottleneck_mlp", image_size=64, width=32, depth=2, num_classes=7),
+                           tmp_path / "pre.safetensors")
+    ov = {**_smoke(tmp_path, "folder"), "data.root": str(_image_folder(tmp_path / "images"))}
+    del ov["data.dataset"], ov["data.train_subset"], ov["data.test_subset"]
+    cfg = finetune_config(str(ckpt), "in21k_finetune_imagefolder", ov)
+    assert cfg.data.dataset == "imagefolder" and cfg.augment.rrc_scale == (0.4, 1.0)
+    res = train(cfg)  # 3 classes from the folder: a new head; images resized to the model's 64x64
+    assert res["steps"] == 2 and res["train_examples"] == 18

@@ -21,17 +21,17 @@ CHILD = """
 import hashlib, json, os, sys
 import torch
 from mlplab.layers import common
-from mlplab.train import loop, make_config, train
+from mlplab.train import loop, make_config, runplan, train
 
 rank = os.environ["RANK"]
 seen = {}
 
-def build(*args, **kwargs):  # the model as built, before DDP broadcasts rank 0's copy
-    model = create(*args, **kwargs)
+def build(self, info):  # the model as built, before DDP broadcasts rank 0's copy
+    model = build_model(self, info)
     seen["init"] = loop.weights_digest(model)
     return model
 
-create, loop.create_model = loop.create_model, build
+build_model, runplan.RunPlan.build_model = runplan.RunPlan.build_model, build
 
 def first_drop_path(self, x):  # the state of the generator the first stochastic-depth mask draws from
     if self.p > 0 and self.training and "drop_rng" not in seen:

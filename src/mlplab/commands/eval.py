@@ -34,16 +34,19 @@ def run(args: argparse.Namespace) -> int:
     from ..train.evaluation import evaluate_setup, load_for_eval
 
     shots = _shots(args.few_shot) if args.few_shot is not None else None
-    setup = load_for_eval(args.checkpoint, args.overrides, split=args.split, ema=args.ema)
-    res = evaluate_setup(setup)
+    setup = load_for_eval(args.checkpoint, args.overrides, split=args.split, ema=args.ema, head=not shots)
+    # few-shot on data with other classes than the model's head: the features only, no head metrics
+    res = evaluate_setup(setup) if setup.head_fits else setup.describe()
     if shots:
         res["few_shot"] = few_shot_setup(setup, shots, draws=args.draws)
     if args.json:
         print(json.dumps(res))
     else:
+        head = (f"acc {res['acc']:.4f} top5 {res['top5']:.4f} loss {res['loss']:.4f}; {res['images']} images, "
+                f"{res['images_per_s']:.0f} img/s" if "acc" in res else
+                f"{res['images']} images (the model's head has other classes: features only)")
         print(f"{res['model']} ({res['weights']}) on {res['dataset']} {res['split']} at {res['image_size']}px: "
-              f"acc {res['acc']:.4f} top5 {res['top5']:.4f} loss {res['loss']:.4f}; {res['images']} images, "
-              f"{res['images_per_s']:.0f} img/s ({res['device']}, {res['precision']})")
+              f"{head} ({res['device']}, {res['precision']})")
         for k, r in res.get("few_shot", {}).items():
             print(f"linear {k}-shot: {100 * r['mean']:.2f} ± {100 * r['sd']:.2f}% over {len(r['accuracies'])} draws")
     return 0

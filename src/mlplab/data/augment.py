@@ -28,7 +28,7 @@ import torch
 from .autoaugment import AutoAugment, RandAugment, parse_randaugment
 from .resized_crop import random_resized_crop
 
-__all__ = ["AugmentConfig", "Augment", "build_augment", "random_crop", "random_hflip", "one_hot",
+__all__ = ["AugmentConfig", "Augment", "build_augment", "random_crop", "random_hflip", "crop_flip_host", "one_hot",
            "mix_batch", "erasing_masks", "random_erasing", "normalize", "sample_beta"]
 
 Tensor = torch.Tensor
@@ -122,6 +122,28 @@ def random_crop(x: Tensor, padding: int, generator: torch.Generator, *, return_o
     idx = (window + (offd[:, 0] * wp + offd[:, 1]).view(b, 1)).view(b, 1, h * w).expand(b, c, h * w)
     out = padded.gather(2, idx).view(b, c, h, w)
     return (out, off) if return_offsets else out
+
+
+def crop_flip_host(x: Tensor, padding: int, hflip: bool, generator: torch.Generator, p: float = 0.5) -> Tensor:
+    """``random_hflip(random_crop(x, padding))`` for a batch in host memory, equal to it element for
+    element (the same draws in the same order), at several times its speed: each sample is one
+    slice copy of its window (the zero border left from ``np.zeros``), mirrored in the same copy,
+    instead of a gather through a full-size index tensor. On an accelerator the batched ops stay."""
+    b, c, h, w = x.shape
+    off = (torch.randint(0, 2 * padding + 1, (b, 2), generator=generator, device=x.device).tolist()
+           if padding > 0 else [(padding, padding)] * b)
+    flips = (torch.rand(b, generator=generator, device=x.device) < p).tolist() if hflip else [False] * b
+    src = x.numpy()
+    out = np.zeros_like(src) if padding > 0 else np.empty_like(src)
+    for i, ((dy, dx), flip) in enumerate(zip(off, flips)):
+        sy, sx = dy - padding, dx - padding  # the window's top-left corner in the unpadded image
+        r0, r1, c0, c1 = max(0, -sy), min(h, h - sy), max(0, -sx), min(w, w - sx)
+        window = src[i, :, r0 + sy:r1 + sy, c0 + sx:c1 + sx]
+        if flip:
+            out[i, :, r0:r1, w - c1:w - c0] = window[:, :, ::-1]
+        else:
+            out[i, :, r0:r1, c0:c1] = window
+    return torch.from_numpy(out)
 
 
 def random_hflip(x: Tensor, generator: torch.Generator, p: float = 0.5, *, return_mask: bool = False):
@@ -283,11 +305,13 @@ class Augment:
     def __call__(self, x: Tensor, y: Tensor, generator: torch.Generator, mean: Sequence[float] | None = None,
                  std: Sequence[float] | None = None) -> tuple[Tensor, Tensor]:
         c = self.cfg
-        if c.crop_padding:  # geometry on the uint8 batch: a quarter of the memory traffic
+        if x.device.type == "cpu" and x.dtype == torch.uint8 and c.crop_padding and not c.random_resized_crop:
+            x = crop_flip_host(x, c.crop_padding, c.hflip, generator)  # the same batch, several times faster
+        elif c.crop_padding:  # geometry on the uint8 batch: a quarter of the memory traffic
             x = random_crop(x, c.crop_padding, generator)
         if c.random_resized_crop:
             x = random_resized_crop(x, generator, scale=c.rrc_scale, ratio=c.rrc_ratio)
-        if c.hflip:
+        if c.hflip and not (x.device.type == "cpu" and c.crop_padding and not c.random_resized_crop):
             x = random_hflip(x, generator)
         x = x.float()
         if self.policy is not None:

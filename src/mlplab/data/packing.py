@@ -129,7 +129,11 @@ def _plan_fingerprint(src: _Source, size: int, shard_size: int) -> str:
 
 def _histograms(x: np.ndarray) -> list[list[int]]:
     """Per-channel counts of each byte value 0..255: exact statistics that add over shards."""
-    return [np.bincount(x[:, c].reshape(-1), minlength=256).tolist() for c in range(x.shape[1])]
+    h = np.zeros((x.shape[1], 256), np.int64)
+    for i in range(0, len(x), 256):  # bincount widens to int64: chunks keep that copy small (25 MB at 64x64x3)
+        for c in range(x.shape[1]):
+            h[c] += np.bincount(x[i:i + 256, c].reshape(-1), minlength=256)
+    return h.tolist()
 
 
 def _mean_std(hists: list[list[int]]) -> tuple[list[float], list[float]]:

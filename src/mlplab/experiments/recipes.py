@@ -12,7 +12,7 @@ augmentation); :meth:`Scale.recipe` turns them into dotted overrides of
   checkpoint at the end); ≤ 30 min per id on 2 cores. Fashion-MNIST (28×28×1) when the published
   dataset is not on the machine.
 - ``quick``: the cpu scale, reduced where an experiment says how (fig6: only the S ≈ C twins and
-  the two ends, the README's main job; figS6-S8: the cpu runs of 3 of the 5 seeds); otherwise
+  the two ends; figS6-S8: the cpu runs of 3 of the 5 seeds); otherwise
   the same as ``cpu``. Every id's cpu and quick plans fit 30 minutes by ``cost.estimate_cost``.
 - ``smoke``: seconds, for the tests: the synthetic dataset (a few hundred images), one epoch.
 """

@@ -5,11 +5,11 @@ model (a run's last checkpoint, its EMA average with ``ema=True``, or any file t
 ``mlplab.load_pretrained`` reads), the run config it is evaluated under (a run folder's own
 ``config.json``, so that the data, its resizing, holdout and subsets, the evaluation batch, the
 precision and test-time flips are the run's and ``test_acc`` in its ``results.json`` is
-reproduced exactly), and the data, loaded as training loads it (``train.data.load_run_data``). :func:`evaluate_setup` then measures top-1,
-top-5, mean cross-entropy and images/s with the training loop's own ``evaluate``.
-``mlplab eval --few-shot`` evaluates the same setup by linear few-shot accuracy on its frozen
-pre-logit features (:mod:`mlplab.analysis.fewshot`, joined to this module in the command: train
-and analysis do not import each other).
+reproduced exactly), and the data, loaded as training loads it (``train.data.load_run_data``).
+:func:`evaluate_setup` then measures top-1, top-5, mean cross-entropy and images/s with the
+training loop's own ``evaluate``. ``mlplab eval --few-shot`` evaluates the same setup by linear
+few-shot accuracy on its frozen pre-logit features (:mod:`mlplab.analysis.fewshot`, joined to
+this module in the command: train and analysis do not import each other).
 
 Overrides are dotted config keys of the ``data`` section (``data.dataset=cifar10
 data.root=DIR data.image_size=64``) plus ``run.eval_batch_size``, ``run.precision``,
@@ -55,6 +55,18 @@ class EvalSetup:
     data: RunData  # the run's data, loaded as training loads it
     device: torch.device
     precision: str
+
+    def describe(self) -> dict[str, Any]:
+        """What is evaluated on what (the part of a result that is not a measurement)."""
+        return {"images": len(self.split), "split": self.split_name, "dataset": self.cfg.data.dataset,
+                "image_size": self.data.info.image_size[0], "weights": str(self.weights),
+                "model": getattr(self.model, "model_name", type(self.model).__name__), "precision": self.precision,
+                "device": str(self.device)}
+
+    @property
+    def head_fits(self) -> bool:
+        """The model's classifier predicts the data's classes (top-1, top-5 and loss mean something)."""
+        return getattr(getattr(self.model, "config", None), "num_classes", None) in (None, self.data.info.num_classes)
 
     def autocast(self):  # as the training loop's (loop._Run.autocast)
         if self.precision == "bf16":
@@ -112,9 +124,10 @@ def _load_model(weights: Path) -> nn.Module:
     return load_pretrained(weights)
 
 
-def _check_model_fits(model: nn.Module, info: Any, cfg: RunConfig, weights: Path) -> None:
+def _check_model_fits(model: nn.Module, info: Any, cfg: RunConfig, weights: Path, head: bool) -> None:
     mc = getattr(model, "config", None)
-    for field, have in (("num_classes", info.num_classes), ("in_chans", info.in_chans)):
+    fields = (("num_classes", info.num_classes),) if head else ()
+    for field, have in fields + (("in_chans", info.in_chans),):
         want = getattr(mc, field, None)
         if want is not None and want != have:
             what = "classes" if field == "num_classes" else "image channels"
@@ -123,8 +136,10 @@ def _check_model_fits(model: nn.Module, info: Any, cfg: RunConfig, weights: Path
 
 
 def load_for_eval(checkpoint: str | Path, overrides: dict[str, Any] | list[str] | None = None, *,
-                  split: str = "test", ema: bool = False) -> EvalSetup:
-    """Everything :func:`evaluate_setup` needs, checked before any image is evaluated."""
+                  split: str = "test", ema: bool = False, head: bool = True) -> EvalSetup:
+    """Everything :func:`evaluate_setup` needs, checked before any image is evaluated.
+    ``head=False``: the classifier head is not used (few-shot on frozen features), so the data
+    may have another class count than the model."""
     if split not in SPLITS:
         raise BadInput(f"--split must be one of {', '.join(SPLITS)}, not {split!r}")
     path = Path(checkpoint)
@@ -152,7 +167,7 @@ def load_for_eval(checkpoint: str | Path, overrides: dict[str, Any] | list[str] 
         raise BadInput("--split val evaluates the part of the training split a run held out; this config holds "
                        "out none (data.val_fraction=0): add data.val_fraction=F, or use --split test")
     data = load_run_data(cfg, device)  # the run's own splits: holdout, subsets, storage (train.data)
-    _check_model_fits(model, data.info, cfg, weights)
+    _check_model_fits(model, data.info, cfg, weights, head)
     on = {"train": data.train, "val": data.val, "test": data.test}[split]
     return EvalSetup(model.to(device).eval(), cfg, weights, run_dir, split, on, data, device, precision)
 
@@ -170,10 +185,7 @@ def evaluate_setup(setup: EvalSetup, progress: bool | None = None) -> dict[str, 
     got = evaluate(setup.model, bar, dist, setup.autocast, setup.cfg.augment.test_hflip)  # ends in a host sync
     seconds = time.perf_counter() - t0
     n = len(setup.split)
-    return {**got, "images": n, "seconds": seconds, "images_per_s": n / max(seconds, 1e-9),
-            "split": setup.split_name, "dataset": setup.cfg.data.dataset, "image_size": setup.data.info.image_size[0],
-            "weights": str(setup.weights), "model": getattr(setup.model, "model_name", type(setup.model).__name__),
-            "precision": setup.precision, "device": str(setup.device)}
+    return {**got, "seconds": seconds, "images_per_s": n / max(seconds, 1e-9), **setup.describe()}
 
 
 def evaluate_checkpoint(checkpoint: str | Path, overrides: dict[str, Any] | list[str] | None = None, *,

@@ -57,8 +57,8 @@ _register(
     batch 256 reached 89.1% val in 12 epochs, still underfitting. The final recipe trains on all
     60k images and evaluates once, at the end.
     Run:      mlplab train fmnist_fast
-    Expect:   >= 90% test accuracy (README: 3 seeds)
-    Time:     see the README's Performance section (measured on AVX2-only and AVX512-BF16 CPUs).""",
+    Expect:   >= 90% test accuracy (3 seeds: benchmarks/results/fmnist-fast-*.json)
+    Time:     < 1 min on 2 cores with native bf16, ~2.5 min in fp32 on AVX2 (docs/performance.md).""",
     {
         "model": {"name": "bottleneck_mlp", "kwargs": {"width": 256, "depth": 4, "final_norm": True}},
         "data": {"dataset": "fashion_mnist"},
@@ -87,8 +87,8 @@ _register(
     paired comparison on the same 6,000 images (77 right only with the flips, 43 only without;
     exact McNemar p = 0.0024).
     Run:      mlplab train fmnist_best
-    Expect:   about 92% test accuracy (README: 3 seeds)
-    Time:     see the README's Performance section.""",
+    Expect:   about 92% test accuracy (3 seeds: benchmarks/results/fmnist-best-*.json)
+    Time:     6-7 min on 2 cores with AMX (docs/performance.md).""",
     {
         "model": {"name": "sw_mlp", "kwargs": {"width": 343, "density": 0.0696, "depth": 6, "patch_size": 4,
                                                "block": "mlp", "expansion": 2.0}},
@@ -173,12 +173,12 @@ _register(
 _register(
     "fmnist_mixer_pretrain",
     """MLP-Mixer (patch 4, S0 = 49, C = 64, D_S = 64, D_C = 128, 4 blocks) on Fashion-MNIST at 28x28:
-    the pre-training half of the fine-tuning demonstration (README "Pretrained weights,
-    fine-tuning and linear probes"). Its checkpoint feeds ``mlplab finetune RUN fmnist_finetune`` (56x56 through expand_resolution) and
+    the pre-training half of the fine-tuning demonstration (docs/pretrained.md,
+    ``scripts/finetune_demo.sh``). Its checkpoint feeds ``mlplab finetune RUN fmnist_finetune`` (56x56 through expand_resolution) and
     ``mlplab finetune RUN fmnist_linear_probe``.
     Run:      mlplab train fmnist_mixer_pretrain
-    Expect:   above the 82.97% test accuracy that one epoch gave (README: measured)
-    Time:     ~3.5 min on 2 CPU cores (one epoch measured at 62 s training + 12 s test, load 3.3).""",
+    Expect:   ~87% test accuracy (benchmarks/results/finetune-demo-pt213-epyc-avx2.json)
+    Time:     ~1.5 min on 2 CPU cores in fp32.""",
     {
         "model": {"name": "mlp_mixer", "kwargs": {"patch_size": 4, "hidden_dim": 64, "token_hidden": 64,
                                                   "channel_hidden": 128, "depth": 4}},
@@ -199,7 +199,7 @@ _register(
     demo one epoch on a random 12,000 of the 60,000 training images (the 56x56 model costs about
     6x the FLOPs of the 28x28 one; data.train_subset=null trains on all).
     Run:      mlplab finetune runs/fmnist_mixer_pretrain fmnist_finetune
-    Expect:   close to the pre-trained accuracy at 56x56 (README: measured)
+    Expect:   close to the pre-trained accuracy at 56x56 (benchmarks/results/finetune-demo-*.json)
     Time:     under a minute on 2 CPU cores (S = 196 tokens, token-MLP width x4; ~440 img/s
               training, ~15 s for the 10,000 test images at 56x56).""",
     {
@@ -216,7 +216,7 @@ _register(
     """Linear probe (Scaling MLPs, docs/science.md §7): the body frozen, a new head trained with LION lr 1e-5
     on the pre-trained features (the paper trains 50 epochs; this demo 2).
     Run:      mlplab finetune runs/fmnist_mixer_pretrain fmnist_linear_probe
-    Expect:   a little below the pre-trained accuracy (README: measured)
+    Expect:   a little below the pre-trained accuracy (benchmarks/results/finetune-demo-*.json)
     Time:     well under a minute on 2 CPU cores (only the head's gradients).""",
     {
         "model": {"new_head": True},
@@ -230,7 +230,7 @@ _register(
 
 # ----------------------------------------------------------------------------- Scaling MLPs at scale
 
-#: Scaling-MLPs pre-training on ImageNet-21k at 64x64 (Bachmann et al. 2023, SPEC §7): size ->
+#: Scaling-MLPs pre-training on ImageNet-21k at 64x64 (Bachmann et al. 2023, docs/science.md §7): size ->
 #: (model, epochs). Epochs are those of the released IN-21k checkpoints (scaling_mlps
 #: utils/download.py: 800, B-12/Wi-512 600); the Wi-256 sizes, not released, take 800 as well.
 SCALING_PRETRAIN: dict[str, tuple[str, int]] = {
@@ -245,8 +245,9 @@ SCALING_PRETRAIN: dict[str, tuple[str, int]] = {
 #: equal), for the Time lines
 _MFLOP = {"b6_wi256": 18.3, "b12_wi256": 24.6, "b6_wi512": 49.2, "b12_wi512": 74.4, "b6_wi1024": 148.8,
           "b12_wi1024": 249.5}
-#: scaling_mlps' pre-training augmentation: crop + flip, mixup 0.8, label smoothing 0.3
-SCALING_AUGMENT: dict[str, Any] = {"crop_padding": 4, "hflip": True, "mixup": 0.8, "label_smoothing": 0.3}
+#: scaling_mlps' pre-training augmentation (data_utils/dataloader.py): RandomResizedCrop (scale (0.08, 1),
+#: ratio (3/4, 4/3), the defaults of augment.rrc_*) + flip, mixup 0.8, label smoothing 0.3
+SCALING_AUGMENT: dict[str, Any] = {"random_resized_crop": True, "hflip": True, "mixup": 0.8, "label_smoothing": 0.3}
 
 for _size, (_model, _epochs) in SCALING_PRETRAIN.items():
     _L, _m = _size[1:].split("_wi")
@@ -254,13 +255,13 @@ for _size, (_model, _epochs) in SCALING_PRETRAIN.items():
     _register(
         f"in21k_{_size}",
         f"""Scaling-MLPs pre-training of B-{_L}/Wi-{_m} ({SCALING_MLP_PRESETS[_model][2]}M parameters published at
-    11,230 classes) on ImageNet-21k at 64x64 (Bachmann et al. 2023, SPEC §7): LION lr 1e-5, weight decay
-    1e-3, constant lr (scaling_mlps' default), label smoothing 0.3, crop + flip + mixup 0.8, global
+    11,230 classes) on ImageNet-21k at 64x64 (Bachmann et al. 2023, docs/science.md §7): LION lr 1e-5, weight decay
+    1e-3, constant lr (scaling_mlps' default), label smoothing 0.3, RandomResizedCrop + flip + mixup 0.8, global
     batch 16,384 as 4 accumulated micro-batches of 4,096 (one 24 GB GPU in the paper; under torchrun
     with N GPUs lower run.accumulate_steps, the batch stays 16,384), {_epochs} epochs. The data is an
     ImageNet-21k pack (mlplab pack IN21K_DIR DST --image-size 64); the class count comes from it.
     Run:      mlplab train in21k_{_size} data.root=DST
-    Expect:   fine-tuned (in21k_finetune_cifar10/100): SPEC §7 Table 2 / the released checkpoints
+    Expect:   fine-tuned (in21k_finetune_cifar10/100): docs/science.md §7 Table 2 / the released checkpoints
     Time:     {_epochs} x ~12M = {_epochs * 12e6:.2g} images, {_eflop:.2g} EFLOP of training: >= {_eflop * 1e18 / (0.4 * 989e12) / 3600:.1f} h
               on one H100 at 40% of its bf16 peak; in practice the loader's img/s bounds it.""",
         {
@@ -273,10 +274,12 @@ for _size, (_model, _epochs) in SCALING_PRETRAIN.items():
         },
     )
 
-#: Scaling-MLPs fine-tuning (SPEC §7; scaling_mlps README): SGD momentum 0.9, lr 0.01 head / 0.001 body,
-#: weight decay 1e-4, label smoothing 0.3, gradient clipping 1, batch 2048, 50 epochs, 64x64
+#: Scaling-MLPs fine-tuning (docs/science.md §7; scaling_mlps README): SGD momentum 0.9, lr 0.01 head / 0.001 body,
+#: weight decay 1e-4, label smoothing 0.3, gradient clipping 1, RandomResizedCrop scale (0.4, 1) of square
+#: boxes + flip, batch 2048, 50 epochs, 64x64
 _FINETUNE: dict[str, Any] = {
-    "augment": {"crop_padding": 4, "hflip": True, "label_smoothing": 0.3},
+    "augment": {"random_resized_crop": True, "rrc_scale": [0.4, 1.0], "rrc_ratio": [1.0, 1.0], "hflip": True,
+                "label_smoothing": 0.3},
     "optim": {"name": "sgd", "lr": 1e-3, "head_lr": 1e-2, "momentum": 0.9, "nesterov": False,
               "weight_decay": 1e-4, "grad_clip": 1.0},
     "schedule": {"epochs": 50, "warmup_epochs": 1},
@@ -285,16 +288,17 @@ _FINETUNE: dict[str, Any] = {
 
 for _ds, _what, _expect in (
         ("cifar10", "CIFAR-10 (32x32, upscaled to the model's 64x64)",
-         "B-12/Wi-1024: 93.6% (SPEC §7 Table 2; released checkpoint, 100 epochs: 94.2%)"),
+         "B-12/Wi-1024: 93.6% (docs/science.md §7 Table 2; released checkpoint, 100 epochs: 94.2%)"),
         ("cifar100", "CIFAR-100 (32x32, upscaled to the model's 64x64)",
-         "B-12/Wi-1024: 79.2% (SPEC §7 Table 2; released checkpoint, 100 epochs: 80.0%)"),
+         "B-12/Wi-1024: 79.2% (docs/science.md §7 Table 2; released checkpoint, 100 epochs: 80.0%)"),
         ("imagefolder", "an image folder (data.root=DIR: a subfolder per class, resized to 64x64)",
          "depends on the data")):
     _register(
         f"in21k_finetune_{_ds}",
         f"""Fine-tuning an ImageNet-21k pre-trained bottleneck MLP (in21k_*) on {_what},
-    Scaling-MLPs recipe (SPEC §7): SGD momentum 0.9, lr 0.01 for the new head and 0.001 for the body, weight decay
-    1e-4, label smoothing 0.3, gradient clipping 1, crop + flip, batch 2048, 50 epochs, cosine.
+    Scaling-MLPs recipe (docs/science.md §7): SGD momentum 0.9, lr 0.01 for the new head and 0.001 for the body, weight decay
+    1e-4, label smoothing 0.3, gradient clipping 1, RandomResizedCrop (scale 0.4-1, square) + flip,
+    batch 2048, 50 epochs, cosine.
     Run:      mlplab finetune runs/in21k_b12_wi1024 in21k_finetune_{_ds}{' data.root=DIR' if _ds == 'imagefolder' else ''}
     Expect:   {_expect}
     Time:     50 epochs; CIFAR: 2.5M images, 1.9 PFLOP through B-12/Wi-1024 (seconds of H100

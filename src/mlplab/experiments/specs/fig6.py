@@ -35,7 +35,7 @@ SETTINGS = {
     "smoke": Fig6(omega=2**10, channels=[4, 8], depth=2, seeds=1, epochs=1),
     # 12 epochs: the loss falls ~4.4 % per epoch at the end (claims.require_plateau: ≤ 5 %)
     "cpu": Fig6(omega=2**16, channels=[8, 16, 40], depth=4, seeds=3, epochs=12),
-    # the README's main job: the S ≈ C twins and both ends, all the interior test needs; cpu's runs
+    # fig6 one command from the main job: the S ≈ C twins and both ends, all the interior test needs; cpu's runs
     "quick": Fig6(omega=2**16, channels=[8, 40], depth=4, seeds=3, epochs=12),
     "paper": Fig6(omega=2**21, channels=[16, 32, 64], depth=12, seeds=3, epochs=600),  # CIFAR-100
 }
