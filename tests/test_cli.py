@@ -62,6 +62,7 @@ def test_info_json_reports_the_machine(capsys, monkeypatch):
     assert set(info["fused_kernels"]) == {"available", "reason", "library"}
     assert isinstance(info["cuda"], list)
     assert "fashion_mnist" in info["datasets"]
+    assert isinstance(info["cached_weights"], list)
     # the text form names every part, and a kernel that is off says why
     monkeypatch.setattr(machine.fused, "status", lambda: {"available": False, "reason": "no C compiler found",
                                                           "library": None})

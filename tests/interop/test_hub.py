@@ -129,13 +129,58 @@ def test_hub_layout_round_trips_and_push_to_hub_uploads_it(tmp_path, monkeypatch
 
 
 def test_a_run_folder_loads_with_its_datasets_normalisation(tmp_path):
-    from mlplab.data.table import DATASETS
+    from mlplab.interop.api import _dataset_inputs
     from mlplab.train import make_config, train
 
     cfg = make_config("synthetic_tiny", {"run.out_dir": str(tmp_path), "run.name": "r", "run.log": "none",
                                          "schedule.epochs": None, "schedule.steps": 1})
     res = train(cfg)
     model = mlplab.load_pretrained(res["run_dir"])
-    info = DATASETS[cfg.data.dataset]
-    assert model.pretrained_cfg["mean"] == tuple(info.mean) and model.pretrained_cfg["std"] == tuple(info.std)
     assert model.pretrained_cfg["source"] == res["run_dir"]
+    assert model.pretrained_cfg["mean"] is None  # synthetic data: no table statistics to claim
+    fmnist = _dataset_inputs({"data": {"dataset": "fashion_mnist"}})
+    assert fmnist == {"mean": (0.2860,), "std": (0.3530,)}  # the dataset table's, which the loader uses
+    (tmp_path / "r" / "config.json").write_text(json.dumps({**json.loads((tmp_path / "r" / "config.json").read_text()),
+                                                           "data": {"dataset": "fashion_mnist"}}))
+    assert mlplab.load_pretrained(res["run_dir"]).pretrained_cfg["mean"] == (0.2860,)
+
+
+def test_a_mixer_timm_builds_is_written_in_timms_layout(tmp_path):
+    from mlplab.interop import read_tensors
+
+    model = mlplab.create_model("mixer_s32_224", image_size=64, token_hidden=2, channel_hidden=64, num_classes=5,
+                                zero_head=False)
+    folder = mlplab.save_pretrained(model, tmp_path / "repo", hub_layout=True)
+    config = json.loads((folder / "config.json").read_text())
+    # timm.create_model("hf-hub:...") builds architecture(**model_args) and loads the file strictly
+    assert config["architecture"] == "mixer_s32_224"
+    assert config["model_args"] == {"img_size": 64, "in_chans": 3, "mlp_ratio": [2 / 512, 64 / 512], "num_classes": 5}
+    tensors, _ = read_tensors(folder / "model.safetensors")
+    assert set(tensors) == set(mlplab.interop.to_timm(model)) and tensors["stem.proj.weight"].ndim == 4
+    back = mlplab.load_pretrained(folder)
+    x = torch.randn(2, 3, 64, 64)
+    assert back.model_name == "mixer_s32_224" and torch.equal(back(x), model(x))
+    # mlplab's own LayerNorm eps (1e-5) is not timm's: that Mixer stays in mlplab's layout
+    own = mlplab.create_model("mixer_s32", image_size=64, token_hidden=2, channel_hidden=64)
+    config = json.loads((mlplab.save_pretrained(own, tmp_path / "own", hub_layout=True) / "config.json").read_text())
+    assert config["architecture"] == "mixer_s32" and "model_args" not in config
+
+
+def test_a_repository_without_weight_files_is_bad_input(monkeypatch):
+    from huggingface_hub import errors
+
+    def no_such_file(repo, name, revision=None, local_files_only=False):
+        raise errors.RemoteEntryNotFoundError(f"{name} not in {repo}", response=_Response())
+
+    class _Response:
+        status_code, headers, url, request = 404, {}, "https://huggingface.co", None
+
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", no_such_file)
+    with pytest.raises(ValueError, match="has neither model.safetensors nor pytorch_model.bin"):
+        mlplab.load_pretrained("hf-hub:me/empty")
+
+
+def test_info_lists_the_published_weights_in_the_hub_cache(hub_cache):
+    from mlplab.train.machine import _cached_weights
+
+    assert _cached_weights() == [REPO.partition("/")[2]]

@@ -45,11 +45,14 @@ def format_info(info: dict[str, Any]) -> str:
         ("data cache", info["folders"]["data_cache"] + " ($MLPLAB_DATA)"),
         ("kernel cache", info["folders"]["kernel_cache"] + " ($MLPLAB_KERNEL_CACHE)"),
         ("Hub cache", info["folders"]["hub_cache"] + " ($HF_HUB_CACHE)"),
+        ("  weights", ", ".join(info["cached_weights"]) or
+         "none of the published Mixers yet (create_model(NAME, pretrained=True) downloads them)"),
+        ("datasets", ""),
     ]
     rows += [(f"  {name}", where or "not here (data.download=true fetches it)")
              for name, where in info["datasets"].items()]
     width = max(len(k) for k, _ in rows)
-    return "\n".join(f"{k:{width}}  {v}" for k, v in rows)
+    return "\n".join(f"{k:{width}}  {v}".rstrip() for k, v in rows)
 
 
 def run(args: argparse.Namespace) -> int:

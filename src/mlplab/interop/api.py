@@ -68,12 +68,15 @@ def read_checkpoint(path: str | os.PathLike, format: str = "auto", **overrides: 
 
 
 def _dataset_inputs(run_config: dict[str, Any]) -> dict[str, Any]:
-    """``{"mean", "std"}`` of the dataset a run trained on ({} when it is not a known dataset)."""
+    """``{"mean", "std"}`` of the dataset a run trained on, from the dataset table ({} for an
+    unknown dataset, and for synthetic data, whose statistics depend on how it was generated)."""
     from ..data.table import DATASETS
 
     data = run_config.get("data")
     info = DATASETS.get(data.get("dataset")) if isinstance(data, dict) else None
-    return {"mean": tuple(info.mean), "std": tuple(info.std)} if info is not None and info.mean else {}
+    if info is None or info.format == "synthetic" or not info.mean:
+        return {}
+    return {"mean": tuple(info.mean), "std": tuple(info.std)}
 
 
 def _json_or_empty(p: Path) -> dict[str, Any]:
@@ -186,14 +189,20 @@ def save_pretrained(model: nn.Module, path: str | os.PathLike, hub_layout: bool 
     ``hub_layout=True``: ``path`` is a folder laid out as a Hugging Face Hub repository —
     ``model.safetensors``, ``config.json`` (timm's keys: ``architecture``, ``num_classes``,
     ``pretrained_cfg``) and a model card — ready for ``huggingface_hub`` uploads
-    (:func:`push_to_hub`); ``load_pretrained(folder)`` reads it back."""
+    (:func:`push_to_hub`); ``load_pretrained(folder)`` reads it back. A Mixer that timm's
+    ``MlpMixer`` builds exactly is written in timm's tensor names with timm's ``architecture`` and
+    ``model_args``, so ``timm.create_model("hf-hub:ORG/NAME", pretrained=True)`` loads it too."""
     meta = native.model_metadata(model)
     if not meta:
         raise ValueError("save_pretrained needs a model built by mlplab.create_model (it records the model's "
                          "name and config); for other modules save model.state_dict()")
     if hub_layout:
-        return hub.write_hub_folder(path, lambda p: write_tensors(p, model.state_dict(), metadata=meta),
-                                    _hub_config(model), _model_card(model))
+        config, tensors = _hub_config(model), model.state_dict()
+        if (args := timm.timm_model_args(model)) is not None:  # a Mixer timm builds: timm's names, so timm loads it
+            config.update(architecture=args[0], model_args=args[1])
+            tensors, meta = to_timm(model), {**meta, "format": "pt", "mlplab_layout": "timm"}
+        return hub.write_hub_folder(path, lambda p: write_tensors(p, tensors, metadata=meta), config,
+                                    _model_card(model))
     if Path(path).suffix != ".safetensors":
         raise ValueError(f"save_pretrained writes safetensors; name the file *.safetensors, not {Path(path).name!r} "
                          "(or pass hub_layout=True to write a Hub folder)")

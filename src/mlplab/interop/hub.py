@@ -53,25 +53,29 @@ def download(source: str) -> tuple[Path, dict[str, Any]]:
     repo, revision = hub_repo(source)
     weights, why = None, []
     for name in WEIGHT_FILES:
-        try:
-            weights = Path(hub.hf_hub_download(repo, name, revision=revision))
+        try:  # once the Hub proved unreachable, only the cache is asked (no second round of retries)
+            weights = Path(hub.hf_hub_download(repo, name, revision=revision, local_files_only=bool(why)))
             break
         except errors.RepositoryNotFoundError:
             raise ValueError(f"there is no Hub repository {repo!r} (or it is private or gated: log in with "
                              "`hf auth login` or set HF_TOKEN)") from None
         except errors.RevisionNotFoundError:
             raise ValueError(f"the Hub repository {repo!r} has no revision {revision!r}") from None
-        except errors.EntryNotFoundError:  # this repository has the other file
-            why.append(f"no {name}")
-        except (errors.LocalEntryNotFoundError, OSError) as e:  # offline, or not reachable, and not cached
+        except (errors.LocalEntryNotFoundError, OSError) as e:  # not cached, and offline or not reachable ...
+            if isinstance(e, errors.EntryNotFoundError) and not isinstance(e, errors.LocalEntryNotFoundError):
+                continue  # ... or the Hub says the repository has no such file: try the other
             why.append(f"{name}: {type(e).__name__}")
+    if weights is None and not why:
+        raise ValueError(f"the Hub repository {repo!r} has neither {' nor '.join(WEIGHT_FILES)}; it holds no "
+                         "weights mlplab reads")
     if weights is None:
         offline = "HF_HUB_OFFLINE is set" if constants.HF_HUB_OFFLINE else "the Hub could not be reached"
         raise RunFailure(f"cannot get the weights of {source}: neither {' nor '.join(WEIGHT_FILES)} is in the cache "
                          f"({hub_cache_dir()}) and {offline} ({'; '.join(why)}); download them where there is "
                          f"internet (`hf download {repo}`) and copy the cache, or give a local file")
     try:
-        config = json.loads(Path(hub.hf_hub_download(repo, "config.json", revision=revision)).read_text())
+        config = json.loads(Path(hub.hf_hub_download(repo, "config.json", revision=revision,
+                                                     local_files_only=bool(why))).read_text())
     except (errors.EntryNotFoundError, errors.LocalEntryNotFoundError, OSError, ValueError):
         config = {}
     return weights, config if isinstance(config, dict) else {}

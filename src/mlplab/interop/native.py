@@ -46,5 +46,10 @@ def to_mlplab(tensors: dict[str, torch.Tensor], metadata: dict[str, str]) -> Imp
         pcfg = json.loads(metadata.get("mlplab_pretrained_cfg", "{}"))
     except json.JSONDecodeError:
         pcfg = {}
-    return Imported(metadata["mlplab_model"], kwargs, dict(tensors), "mlplab",
+    state = dict(tensors)
+    if metadata.get("mlplab_layout") == "timm":  # a Hub folder that timm loads too: timm's tensor names
+        from .timm import to_mlplab as timm_to_mlplab
+
+        state = timm_to_mlplab(state).state
+    return Imported(metadata["mlplab_model"], kwargs, state, "mlplab",
                     pretrained_cfg=pcfg if isinstance(pcfg, dict) else {})

@@ -18,7 +18,7 @@ import torch.nn as nn
 
 from .common import Imported, block_indices, perfect_square, take
 
-__all__ = ["matches", "to_mlplab", "from_mlplab", "EXPECTED"]
+__all__ = ["matches", "to_mlplab", "from_mlplab", "timm_model_args", "EXPECTED"]
 
 EXPECTED = "timm MlpMixer names ('stem.proj.weight' 4-D, 'blocks.0.mlp_tokens.fc1.weight', 'head.weight')"
 
@@ -95,3 +95,33 @@ def from_mlplab(model: nn.Module) -> dict[str, torch.Tensor]:
         out[k] = v
     return out
 
+
+
+def timm_model_args(model: nn.Module) -> tuple[str, dict] | None:
+    """``(architecture, model_args)`` with which ``timm.create_model`` builds this model exactly
+    (the keys of a Hub ``config.json`` that timm reads), or None when timm has no such model:
+    not a normal MLP-Mixer (:func:`from_mlplab`), a patch size, width and depth that no timm Mixer
+    has, or options timm's ``MlpMixer`` fixes otherwise (LayerNorm eps 1e-6, exact GELU, hidden
+    widths int(ratio·C))."""
+    from ..models.registry import model_config
+    from ..models.timm_names import TIMM_MIXERS
+
+    try:
+        from_mlplab(model)
+    except ValueError:
+        return None
+    cfg = model.cfg
+    d_s, d_c = model.blocks[0].token_mixing.inner.fc1.out_features, model.blocks[0].channel_mixing.inner.fc1.out_features
+    C = cfg.hidden_dim
+    if cfg.norm_eps != 1e-6 or cfg.act != "gelu" or int(d_s / C * C) != d_s or int(d_c / C * C) != d_c:
+        return None
+    for name in TIMM_MIXERS:  # timm's functions fix patch, width and depth; the rest are arguments
+        ref = model_config(name)
+        if (ref.patch_size, ref.hidden_dim, ref.depth) == (cfg.patch_size, C, cfg.depth):
+            args = {"img_size": cfg.image_size, "in_chans": cfg.in_chans, "mlp_ratio": [d_s / C, d_c / C],
+                    "num_classes": cfg.num_classes}
+            if (ref.image_size, ref.in_chans, ref.token_hidden, ref.channel_hidden) == (cfg.image_size, cfg.in_chans,
+                                                                                         d_s, d_c):
+                args = {"num_classes": cfg.num_classes}
+            return name, args
+    return None

@@ -8,6 +8,7 @@ import platform
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -17,6 +18,7 @@ from ..data.download import cache_dir as data_cache_dir
 from ..data.table import DATASETS
 from ..interop.hub import hub_cache_dir
 from ..layers import fused
+from ..models.registry import get_pretrained, list_models
 from ..utils.cpu import cpu_has_native_bf16, cpu_info
 from ..version import __version__
 from .backend import cpp_compiler
@@ -57,6 +59,13 @@ def _datasets() -> dict[str, str | None]:
     return out
 
 
+def _cached_weights() -> list[str]:
+    """The published weights (``ARCH.TAG``) already in the Hub cache."""
+    cache = Path(hub_cache_dir())
+    return [n for n in list_models(pretrained=True)
+            if (cache / ("models--" + get_pretrained(n)["hf_hub_id"].replace("/", "--")) / "snapshots").is_dir()]
+
+
 def _cuda() -> list[dict[str, Any]]:
     if not torch.cuda.is_available():
         return []
@@ -87,5 +96,6 @@ def machine_info(compile_check: bool = True, timeout: float = 180.0) -> dict[str
         "folders": {"data_cache": str(data_cache_dir()), "kernel_cache": str(fused._cache_dir()),
                     "hub_cache": hub_cache_dir()},
         "datasets": _datasets(),
+        "cached_weights": _cached_weights(),
     }
     return info
