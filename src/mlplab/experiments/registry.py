@@ -18,7 +18,7 @@ from typing import Any, Sequence
 from ..errors import BadInput
 from ..errors import did_you_mean
 from ..utils.io import atomic_write_json
-from ..utils.progress import RunTally
+from ..utils.progress import RunTally, format_duration
 from .cost import estimate_cost, spec_s, sweep_epochs
 from .executors import SweepResult, check_specs, run_specs
 from .plan import ALIASES, EXPERIMENTS, Experiment, Plan, experiment
@@ -74,16 +74,6 @@ def plan_experiment(id: str, scale: str = "cpu", dataset: str | None = None,
     return exp, sc, plan
 
 
-def _fmt_time(s: float) -> str:
-    if s < 90:
-        return f"{s:.0f} s"
-    if s < 5400:
-        return f"{s / 60:.0f} min"
-    if s < 48 * 3600:
-        return f"{s / 3600:.1f} h"
-    return f"{s / 86400:.0f} d"
-
-
 def format_list(scales: Sequence[str] = ("smoke", "quick", "cpu", "paper")) -> str:
     """The table printed by ``mlplab reproduce --list``: runs, run-epochs and estimated wall time
     per scale (:func:`mlplab.experiments.cost.estimate_cost`; quick only where it differs from
@@ -105,7 +95,7 @@ def format_list(scales: Sequence[str] = ("smoke", "quick", "cpu", "paper")) -> s
                     where += f" ({scale.requested_dataset} is not here)"
                 machine = "1 V100" if sc == "paper" else f"2 CPU cores, --jobs {c['jobs']}"
                 lines.append(f"{'':16s} {sc:5s}: {c['runs']:4d} runs, {c['run_epochs']:8.0f} run-epochs,"
-                             f" ~{_fmt_time(c['est_s']):>7s} ({machine}); {where}")
+                             f" ~{format_duration(c['est_s']):>7s} ({machine}); {where}")
             except Exception as e:  # a plan that cannot be built is shown, not hidden
                 lines.append(f"{'':16s} {sc:5s}: cannot plan: {e}")
     lines.append("times: epochs × examples × (3 × forward FLOPs / R + κ × activations + τ0) per run plus start-up; cpu "
