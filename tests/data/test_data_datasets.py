@@ -420,3 +420,27 @@ def test_real_fashion_mnist_from_debian():
     assert tr.labels.unique().tolist() == list(range(10)) and tr.info.num_classes == 10
     assert torch.bincount(te.labels).tolist() == [1000] * 10
     assert abs(tr.images.float().mean().item() / 255 - tr.info.mean[0]) < 1e-3
+
+
+def test_an_image_folder_with_train_and_test_uses_test_for_the_test_split(tmp_path):
+    """A folder of one's own (train/ and test/) tests on test/; ImageNet's layout (train/, val/)
+    on val/; neither is one sentence saying what an image folder holds."""
+    import numpy as np
+    from PIL import Image
+
+    from mlplab.data import load_dataset
+    from mlplab.data.download import DataError
+
+    rng = np.random.default_rng(0)
+    for split, n in (("train", 3), ("test", 2)):
+        for c in ("a", "b"):
+            (tmp_path / split / c).mkdir(parents=True)
+            for i in range(n):
+                Image.fromarray(rng.integers(0, 255, (8, 8, 3), dtype=np.uint8)).save(tmp_path / split / c / f"{i}.png")
+    test = load_dataset("imagefolder", "test", root=tmp_path, cache=False)
+    assert len(test.labels) == 4
+    (tmp_path / "test").rename(tmp_path / "val")
+    assert len(load_dataset("imagefolder", "test", root=tmp_path, cache=False).labels) == 4
+    (tmp_path / "val").rename(tmp_path / "other")
+    with pytest.raises(DataError, match="holding train/<class>/<image> and val/<class>/<image>"):
+        load_dataset("imagefolder", "test", root=tmp_path, cache=False)

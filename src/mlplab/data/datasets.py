@@ -276,7 +276,9 @@ def load_dataset(name: str, split: str, root: str | os.PathLike | None = None, d
         raise ValueError(f"{name} has no official validation split; pass val_fraction > 0 to hold out "
                          f"part of the training split")
     if split == "test" and "test" not in info.splits:
-        source = "val"
+        source = "val"  # ImageNet's convention: the val/ folder is the test set
+        if info.format == "imagefolder" and root is not None and (Path(root).expanduser() / "test").is_dir():
+            source = "test"  # a folder of one's own with train/ and test/
 
     if info.format == "packed":
         return _apply_holdout(_load_pack(info, source, root, image_size),

@@ -182,7 +182,8 @@ def list_image_folder(split_dir: str | os.PathLike, classes: Sequence[str] | Non
     """
     split_dir = Path(split_dir)
     if not split_dir.is_dir():
-        raise DataError(f"{split_dir}: not a folder")
+        raise DataError(f"{split_dir} is not a folder; an image folder holds train/ and val/ (or test/), "
+                        "each with one subfolder per class")
     found = sorted(d.name for d in split_dir.iterdir() if d.is_dir() and not d.name.startswith("."))
     classes = list(classes) if classes is not None else found
     index = {c: i for i, c in enumerate(classes)}

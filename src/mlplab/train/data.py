@@ -110,7 +110,8 @@ def _streamed_source(cfg: RunConfig) -> tuple[Any, Any, Any] | None:
         if root is None:
             return None  # load_dataset says where it looked
         train = ImageFolderDataset(root, "train", d.image_size, info.in_chans)
-        test = ImageFolderDataset(root, "val", train.image_size, info.in_chans, classes=train.classes)
+        held_out = "test" if (root / "test").is_dir() else "val"  # as load_dataset: test/, else ImageNet's val/
+        test = ImageFolderDataset(root, held_out, train.image_size, info.in_chans, classes=train.classes)
         info = dataclasses.replace(info, num_classes=len(train.classes), image_size=(train.image_size,) * 2,
                                    classes=tuple(train.classes))
     if d.stream == "auto" and math.prod(train.shape) <= STREAM_BYTES:
