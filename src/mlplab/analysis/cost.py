@@ -19,6 +19,7 @@ import torch.nn as nn
 from ..models.counting import (count_activations, count_flops, count_params, measured_flops, model_input_shape,
                                state_bytes)
 from ..models.mixer import Mixer, MixerConfig
+from ..models.mixer_variants import token_mlp_shape
 from ..models.registry import create_model, get_model_entry, list_models, model_config
 from ..models.sw_mlp import DEFAULT_SW_WIDTH, SWMLPConfig, sw_width
 
@@ -86,11 +87,13 @@ def mixer_counts(cfg: MixerConfig) -> dict[str, int]:
         params += 4 * C if cfg.norm else 0
         acts += ln * (s_in + S) * C
         if cfg.block == "mlp":
-            d_s = cfg.token_hidden if cfg.token_hidden is not None else int(round(cfg.expansion * S))
+            # M token MLPs n_in -> D_S -> n_out on V vectors each (M = V = ... as token_mixing says)
+            M, V, n_in, d_s, n_out = token_mlp_shape(cfg.token_mixing, cfg.token_groups, s_in, S, C,
+                                                     cfg.token_hidden, cfg.expansion)
             d_c = cfg.channel_hidden if cfg.channel_hidden is not None else int(round(cfg.expansion * C))
-            params += s_in * d_s + d_s + d_s * S + S + 2 * C * d_c + d_c + C
-            flops += 2 * C * (s_in * d_s + d_s * S) + 2 * S * (2 * C * d_c)
-            acts += (1 + phi) * (C * d_s + S * d_c) + 2 * S * C
+            params += M * (n_in * d_s + d_s + d_s * n_out + n_out) + 2 * C * d_c + d_c + C
+            flops += 2 * M * V * (n_in * d_s + d_s * n_out) + 2 * S * (2 * C * d_c)
+            acts += (1 + phi) * (M * V * d_s + S * d_c) + 2 * S * C
         else:
             params += s_in * S + S + C * C + C
             flops += 2 * C * s_in * S + 2 * S * C * C

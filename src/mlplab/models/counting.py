@@ -34,6 +34,7 @@ from ..layers.monarch import MonarchLinear
 from ..layers.pk import PKMixing
 from ..layers.stem import PatchEmbed
 from .mixer import MixerBlock
+from .mixer_variants import GroupedTokenMlp, GroupLinear, TokenMlpBank
 
 __all__ = ["count_params", "count_flops", "measured_flops", "count_activations", "state_bytes", "model_input_shape"]
 
@@ -73,10 +74,18 @@ def _walk(module: nn.Module, rows: int) -> int:
         return _walk(module.proj, rows * module.num_patches)  # one product per patch
     if isinstance(module, PKMixing):
         return _walk(module.inner, rows * module.n1)  # the group map acts on n1 groups
+    if isinstance(module, GroupLinear):
+        return 2 * module.groups * module.in_features * module.out_features * rows  # rows vectors per group
     if isinstance(module, MixerBlock):
-        # the skip layer W̃ ∈ R^{S×S0} acts on each of the C channel columns
-        return sum(_walk(child, rows * module.dim if name == "skip_proj" else rows)
-                   for name, child in module.named_children())
+        # the skip layer W̃ ∈ R^{S×S0} acts on each of the C channel columns; a token-mixing
+        # variant's MLPs (mixer_variants) on C/G vectors per group
+        def rows_of(name: str, child: nn.Module) -> int:
+            if name == "skip_proj":
+                return rows * module.dim
+            if isinstance(child, (TokenMlpBank, GroupedTokenMlp)):
+                return rows * module.dim // child.groups
+            return rows
+        return sum(_walk(child, rows_of(name, child)) for name, child in module.named_children())
     children = list(module.children())
     if not children and any(p.ndim >= 2 for p in module.parameters(recurse=False)):
         raise NotImplementedError(

@@ -34,6 +34,7 @@ from ..layers.pk import IMPLS, PKMixing, check_impl, has_hooks, random_perm, set
 from ..layers.stem import PatchEmbed, check_patch_size
 from ..utils.seeds import derive_generator
 from . import mixer_fused
+from .mixer_variants import GroupedTokenMlp, GroupLinear, TokenMlpBank, check_token_groups, token_mlp_shape
 from .base import VisionMLP
 from .registry import register_model
 
@@ -64,6 +65,8 @@ class MixerConfig:
     zero_head: bool = True  # zero-initialised classifier (as in the original Mixer)
     norm_eps: float = 1e-5
     impl: Literal["auto", "module", "fused", "definition"] = "auto"  # how it computes (module docstring)
+    token_mixing: Literal["shared", "untied", "grouped", "views"] = "shared"  # supplement variants (mixer_variants)
+    token_groups: int = 1  # G of the "grouped" and "views" variants; divides C
 
 
 def _rp_block_set(cfg: MixerConfig) -> frozenset[int]:
@@ -88,6 +91,16 @@ def _hidden(explicit: int | None, expansion: float, n: int, what: str) -> int:
     if h < 1:
         raise ValueError(f"{what} hidden width is {h}; raise expansion or set it explicitly")
     return h
+
+
+def _token_mixing_variant(cfg: MixerConfig, tokens_in: int, tokens: int, dim: int) -> nn.Module:
+    """The supplement's untied / grouped / views token mixing (:mod:`mlplab.models.mixer_variants`)."""
+    mlps, _, _, d, _ = token_mlp_shape(cfg.token_mixing, cfg.token_groups, tokens_in, tokens, dim,
+                                       cfg.token_hidden, cfg.expansion)
+    d = _hidden(d, cfg.expansion, tokens, "token-MLP")
+    if cfg.token_mixing == "grouped":
+        return GroupedTokenMlp(cfg.token_groups, tokens_in, d, tokens, cfg.act, cfg.drop_rate)
+    return TokenMlpBank(mlps, tokens_in, d, tokens, cfg.act, cfg.drop_rate)
 
 
 class MixerBlock(nn.Module):
@@ -129,8 +142,11 @@ class MixerBlock(nn.Module):
             perms = [random_perm(m_in, g_tok), random_perm(m, g_tok), random_perm(m, g_ch), random_perm(m, g_ch)]
             tok = dict(perm_in=perms[0], perm_out=perms[1])
             ch = dict(perm_in=perms[2], perm_out=perms[3])
-        # token mixing: n1 = C groups (the columns of X) of n2 = S_in entries -> S; J1 = J2 = I
-        self.token_mixing = PKMixing(token_fn, (tokens_in, dim), (tokens, dim), "columns", **tok)
+        if cfg.token_mixing == "shared":
+            # token mixing: n1 = C groups (the columns of X) of n2 = S_in entries -> S; J1 = J2 = I
+            self.token_mixing = PKMixing(token_fn, (tokens_in, dim), (tokens, dim), "columns", **tok)
+        else:
+            self.token_mixing = _token_mixing_variant(cfg, tokens_in, tokens, dim)
         # channel mixing: n1 = S groups (the rows) of n2 = C entries -> C; J1 = J_c, J2 = J_cᵀ
         self.channel_mixing = PKMixing(channel_fn, (tokens, dim), (tokens, dim), "rows", **ch)
         self.skip_proj = nn.Linear(tokens_in, tokens, bias=False) if skip_layer else None
@@ -177,6 +193,10 @@ class Mixer(VisionMLP):
             raise ValueError(f"expansion (gamma) must be > 0, got {cfg.expansion}")
         if not 0.0 <= cfg.drop_rate < 1.0:
             raise ValueError(f"drop_rate must be in [0, 1), got {cfg.drop_rate}")
+        check_token_groups(cfg.token_mixing, cfg.token_groups, C)
+        if cfg.token_mixing != "shared" and (cfg.block != "mlp" or cfg.rp_blocks != "none"):
+            raise ValueError(f"token_mixing={cfg.token_mixing!r} is a variant of the MLP-Mixer block: "
+                             "use block='mlp' and rp_blocks='none', or token_mixing='shared'")
         self.cfg = cfg
         self.num_patches, self.num_tokens, self.hidden_dim = s0, S, C
         self.rp_blocks = _rp_block_set(cfg)
@@ -203,6 +223,8 @@ class Mixer(VisionMLP):
                     nn.init.xavier_uniform_(mod.weight)
                 if mod.bias is not None:
                     nn.init.zeros_(mod.bias)
+            elif isinstance(mod, GroupLinear):
+                mod.reset_parameters()
         if self.cfg.zero_head:
             nn.init.zeros_(self.head.weight)
             nn.init.zeros_(self.head.bias)
@@ -253,6 +275,8 @@ class Mixer(VisionMLP):
             return f"the fused kernels run on CPU, not {torch.device(device).type}"
         if not (cfg.norm and cfg.skip):
             return "a Mixer without LayerNorms or skips has no seams"
+        if cfg.token_mixing != "shared":
+            return f"token_mixing={cfg.token_mixing!r} (the kernels compute the shared token MLP)"
         if self.training and self.cfg.drop_path_rate > 0 and self.cfg.depth > 1:
             return "stochastic depth while training"
         if torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") != torch.bfloat16:
@@ -310,6 +334,13 @@ register_model(
     description="random-permuted MLP-Mixer (rp_blocks chooses which blocks)",
     block="mlp", hidden_dim=64, expansion=2.0, depth=3, rp_blocks="all",
 )
+for _variant in ("untied", "grouped", "views"):
+    register_model(
+        f"mlp_mixer_{_variant}", family="mlp_mixer", config_cls=MixerConfig, builder=build_mixer,
+        description=f"MLP-Mixer with {_variant} token mixing (supplement ablation; token_groups = G)",
+        block="mlp", hidden_dim=64, expansion=2.0, depth=3, token_mixing=_variant,
+        token_groups=1 if _variant == "untied" else 4,
+    )
 register_model(
     "rp_s_mixer", family="mlp_mixer", config_cls=MixerConfig, builder=build_mixer,
     description="random-permuted S-Mixer (rp_blocks chooses which blocks)",
