@@ -156,3 +156,14 @@ def test_bad_groups_on_the_command_line_exit_2(tmp_path, capsys):
     code = cli.main(args)
     err = capsys.readouterr().err
     assert code == 2 and "must divide hidden_dim" in err and "Traceback" not in err
+
+
+def test_tools_for_the_shared_token_mlp_refuse_the_variants():
+    from mlplab.interop.timm import from_mlplab
+    from mlplab.models.expand import expand_resolution
+    from mlplab.theory.effective import effective_mlp
+
+    model = build("views", 2).eval()
+    for fn in (from_mlplab, lambda m: expand_resolution(m, 2), effective_mlp):
+        with pytest.raises(ValueError, match="token_mixing='views'"):
+            fn(model)

@@ -81,6 +81,8 @@ def from_mlplab(model: nn.Module) -> dict[str, torch.Tensor]:
         why.append(f"num_tokens={model.num_tokens} != {model.num_patches} patches (the first-block skip layer)")
     if not (cfg.norm and cfg.skip):
         why.append("norm=False or skip=False")
+    if cfg.token_mixing != "shared":
+        why.append(f"token_mixing={cfg.token_mixing!r}")
     if any(blk.skip_proj is not None for blk in model.blocks):
         why.append("a learned first-block skip layer")
     if why:

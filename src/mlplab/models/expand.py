@@ -123,6 +123,8 @@ def expand_resolution(model: nn.Module, K: int) -> Mixer:
     if isinstance(K, bool) or not isinstance(K, int) or K < 1:
         raise ValueError(f"K must be a whole number >= 1 (the resolution factor), got {K!r}")
     cfg = model.cfg
+    if cfg.token_mixing != "shared":
+        raise ValueError(f"expand_resolution works on the shared token MLP, not token_mixing={cfg.token_mixing!r}")
     S0, S = model.num_patches, model.num_tokens
     n = cfg.image_size // cfg.patch_size
     KK = K * K

@@ -127,7 +127,7 @@ class MixerBlock(nn.Module):
         self.norm1 = nn.LayerNorm(dim, eps=eps) if cfg.norm else nn.Identity()
         self.norm2 = nn.LayerNorm(dim, eps=eps) if cfg.norm else nn.Identity()
         if cfg.block == "mlp":
-            d_s = _hidden(cfg.token_hidden, cfg.expansion, tokens, "token-MLP")
+            d_s = _hidden(cfg.token_hidden, cfg.expansion, tokens, "token-MLP")  # the shared token MLP's
             d_c = _hidden(cfg.channel_hidden, cfg.expansion, dim, "channel-MLP")
             token_fn: nn.Module = Mlp(tokens_in, d_s, tokens, cfg.act, cfg.drop_rate)
             channel_fn: nn.Module = Mlp(dim, d_c, dim, cfg.act, cfg.drop_rate)

@@ -482,6 +482,8 @@ def effective_mlp(model: nn.Module, dtype: torch.dtype = torch.float64, max_nnz:
 
     if not isinstance(model, Mixer):
         raise TypeError(f"effective_mlp expects a mlplab Mixer (S-Mixer / MLP-Mixer / RP), got {type(model).__name__}")
+    if model.cfg.token_mixing != "shared":
+        raise ValueError(f"effective_mlp builds the PK token mixing of the shared Mixer, not token_mixing={model.cfg.token_mixing!r}")
     if model.training:
         for mod in model.modules():
             if (isinstance(mod, nn.Dropout) and mod.p > 0) or (isinstance(mod, DropPath) and mod.p > 0):
