@@ -34,8 +34,8 @@ from ..layers.pk import IMPLS, PKMixing, check_impl, has_hooks, random_perm, set
 from ..layers.stem import PatchEmbed, check_patch_size
 from ..utils.seeds import derive_generator
 from . import mixer_fused
-from .mixer_variants import GroupedTokenMlp, GroupLinear, TokenMlpBank, check_token_groups, token_mlp_shape
 from .base import VisionMLP
+from .mixer_variants import GroupedTokenMlp, GroupLinear, TokenMlpBank, check_token_groups, token_mlp_shape
 from .registry import register_model
 
 __all__ = ["MixerConfig", "Mixer", "MixerBlock", "build_mixer", "MIXER_PRESETS"]
@@ -127,7 +127,7 @@ class MixerBlock(nn.Module):
         self.norm1 = nn.LayerNorm(dim, eps=eps) if cfg.norm else nn.Identity()
         self.norm2 = nn.LayerNorm(dim, eps=eps) if cfg.norm else nn.Identity()
         if cfg.block == "mlp":
-            d_s = _hidden(cfg.token_hidden, cfg.expansion, tokens, "token-MLP")  # the shared token MLP's
+            d_s = _hidden(cfg.token_hidden, cfg.expansion, tokens, "token-MLP")
             d_c = _hidden(cfg.channel_hidden, cfg.expansion, dim, "channel-MLP")
             token_fn: nn.Module = Mlp(tokens_in, d_s, tokens, cfg.act, cfg.drop_rate)
             channel_fn: nn.Module = Mlp(dim, d_c, dim, cfg.act, cfg.drop_rate)
