@@ -31,6 +31,7 @@ import torch.nn as nn
 
 from ..data.table import get_info
 from ..errors import BadInput
+from ..interop.files import CHECKPOINT_DIRS
 from . import checkpoint as ckpt
 from .config import RunConfig, eval_batch_size, make_config, parse_overrides
 from .data import RunData, Split, eval_loader, load_run_data
@@ -74,14 +75,11 @@ class EvalSetup:
         return contextlib.nullcontext()
 
 
-_CHECKPOINT_DIRS = ("checkpoint", "checkpoint.prev")
-
-
 def _run_folder(path: Path) -> Path | None:
     """The run folder (it holds ``config.json``) that ``path`` is, or whose checkpoint folder or
     checkpoint file ``path`` is; None for a checkpoint of no run."""
     folder = path.parent if path.is_file() else path
-    if folder.name in _CHECKPOINT_DIRS:
+    if folder.name in CHECKPOINT_DIRS:
         folder = folder.parent
     return folder if (folder / "config.json").is_file() else None
 
