@@ -140,7 +140,9 @@ def _model_kwargs(o: dict[str, Any]) -> dict[str, Any]:
     info = get_info(str(o.get("data.dataset", "cifar10")))
     kw = dict(nest_overrides(o).get("model.kwargs", {}))
     side = o.get("data.image_size") or info.image_size[0]
-    kw.update(image_size=int(side), in_chans=info.in_chans, num_classes=info.num_classes)
+    # a dataset whose classes are counted when it loads (a pack, an image folder): the given count, else 1000
+    kw.update(image_size=int(side), in_chans=info.in_chans,
+              num_classes=info.num_classes or int(kw.get("num_classes") or 1000))
     return kw
 
 
