@@ -125,20 +125,21 @@ def _mlp(width: int, depth: int) -> dict[str, Any]:
     return {"model.name": "bottleneck_mlp", "model.kwargs.width": int(width), "model.kwargs.depth": int(depth)}
 
 
-def _probe_sweep(name: str, rows: list[dict[str, Any]], downstream: dict[str, Any], keys: list[str],
+def _probe_sweep(sc: Scale, rows: list[dict[str, Any]], downstream: dict[str, Any], keys: list[str],
                  description: str) -> Sweep:
     """The closed-form ridge probe (``linear_eval``, ``probe=true``) on the downstream data, one run
-    per pre-trained run."""
-    base = {"probe": True, **downstream}
-    return Sweep(name, base, [("meta.i", list(range(len(rows))))], seeds=[0], seed_keys=("meta.eval_seed",),
+    per pre-trained run: the whole downstream training split (the scale's subset at smoke scale),
+    whatever subset the run pre-trained on."""
+    base = {"probe": True, "data.train_subset": sc.train_subset, **downstream}
+    return Sweep("probe", base, [("meta.i", list(range(len(rows))))], seeds=[0], seed_keys=("meta.eval_seed",),
                  derived=[derive("lookup", key="meta.i", table=rows)], name_keys=keys, task="linear_eval", epochs=1,
                  description=description)
 
 
-def _lion_probe_sweep(name: str, rows: list[dict[str, Any]], recipe: dict[str, Any], keys: list[str],
+def _lion_probe_sweep(rows: list[dict[str, Any]], recipe: dict[str, Any], keys: list[str],
                       description: str) -> Sweep:
     """The paper's linear probe: the body frozen, a new head trained with LION (``finetune`` task)."""
-    return Sweep(name, recipe, [("meta.i", list(range(len(rows))))], seeds=[0], seed_keys=("meta.probe_seed",),
+    return Sweep("probe", recipe, [("meta.i", list(range(len(rows))))], seeds=[0], seed_keys=("meta.probe_seed",),
                  derived=[derive("lookup", key="meta.i", table=rows)], name_keys=keys, task="finetune",
                  epochs=float(recipe.get("schedule.epochs", 1)), description=description)
 
@@ -163,6 +164,7 @@ class Transfer:
     sizes: list[int]  # pre-training set sizes N; the largest is the whole pre-training split
     pretrain_epochs: float  # at the largest N; a smaller N gets epochs × N_max / N (the same examples seen)
     finetune_epochs: float  # fine-tuning and from scratch on the downstream data (the same budget)
+    downstream_n: int | None  # downstream training examples (a seeded random subset; None: all)
     seeds: int
     da: dict[str, Any]  # augment overrides of "+ DA" pre-training ("no DA": none)
     probe: str  # "ridge": closed-form ridge on frozen features (linear_eval); "lion": the paper's LION probe
@@ -175,25 +177,26 @@ _FM_DOWN = {"data.classes": [5, 6, 7, 8, 9]}  # sandal, shirt, sneaker, bag, ank
 _IN21K = {"data.dataset": "packed", "data.image_size": 64}  # ImageNet-21k as an mlplab pack (data.root)
 
 TRANSFER = {
-    "smoke": Transfer(width=16, depth=1, model=None, pretrain=_FM_PRE, downstream=_FM_DOWN, sizes=[16, 32],
-                      pretrain_epochs=1, finetune_epochs=1, seeds=1, da={"augment.crop_padding": 1, "augment.hflip": True},
+    "smoke": Transfer(width=16, depth=1, model=None, pretrain=_FM_PRE, downstream=_FM_DOWN, sizes=[32, 64],
+                      pretrain_epochs=1, finetune_epochs=1, downstream_n=64, seeds=1, da={"augment.crop_padding": 1, "augment.hflip": True},
                       probe="ridge", note="synthetic data: runs every stage, decides nothing"),
-    # classes 0–4 (30,000 training images) → 5–9; two sizes a factor 5 apart at the same examples seen
-    # (12 → 60 epochs), so that data size, not compute, differs; "+ DA" = crop (padding 2) + flip, the
-    # cpu scale's light augmentation (random-resized crop and mixup need more epochs than these)
-    "cpu": Transfer(width=128, depth=4, model=None, pretrain=_FM_PRE, downstream=_FM_DOWN, sizes=[6000, 30000],
-                    pretrain_epochs=12, finetune_epochs=6, seeds=3,
+    # classes 0–4 → 5–9; two pre-training sizes a factor 4 apart at the same examples seen (6 → 24
+    # epochs), so that data size, not compute, differs; 5,000 downstream images, where pre-training
+    # can help; "+ DA" = crop (padding 2) + flip (random-resized crop and mixup need more epochs)
+    "cpu": Transfer(width=128, depth=4, model=None, pretrain=_FM_PRE, downstream=_FM_DOWN, sizes=[3000, 12000],
+                    pretrain_epochs=6, finetune_epochs=6, downstream_n=5000, seeds=3,
                     da={"augment.crop_padding": 2, "augment.hflip": True}, probe="ridge",
-                    note="Fashion-MNIST classes 0–4 → 5–9 at 28×28 instead of ImageNet-21k → CIFAR/STL/TinyIN/IN-1k "
-                         "at 64×64; B-4/Wi-128 instead of B-6/Wi-1024; pre-training with AdamW (lr 3e-3, the cpu "
-                         "default, not tuned) for a fixed number of examples instead of LION 1e-5 for 800 epochs; "
+                    note="Fashion-MNIST classes 0–4 (3,000 or 12,000 images) → 5–9 (5,000 images) at 28×28 instead "
+                         "of ImageNet-21k → CIFAR/STL/TinyIN/IN-1k at 64×64; B-4/Wi-128 instead of B-6/Wi-1024; pre-training with AdamW (lr 3e-3, the cpu "
+                         "default, not tuned) for 72,000 examples instead of LION 1e-5 for 800 epochs; "
                          "fine-tuning 6 epochs at batch 256 with the published SGD lrs (0.01 head / 0.001 body, "
                          "tuned for batch 2048) instead of 50; the linear probe is the closed-form ridge probe of "
                          "the linear_eval task (λ chosen on 10% of the downstream training split) instead of "
                          "LION 1e-5 for 50 epochs; \"+ DA\" is crop + flip, not random-resized crop + flip + mixup"),
     "paper": Transfer(width=1024, depth=6, model="bottleneck_mlp_b6_wi1024",
                       pretrain=_IN21K, downstream={},
-                      sizes=[1_200_000, 12_000_000], pretrain_epochs=800, finetune_epochs=50, seeds=3,
+                      sizes=[1_200_000, 12_000_000], pretrain_epochs=800, finetune_epochs=50, downstream_n=None,
+                      seeds=3,
                       da={"augment.random_resized_crop": True, "augment.hflip": True, "augment.mixup": 0.8},
                       probe="lion",
                       note="ImageNet-21k pack (data.root) at 64×64, pre-training as the in21k_b6_wi1024 preset "
@@ -201,6 +204,13 @@ TRANSFER = {
                            "toolkit's addition (Table 2 has one size); fine-tuning as in21k_finetune_*; the "
                            "downstream set is the one asked for (--dataset, default cifar10)"),
 }
+
+
+def _downstream_data(s: Transfer) -> dict[str, Any]:
+    """Data overrides of every downstream run (fine-tuned, from scratch, probed): the same classes and,
+    seed for seed, the same random subset."""
+    sub = {"data.train_subset": s.downstream_n, "data.subset": "random"} if s.downstream_n else {}
+    return {**s.downstream, **sub}
 
 
 def _pretrain_sweep(sc: Scale, s: Transfer) -> Sweep:
@@ -245,13 +255,13 @@ def _downstream_base(sc: Scale, s: Transfer) -> dict[str, Any]:
     if sc.paper:
         base = {k: v for k, v in ft.items() if k != "data.dataset"}
         base.update({"data.dataset": sc.dataset, "schedule.epochs": s.finetune_epochs, "model.new_head": True,
-                     **s.downstream})
+                     **_downstream_data(s)})
         return base
     base = sc.recipe(epochs=s.finetune_epochs, cpu_epochs=s.finetune_epochs, cpu_optim=None,
                      optim="sgd", lr=ft["optim.lr"])
     base.update({k: ft[k] for k in ("optim.head_lr", "optim.momentum", "optim.nesterov", "optim.weight_decay",
                                     "optim.grad_clip")})
-    base.update({"model.new_head": True, **s.downstream})
+    base.update({"model.new_head": True, **_downstream_data(s)})
     if sc.smoke:
         base["run.batch_size"] = 8
     return base
@@ -362,15 +372,16 @@ def sm_transfer(sc: Scale) -> Plan:
         scratch_base.update(_mlp(s.width, s.depth))
     else:
         scratch_base = sc.recipe(epochs=s.finetune_epochs, cpu_epochs=s.finetune_epochs)
-        scratch_base.update({**model, **s.downstream})
+        scratch_base.update({**model, **_downstream_data(s)})
     scratch = Sweep("scratch", scratch_base, [], seeds=seeds, derived=trained(sc), name_keys=["run.seed"],
                     epochs=s.finetune_epochs, description="the same model from scratch with DA, same downstream epochs")
     if s.probe == "ridge":
-        probe = _probe_sweep("probe", pretrained_rows(pre, keys, "run"), dict(s.downstream), keys, "closed-form ridge probe on frozen features")
+        probe = _probe_sweep(sc, pretrained_rows(pre, keys, "run"), _downstream_data(s), keys,
+                             "closed-form ridge probe on frozen features")
     else:
         lion = {**ft_base, "optim.name": "lion", "optim.lr": 1e-5, "optim.freeze": "body", "optim.head_lr": None,
                 "optim.momentum": 0.9, "schedule.epochs": 50}
-        probe = _lion_probe_sweep("probe", pretrained_rows(pre, keys, "pretrained"), lion, keys,
+        probe = _lion_probe_sweep(pretrained_rows(pre, keys, "pretrained"), lion, keys,
                                   "linear probe: body frozen, LION 1e-5, 50 epochs")
     return Plan([[pre], [ft, scratch, probe]],
                 settings={"model": name if s.model else f"B-{s.depth}/Wi-{s.width}", "pre-training N": s.sizes,
@@ -402,16 +413,19 @@ BATCH_SIZE = {
     "smoke": BatchSize(width=16, depth=1, model=None, pretrain=_FM_PRE, downstream=_FM_DOWN, batches=[4, 8, 16],
                        epochs=[1], seeds=1, da={}, lr_rule={"optim.lr_batch": 8, "optim.lr_scaling": "sqrt"},
                        note="synthetic data: runs every stage, decides nothing"),
-    # classes 0–4 → 5–9; batch 32–512 (a factor 16, 5 points) at 3 and 12 epochs: even the largest batch
-    # takes ≥ 175 steps (the paper's B = 16384 takes ~730 per IN-21k epoch), so no budget is a handful of
-    # steps; the lr follows the square-root rule from the cpu lr at batch 256 (Adam's rule; optim.lr_scaling=sqrt)
-    "cpu": BatchSize(width=128, depth=4, model=None, pretrain=_FM_PRE, downstream=_FM_DOWN,
-                     batches=[32, 64, 128, 256, 512], epochs=[3, 12], seeds=3,
+    # 4,000 images of classes 0–4 → 5–9; batch 16–128 (a factor 8, 4 points) at 3 and 9 epochs: even
+    # the largest batch takes ≥ 90 steps (the paper's B = 16384 ~730 per IN-21k epoch); the lr follows
+    # the square-root rule from the cpu lr at batch 256 (Adam's rule; optim.lr_scaling=sqrt)
+    "cpu": BatchSize(width=128, depth=4, model=None,
+                     pretrain={**_FM_PRE, "data.train_subset": 4000, "data.subset": "random"},
+                     downstream={**_FM_DOWN, "data.train_subset": 5000, "data.subset": "random"},
+                     batches=[16, 32, 64, 128], epochs=[3, 9], seeds=3,
                      da={"augment.crop_padding": 2, "augment.hflip": True},
                      lr_rule={"optim.lr_batch": 256, "optim.lr_scaling": "sqrt"},
-                     note="Fashion-MNIST classes 0–4 → 5–9 at 28×28 instead of ImageNet-21k → CIFAR-100 at 64×64; "
+                     note="Fashion-MNIST classes 0–4 (4,000 images) → 5–9 at 28×28 instead of ImageNet-21k → CIFAR-100 at "
+                          "64×64; "
                           "B-4/Wi-128 instead of B-12/Wi-1024; AdamW with lr(B) = 3e-3·√(B/256) (the cpu default lr, "
-                          "not tuned, scaled by Adam's square-root rule) instead of LION; batch 32–512 at 3 and 12 epochs "
+                          "not tuned, scaled by Adam's square-root rule) instead of LION; batch 16–128 at 3 and 9 epochs "
                           "instead of up to 16,384; the probe is the closed-form ridge probe of linear_eval (λ chosen on 10% of "
                           "the downstream training split)"),
     "paper": BatchSize(width=1024, depth=12, model="bottleneck_mlp_b12_wi1024",
@@ -477,7 +491,7 @@ def sm_batch_size(sc: Scale) -> Plan:
     its frozen pre-logit features on the downstream data (``linear_eval``, ``probe=true``).
     Published: downstream error falls monotonically with B (log-log) at every epoch budget.
     Verdict: per seed the slope of the error against log2 B, one-sample t-test < 0 per budget (Holm).
-    Time: paper 15 IN-21k pre-trainings × 3 seeds (GPU months); cpu 30 pre-trainings + 30 probes on
+    Time: paper 15 IN-21k pre-trainings × 3 seeds (GPU months); cpu 24 pre-trainings + 24 probes on
     Fashion-MNIST 0–4 → 5–9 (``reproduce --list``); smoke seconds.
     """
     from ...train.config import flatten
@@ -495,7 +509,7 @@ def sm_batch_size(sc: Scale) -> Plan:
                 description="pre-training at each batch size and epoch budget")
     keys = BS_KEYS
     downstream = dict(s.downstream) if not sc.paper else {"data.dataset": sc.dataset}
-    probe = _probe_sweep("probe", pretrained_rows(pre, keys, "run"), downstream, keys,
+    probe = _probe_sweep(sc, pretrained_rows(pre, keys, "run"), downstream, keys,
                          "closed-form ridge probe on frozen features")
     return Plan([[pre], [probe]], settings={"model": s.model or f"B-{s.depth}/Wi-{s.width}", "B": s.batches,
                                            "epoch budgets": s.epochs, "lr rule": s.lr_rule or "the preset's lr"},
