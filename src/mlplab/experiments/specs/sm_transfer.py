@@ -164,6 +164,7 @@ class Transfer:
     sizes: list[int]  # pre-training set sizes N; the largest is the whole pre-training split
     pretrain_epochs: float  # at the largest N; a smaller N gets epochs × N_max / N (the same examples seen)
     finetune_epochs: float  # fine-tuning and from scratch on the downstream data (the same budget)
+    finetune_batch: int | None  # fine-tuning batch (None: the published 2048)
     downstream_n: int | None  # downstream training examples (a seeded random subset; None: all)
     seeds: int
     da: dict[str, Any]  # augment overrides of "+ DA" pre-training ("no DA": none)
@@ -178,24 +179,27 @@ _IN21K = {"data.dataset": "packed", "data.image_size": 64}  # ImageNet-21k as an
 
 TRANSFER = {
     "smoke": Transfer(width=16, depth=1, model=None, pretrain=_FM_PRE, downstream=_FM_DOWN, sizes=[32, 64],
-                      pretrain_epochs=1, finetune_epochs=1, downstream_n=64, seeds=1, da={"augment.crop_padding": 1, "augment.hflip": True},
+                      pretrain_epochs=1, finetune_epochs=1, finetune_batch=8, downstream_n=64, seeds=1, da={"augment.crop_padding": 1, "augment.hflip": True},
                       probe="ridge", note="synthetic data: runs every stage, decides nothing"),
     # classes 0–4 → 5–9; two pre-training sizes a factor 4 apart at the same examples seen (6 → 24
     # epochs), so that data size, not compute, differs; 5,000 downstream images, where pre-training
-    # can help; "+ DA" = crop (padding 2) + flip (random-resized crop and mixup need more epochs)
+    # can help; "+ DA" = crop (padding 2) + flip (random-resized crop and mixup need more epochs);
+    # fine-tuning at batch 32 for 8 epochs: 1,250 SGD steps, as many as the paper's 50 CIFAR epochs
+    # at batch 2048 (~1,220) with its lrs
     "cpu": Transfer(width=128, depth=4, model=None, pretrain=_FM_PRE, downstream=_FM_DOWN, sizes=[3000, 12000],
-                    pretrain_epochs=6, finetune_epochs=6, downstream_n=5000, seeds=3,
+                    pretrain_epochs=6, finetune_epochs=8, finetune_batch=32, downstream_n=5000, seeds=3,
                     da={"augment.crop_padding": 2, "augment.hflip": True}, probe="ridge",
                     note="Fashion-MNIST classes 0–4 (3,000 or 12,000 images) → 5–9 (5,000 images) at 28×28 instead "
                          "of ImageNet-21k → CIFAR/STL/TinyIN/IN-1k at 64×64; B-4/Wi-128 instead of B-6/Wi-1024; pre-training with AdamW (lr 3e-3, the cpu "
                          "default, not tuned) for 72,000 examples instead of LION 1e-5 for 800 epochs; "
-                         "fine-tuning 6 epochs at batch 256 with the published SGD lrs (0.01 head / 0.001 body, "
-                         "tuned for batch 2048) instead of 50; the linear probe is the closed-form ridge probe of "
+                         "fine-tuning 8 epochs at batch 32 (as many SGD steps as the paper's 50 epochs at batch 2048) with "
+                         "the published lrs (0.01 head / 0.001 body); the linear probe is the closed-form ridge probe of "
                          "the linear_eval task (λ chosen on 10% of the downstream training split) instead of "
                          "LION 1e-5 for 50 epochs; \"+ DA\" is crop + flip, not random-resized crop + flip + mixup"),
     "paper": Transfer(width=1024, depth=6, model="bottleneck_mlp_b6_wi1024",
                       pretrain=_IN21K, downstream={},
-                      sizes=[1_200_000, 12_000_000], pretrain_epochs=800, finetune_epochs=50, downstream_n=None,
+                      sizes=[1_200_000, 12_000_000], pretrain_epochs=800, finetune_epochs=50, finetune_batch=None,
+                      downstream_n=None,
                       seeds=3,
                       da={"augment.random_resized_crop": True, "augment.hflip": True, "augment.mixup": 0.8},
                       probe="lion",
@@ -262,8 +266,7 @@ def _downstream_base(sc: Scale, s: Transfer) -> dict[str, Any]:
     base.update({k: ft[k] for k in ("optim.head_lr", "optim.momentum", "optim.nesterov", "optim.weight_decay",
                                     "optim.grad_clip")})
     base.update({"model.new_head": True, **_downstream_data(s)})
-    if sc.smoke:
-        base["run.batch_size"] = 8
+    base["run.batch_size"] = s.finetune_batch
     return base
 
 
