@@ -163,6 +163,7 @@ def test_transfer_analysis_reaches_each_verdict():
     reverse = {(1000, False): 10.0, (1000, True): 20.0, (5000, False): 8.0, (5000, True): 18.0}
     an = _analyse_transfer(_transfer_runs(reverse, reverse, 12.0), {})
     assert _verdicts(an) == ["DID NOT HOLD"] * 5
+    assert any("did not transfer" in n for n in an.notes)
     an = _analyse_transfer(_transfer_runs(paper_like, paper_like, 12.0, seeds=(0, 1)), {})
     assert _verdicts(an) == ["UNDECIDED"] * 5
     pub = {(r["what"][:4], r["model"]): r for r in an.published}
