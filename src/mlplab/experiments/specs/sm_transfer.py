@@ -479,12 +479,13 @@ def _analyse_batch_size(runs: list[RunRecord], manifest: dict[str, Any]) -> Anal
     published = [{"quantity": "downstream error vs pre-training batch size", "published": "falls monotonically "
                   "(log-log) at every epoch budget (Fig. 4)", "ours": "; ".join(
                       f"{k}: {p.effect:+.3g} points per doubling" for k, p in parts.items())}]
-    changes = {}
+    changes: dict[float, list[float]] = {}
     for r in select(runs, "pretrain"):
-        changes.setdefault(r.get("schedule.epochs"), []).append(abs(loss_change(r)))
+        if math.isfinite(loss_change(r)):  # a 1-epoch run has no change to show
+            changes.setdefault(r.get("schedule.epochs"), []).append(abs(loss_change(r)))
     notes = ["the plateau rule is not applied: the epoch budget is the variable, and Fig. 4 compares models at fixed "
              "budgets, converged or not; median |training-loss change| over the last 2 epochs of pre-training: "
-             + ", ".join(f"{e:g} epochs {float(np.nanmedian(c)):.1f}% per epoch" for e, c in sorted(changes.items()))]
+             + ", ".join(f"{e:g} epochs {float(np.median(c)):.1f}% per epoch" for e, c in sorted(changes.items()))]
     order = lambda r: (r["epochs"], r["batch"])  # noqa: E731
     return Analysis(sorted(rows, key=order), ["epochs", "batch", "downstream_error", "downstream_error_std", "n"],
                     {"sm-batch-size": fig}, claims, published, tables={"pretrain": sorted(pre, key=order)},
