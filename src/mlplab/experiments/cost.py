@@ -173,7 +173,7 @@ def _train_examples(o: dict[str, Any]) -> float:
     if o.get("data.classes") and not o.get("data.train_subset"):  # balanced classes: their share of the set
         from ..data.table import get_info
 
-        n *= len(o["data.classes"]) / get_info(str(o["data.dataset"])).num_classes
+        n *= len(o["data.classes"]) / (get_info(str(o["data.dataset"])).num_classes or len(o["data.classes"]))
     return n * (1.0 - float(o.get("data.val_fraction") or 0.0))
 
 
