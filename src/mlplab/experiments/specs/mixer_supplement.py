@@ -215,14 +215,28 @@ WEIGHTS = {
                      side=224),
 }
 
-WEIGHTS_PUBLISHED = [
-    {"figure": "Supplement Fig. 1", "published": "the first token-mixing MLPs' units (Mixer-B/16; ImageNet, IN-21k, "
-                                                 "JFT-300M) are local and global filters, many paired with an inverse",
-     "ours": "frac_inverse, frac_closest_is_inverse (trained vs init)"},
-    {"figure": "Supplement Fig. 2", "published": "embedding units depend on the patch size: at 32×32 Gabor-like, "
-                                                 "low frequency; at 16×16 less clear",
-     "ours": "embedding_frequency, trained / init, larger vs smaller patch"},
-]
+WEIGHTS_PUBLISHED = {
+    "token": ("Supplement Fig. 1", "the first token-mixing MLPs' units (Mixer-B/16; ImageNet, IN-21k, JFT-300M) are "
+                                   "local and global filters, many paired with an inverse"),
+    "embedding": ("Supplement Fig. 2", "embedding units depend on the patch size: at 32×32 Gabor-like, low "
+                                       "frequency; at 16×16 less clear"),
+}
+
+
+def _weights_published(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The published pictures' statements beside our seed means (trained vs init)."""
+    def both(r: dict[str, Any], k: str) -> str:
+        return f"{r.get('trained_' + k, math.nan):.3f} vs {r.get('init_' + k, math.nan):.3f}"
+
+    out = []
+    for key, (fig, text) in WEIGHTS_PUBLISHED.items():
+        if key == "token":
+            ours = "; ".join(f"P = {r['P']}: inverse at cos ≤ −{INVERSE_TAU} {both(r, 'frac_inverse')}, closest is "
+                             f"inverse {both(r, 'frac_closest_is_inverse')}" for r in rows)
+        else:
+            ours = "; ".join(f"P = {r['P']}: mean frequency {both(r, 'embedding_frequency')} cycles/pixel" for r in rows)
+        out.append({"figure": fig, "published": text, "ours (trained vs init, seed means)": ours or "no runs"})
+    return out
 
 
 def _weights_rows(rs: list[RunRecord]) -> list[dict[str, Any]]:
@@ -289,7 +303,7 @@ def _analyse_weights(runs: list[RunRecord], manifest: dict[str, Any]) -> Analysi
         notes.append(f"training loss change over the last 2 epochs: median {np.nanmedian(loss):+.2f}% per epoch")
     return Analysis(rows, None, {"mixer-weights": draw(panels, "Mixer supplement Figs. 1–2: first token-mixing and "
                                                                "embedding units", ncols=2)},
-                    claims, WEIGHTS_PUBLISHED, notes=notes)
+                    claims, _weights_published(rows), notes=notes)
 
 
 @experiment("mixer-weights", "Mixer supplement Figs. 1–2: token-mixing units and their inverses; embedding units "
