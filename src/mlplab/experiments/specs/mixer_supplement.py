@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping
 
 import numpy as np
 
@@ -46,8 +46,9 @@ def _pct(x: Any) -> float:
 
 # ============================================================================ mixer-weights
 
-# |cos| a unit needs with its most negatively aligned partner to count as "paired with an
-# inverse": two random unit vectors in S ≥ 16 dimensions rarely reach it (sd of cos ≈ 1/√S ≤ 0.25)
+# cosine a unit's most negatively aligned partner must reach for "paired with an inverse". At
+# S = 49 tokens (the cpu scale's smaller patch) random units rarely reach it — the least of ~100
+# cosines of sd 1/√S is ≈ −0.36 — at S = 16 they often do, so the claims use the smaller patch
 INVERSE_TAU = 0.5
 WEIGHTS_TASK_S = 2.0  # seconds per analysed run: two models' first blocks, a few small FFTs
 
