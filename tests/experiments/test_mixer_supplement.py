@@ -188,3 +188,19 @@ def test_mixer_weights_smoke_end_to_end(tmp_path):
     assert (tmp_path / "mixer-weights.png").exists()
     w = np.load(next((tmp_path / "weights").glob("P=4*")) / "weights.npz")
     assert w["token_units_block0"].shape[0] <= 2 * 16 and np.nanmax(np.abs(w["token_units_block0"])) == 1.0
+
+
+def test_mixer_ablations_smoke_end_to_end(tmp_path):
+    from mlplab.experiments import reproduce
+
+    res = reproduce("mixer-ablations", "smoke", out_dir=tmp_path, verbose=False)
+    assert res["failed"] == []
+    import json
+
+    v = json.loads((tmp_path / "verdicts.json").read_text())["verdicts"]
+    assert [c["verdict"] for c in v] == ["UNDECIDED"] * 3  # one seed at smoke scale; views not testable
+    assert all("fewer than 3 paired seeds" in c["stats"]["detail"] for c in v[:2])
+    assert "not testable" in v[2]["rule"]
+    rows = (tmp_path / "results.csv").read_text().splitlines()
+    assert len(rows) == 1 + len(VARIANTS) and "1shot" not in rows[0]  # the table is the 5-shot metric's
+    assert (tmp_path / "mixer-ablations.png").exists()
