@@ -162,7 +162,8 @@ def test_plan_at_every_scale(id, scale):
     seeds = {s.overrides["run.seed"] for s in expand(train)}
     assert len(seeds) == (1 if scale == "smoke" else 3)
     if id == "mixer-ablations":
-        assert {s.overrides["model.kwargs.token_mixing"] for s in expand(train)} == set(VARIANTS)
+        want = set(VARIANTS) - ({"views"} if scale == "cpu" else set())  # views decide nothing at cpu scale
+        assert {s.overrides["model.kwargs.token_mixing"] for s in expand(train)} == want
         assert {s.overrides["model.name"] for s in expand(train)} == {"mlp_mixer"}  # one recipe, one searched lr
         assert all(s.overrides["shots"] and s.overrides["probe"] for s in later)
         if scale != "paper":
