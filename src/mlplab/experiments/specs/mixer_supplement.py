@@ -551,7 +551,9 @@ def mixer_ablations(sc: Scale) -> Plan:
                   description=f"token mixing {', '.join(s.variants)}, C = {s.C}, L = {s.depth}, P = {s.patch}, G = {s.groups}")
     runs = _runs_of(train)
     pts = [{"meta.variant": v, "seed": seed, "run": runs[(v, seed)]} for v in s.variants for seed in seeds]
-    ev: dict[str, Any] = {"shots": list(s.shots), "draws": s.draws, "probe": True}
+    # the whole training split of the transfer classes (smoke pre-trains on a subset); the shots are
+    # drawn with the training seed, so the variants of one seed see the same shots
+    ev: dict[str, Any] = {"shots": list(s.shots), "draws": s.draws, "probe": True, "data.train_subset": None}
     if s.transfer_classes is not None:
         ev["data.classes"] = list(s.transfer_classes)
     evals = Sweep("eval", ev, [("meta.i", list(range(len(pts))))], seeds=[0], seed_keys=("eval_seed",),
