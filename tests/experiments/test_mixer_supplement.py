@@ -206,3 +206,12 @@ def test_mixer_ablations_smoke_end_to_end(tmp_path):
     rows = (tmp_path / "results.csv").read_text().splitlines()
     assert len(rows) == 1 + len(VARIANTS) and "1shot" not in rows[0]  # the table is the 5-shot metric's
     assert (tmp_path / "mixer-ablations.png").exists()
+
+
+def test_cost_counts_the_share_of_the_classes_a_run_keeps():
+    from mlplab.experiments.cost import _train_examples
+
+    o = {"data.dataset": "fashion_mnist"}
+    assert _train_examples(o) == 60000
+    assert _train_examples({**o, "data.classes": [0, 1, 2, 3, 4]}) == 30000
+    assert _train_examples({**o, "data.classes": [0, 1], "data.train_subset": 1000}) == 1000  # a subset is a count
