@@ -171,8 +171,12 @@ def planned_epochs(o: dict[str, Any]) -> float:
 
 
 def _train_examples(o: dict[str, Any]) -> float:
-    n = o.get("data.train_subset") or TRAIN_SIZES.get(str(o.get("data.dataset")), 50000)
-    return float(n) * (1.0 - float(o.get("data.val_fraction") or 0.0))
+    n = float(o.get("data.train_subset") or TRAIN_SIZES.get(str(o.get("data.dataset")), 50000))
+    if o.get("data.classes") and not o.get("data.train_subset"):  # balanced classes: their share of the set
+        from ..data.table import get_info
+
+        n *= len(o["data.classes"]) / (get_info(str(o["data.dataset"])).num_classes or len(o["data.classes"]))
+    return n * (1.0 - float(o.get("data.val_fraction") or 0.0))
 
 
 def run_counts(o: dict[str, Any]) -> tuple[int, int, float]:
