@@ -135,9 +135,9 @@ def _model_counts(name: str, kwargs: tuple) -> tuple[int, int]:
 
 def _model_kwargs(o: dict[str, Any]) -> dict[str, Any]:
     """The run's model kwargs with the image shape and classes its dataset gives it."""
-    from ..data.table import get_info
+    from ..data.table import get_info, restrict_classes
 
-    info = get_info(str(o.get("data.dataset", "cifar10")))
+    info = restrict_classes(get_info(str(o.get("data.dataset", "cifar10"))), o.get("data.classes"))
     kw = dict(nest_overrides(o).get("model.kwargs", {}))
     side = o.get("data.image_size") or info.image_size[0]
     # a dataset whose classes are counted when it loads (a pack, an image folder): the given count, else 1000
