@@ -64,16 +64,13 @@ def _brackets(n, given, gamma, omega, slack=Fraction(0)):
     return low <= target * (1 + slack) and target * (1 - slack) < high
 
 
-def _round_half_up_exact(x: Fraction) -> int:
-    return math.floor(x + Fraction(1, 2))
-
-
 def _connections(S, C, gamma, family):
-    """Mean connections per layer as built, in exact rationals (four layers of an MLP-Mixer)."""
+    """Mean connections per layer as built, in exact rationals (four layers of an MLP-Mixer whose
+    hidden widths are round(γS), round(γC) with halves to even, as ``models.mixer`` builds them)."""
     if family == "s_mixer":
         return Fraction(S * C * (S + C), 2)
     g = Fraction(gamma)
-    return Fraction(S * C * (_round_half_up_exact(g * S) + _round_half_up_exact(g * C)), 2)
+    return Fraction(S * C * (round(g * S) + round(g * C)), 2)  # Fraction.__round__: exact, halves to even
 
 
 @st.composite
