@@ -110,6 +110,48 @@ def test_refusals_say_what_is_wrong(call, message):
     assert str(e.value).startswith(message)
 
 
+OMEGA_BAD = "omega (connections per layer) must be > 0, got -1"
+GAMMA_BAD = "gamma (expansion factor) must be > 0, got 0"
+
+
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        # every formula checks every argument, and names it
+        (lambda: B.omega_sw_mlp(0.5, 1.0), "width m must be >= 1, got 0.5"),
+        (lambda: B.omega_sw_mlp(2, 1.0, gamma=0), GAMMA_BAD),
+        (lambda: B.sw_mlp_density(10, 0.5), "width m must be >= 1, got 0.5"),
+        (lambda: B.sw_mlp_density(-1, 2), OMEGA_BAD),
+        (lambda: B.sw_mlp_density(10, 2, gamma=0), GAMMA_BAD),
+        (lambda: B.sw_mlp_width(-1, 0.5), OMEGA_BAD),
+        (lambda: B.sw_mlp_width(10, 0.5, gamma=0), GAMMA_BAD),
+        (lambda: B.sw_mlp_width(10, 0), "density p must be in (0, 1]"),
+        (lambda: B.gamma_max(10, 0.5), "width m must be >= 1, got 0.5"),
+        (lambda: B.gamma_max(-1, 2), OMEGA_BAD),
+        (lambda: B.gamma_for_width(10, 0.5, 2), "width m must be >= 1, got 0.5"),
+        (lambda: B.gamma_for_width(10, 4, 0.5), "channels C must be >= 1, got 0.5"),
+        (lambda: B.gamma_for_width(-1, 4, 2), OMEGA_BAD),
+        (lambda: B.tokens_for(10, 0.5), "channels C must be >= 1, got 0.5"),
+        (lambda: B.tokens_for(10, 2, gamma=0), GAMMA_BAD),
+        (lambda: B.channels_for(10, 0.5), "tokens S must be >= 1, got 0.5"),
+        (lambda: B.channels_for(-1, 2), OMEGA_BAD),
+        (lambda: B.channels_for(10, 2, gamma=0), GAMMA_BAD),
+        (lambda: B.optimal_size(-1), OMEGA_BAD),
+        (lambda: B.optimal_size(10, gamma=0), GAMMA_BAD),
+        (lambda: B.max_width(-1), OMEGA_BAD),
+        (lambda: B.max_width(10, gamma=0), GAMMA_BAD),
+        (lambda: B.width_bounds(-1), OMEGA_BAD),
+        (lambda: B.width_bounds(10, gamma=0), GAMMA_BAD),
+        (lambda: B.min_omega(0), GAMMA_BAD),
+        (lambda: B.omega_mixer(3, 3, gamma=0), GAMMA_BAD),
+    ],
+)
+def test_every_formula_checks_its_arguments(call, message):
+    with pytest.raises(ValueError) as e:
+        call()
+    assert str(e.value).startswith(message)
+
+
 @pytest.mark.parametrize(
     "kwargs, message",
     [
