@@ -1,0 +1,144 @@
+"""What effective_mlp reports and refuses: the summary table (counts checked by hand), the layer
+lookup, the size guard's sentence, LayerNorm without affine parameters, and group maps it cannot
+express."""
+import numpy as np
+import pytest
+import torch
+import torch.nn as nn
+
+import mlplab
+from mlplab.layers.pk import PKMixing
+from mlplab.theory import effective_mlp, pk_matrix, sparse_kron_identity, sparse_perm_matrix
+from mlplab.theory.effective import TokenLayerNorm, _inner_chain, _ln_op
+
+D = torch.float64
+
+# S = 3, C = 2, S0 = 4 (4×4 image, patch 2), C0 = 12: stem C·C0·S0 = 96 nonzeros of 8 × 48,
+# token C·S·S0 = 24 of 6 × 8 (and the skip layer the same), channel S·C² = 12 of 6 × 6,
+# pool C·S = 6 of 2 × 6, head 10·C = 20: 182 in all
+SUMMARY = """\
+effective wide MLP of s_mixer: S = 3, C = 2, m = S·C = 6, S0 = 4, 182 nonzeros (Prop. 3.2)
+layer                kind     shape (out x in)  width  nnz  density      expected
+-------------------  -------  ----------------  -----  ---  -------  ------------
+stem                 stem               8 x 48      8   96     0.25   1/S0 = 0.25
+blocks.0.token.fc    token               6 x 8      6   24      0.5     1/C = 0.5
+blocks.0.skip        skip                6 x 8      6   24      0.5     1/C = 0.5
+blocks.0.channel.fc  channel             6 x 6      6   12   0.3333  1/S = 0.3333
+pool                 pool                2 x 6      2    6      0.5     1/C = 0.5
+head                 head               10 x 2     10   20        1         1 = 1"""
+
+
+def _small():
+    torch.manual_seed(0)
+    return mlplab.create_model("s_mixer", image_size=4, patch_size=2, num_tokens=3, hidden_dim=2, depth=1,
+                               zero_head=False).double().eval()
+
+
+def test_summary_pinned():
+    eff = effective_mlp(_small())
+    assert eff.summary() == SUMMARY
+    assert eff.nnz == 182 and eff.width == 6 and (eff.tokens, eff.channels, eff.patches) == (3, 2, 4)
+    assert [i.expected_density for i in eff.layers()] == [0.25, 0.5, 0.5, 1 / 3, 0.5, 1.0]
+    assert [i.width for i in eff.layers()] == [8, 6, 6, 6, 2, 10]
+    assert eff.rp_blocks == () and eff.model_name == "s_mixer" and eff.image_shape == (3, 4, 4)
+
+
+def test_rp_blocks_are_recorded():
+    torch.manual_seed(0)
+    model = mlplab.create_model("rp_s_mixer", image_size=4, patch_size=2, hidden_dim=2, depth=3,
+                                rp_blocks=(2, 0)).double().eval()
+    eff = effective_mlp(model)
+    assert eff.rp_blocks == (0, 2)
+    assert [i.name for i in eff.layers() if i.rp] == ["blocks.0.token.fc", "blocks.0.channel.fc",
+                                                        "blocks.2.token.fc", "blocks.2.channel.fc"]
+    assert "blocks.2.token.fc    token (RP)" in eff.summary()
+
+
+def test_layer_lookup_and_refusals():
+    model = _small()
+    eff = effective_mlp(model)
+    assert eff.layer("pool").kind == "pool"
+    with pytest.raises(KeyError) as e:
+        eff.layer("nope")
+    assert e.value.args[0] == ("no linear layer 'nope'; layers are: stem, blocks.0.token.fc, blocks.0.skip, "
+                               "blocks.0.channel.fc, pool, head")
+    with pytest.raises(ValueError) as e:
+        effective_mlp(model, max_nnz=181)
+    assert str(e.value) == (
+        "the effective MLP would hold 182 nonzeros (> max_nnz = 181, about 0.0 GiB sparse; dense, each m×m layer "
+        "would be 6² = 36 entries). Use a smaller S, C or depth, or raise max_nnz")
+    assert effective_mlp(model, max_nnz=182).nnz == 182  # the limit itself is allowed
+    with pytest.raises(ValueError) as e:
+        eff(torch.zeros(2, 3, 4, 5, dtype=D))
+    assert str(e.value) == "expected images of shape (N, 3, 4, 4), got (2, 3, 4, 5)"
+    with pytest.raises(ValueError, match="expected images of shape"):
+        eff(torch.zeros(3, 4, 4, dtype=D))
+    with pytest.raises(TypeError) as e:
+        effective_mlp(nn.Linear(2, 2))
+    assert str(e.value) == "effective_mlp expects a mlplab Mixer (S-Mixer / MLP-Mixer / RP), got Linear"
+
+
+def test_active_stochastic_depth_is_refused_but_inactive_dropout_is_not():
+    model = mlplab.create_model("s_mixer", image_size=4, patch_size=2, hidden_dim=2, depth=2, drop_path_rate=0.2)
+    with pytest.raises(ValueError) as e:
+        effective_mlp(model.train())
+    assert str(e.value) == "the model has active dropout / stochastic depth; call model.eval() first"
+    effective_mlp(mlplab.create_model("s_mixer", image_size=4, patch_size=2, hidden_dim=2, depth=1).train())
+
+
+def test_token_layer_norm_is_the_numpy_layer_norm_of_each_token():
+    """vec(X)[j·S + i] = X[i, j]: token i owns entries {j·S + i}_j; with and without affine parameters."""
+    S, C = 3, 4
+    g = torch.Generator().manual_seed(0)
+    X = torch.randn(2, S, C, generator=g, dtype=D) * 3 + 1
+    v = X.transpose(1, 2).reshape(2, -1)
+    w, b = torch.randn(C, generator=g, dtype=D), torch.randn(C, generator=g, dtype=D)
+    Xn = X.numpy()
+    mu, var = Xn.mean(-1, keepdims=True), Xn.var(-1, keepdims=True)
+    ref = (Xn - mu) / np.sqrt(var + 1e-5)
+    for weight, bias, expected in ((None, None, ref), (w, b, ref * w.numpy() + b.numpy()), (w, None, ref * w.numpy()),
+                                   (None, b, ref + b.numpy())):
+        out = TokenLayerNorm("n", S, C, weight, bias, 1e-5)(v).reshape(2, C, S).transpose(1, 2)
+        np.testing.assert_allclose(out.numpy(), expected, rtol=0, atol=1e-12)
+    plain = _ln_op(nn.LayerNorm(C, elementwise_affine=False), "n", S, C, D)
+    assert plain.weight is None and plain.bias is None and plain.eps == 1e-5
+    no_bias = _ln_op(nn.LayerNorm(C, bias=False, eps=1e-3).double(), "n", S, C, D)
+    assert no_bias.bias is None and torch.equal(no_bias.weight, torch.ones(C, dtype=D)) and no_bias.eps == 1e-3
+    assert _ln_op(nn.Identity(), "n", S, C, D) is None
+    with pytest.raises(TypeError, match="^blocks.0.norm1: BatchNorm1d is not a LayerNorm$"):
+        _ln_op(nn.BatchNorm1d(C), "blocks.0.norm1", S, C, D)
+
+
+def test_group_maps_it_cannot_express():
+    assert _inner_chain(nn.Sequential(nn.Identity(), nn.Linear(2, 2), nn.Dropout(0.0), nn.GELU()), "x")[1][0] == "act"
+    assert [t for t, _ in _inner_chain(nn.Sequential(nn.Sequential(nn.Linear(2, 3), nn.ReLU()), nn.Linear(3, 2)),
+                                      "x")] == ["linear", "act", "linear"]
+    assert [t for t, _ in _inner_chain(nn.Sequential(nn.Dropout(0.5).eval(), nn.Linear(2, 2)), "x")] == ["linear"]
+    with pytest.raises(TypeError, match="^blk: cannot express Conv1d as sparse linear layers$"):
+        _inner_chain(nn.Conv1d(1, 1, 1), "blk")
+    with pytest.raises(TypeError, match="^blk: Softmax is not an entry-wise activation mlplab knows$"):
+        _inner_chain(nn.Sequential(nn.Linear(2, 2), nn.Softmax(-1)), "blk")
+    with pytest.raises(ValueError, match="^blk: dropout is active; call model.eval\\(\\) first$"):
+        _inner_chain(nn.Sequential(nn.Linear(2, 2), nn.Dropout(0.5)), "blk")
+    from mlplab.theory.effective import _pk_ops
+    with pytest.raises(TypeError, match="^t: the mixing layer has no linear map$"):
+        _pk_ops(PKMixing(nn.Sequential(nn.ReLU()), (2, 3), (2, 3), "rows"), "t", "token", "1/C", False, D)
+
+
+def test_sparse_helpers_refuse_what_does_not_fit():
+    W = torch.randn(3, 2, dtype=D)
+    with pytest.raises(ValueError) as e:
+        sparse_kron_identity(W, 2, side="middle")
+    assert str(e.value) == "side must be 'left' (I ⊗ W) or 'right' (W ⊗ I), got 'middle'"
+    with pytest.raises(ValueError) as e:
+        pk_matrix(W, 2, perm_out=torch.arange(5))
+    assert str(e.value) == "perm_out has 5 entries, expected n1·n2' = 6"
+    with pytest.raises(ValueError) as e:
+        pk_matrix(W, 2, perm_in=torch.arange(6))
+    assert str(e.value) == "perm_in has 6 entries, expected n1·n2 = 4"
+    P = sparse_perm_matrix(torch.tensor([2, 0, 1]), dtype=torch.float32)
+    assert P.dtype == torch.float32 and P.to_dense().tolist() == [[0, 0, 1], [1, 0, 0], [0, 1, 0]]
+    assert sparse_perm_matrix(torch.tensor([1, 0])).dtype == D
+    assert torch.equal(sparse_kron_identity(W, 2).to_dense(), torch.block_diag(W, W))  # side="left" by default
+    empty = pk_matrix(torch.zeros(3, 0, dtype=D), 2)  # no input columns: rows of nothing
+    assert empty.shape == (6, 0) and empty.values().numel() == 0
