@@ -188,3 +188,15 @@ def test_boundaries_accepted():
     assert plan_budget(3, channels=[2]).pairs() == [(2, 1)]  # Ω = γ(C + C²)/2 exactly: S = 1
     assert B.parse_omega(" 2 ^ 10 ") == 1024 and B.parse_omega("1_024") == 1024 and B.parse_omega("1,024") == 1024
     assert B.parse_omega(2**62) == 2**62 and B.parse_omega("2.0^3") == 8
+
+
+def test_sw_mlp_line_divides_by_gamma_and_an_empty_plan_prints():
+    plan = plan_budget(1000, gamma=4.0, family="sw_mlp", densities=[1.0])
+    assert plan.optimum_line().endswith("smallest width (dense, p = 1): m = 15.8")  # sqrt(1000/4)
+    empty = B.BudgetPlan(omega=8, gamma=1.0, family="sw_mlp")
+    assert empty.format_table().splitlines() == [
+        "budget Ω = 2^3 = 8 connections per layer, γ = 1, family = sw_mlp",
+        "family  C  S  m  1/C  1/S  p=Ω/(γm²)  connections  rel.err",
+        "------  -  -  -  ---  ---  ---------  -----------  -------",
+        "SW-MLP: m = sqrt(Ω/(γp)) grows without bound as p -> 0; smallest width (dense, p = 1): m = 2.8"]
+    assert [B._omega_str(x) for x in (0, 3, 4, 2.5, 1024.0)] == ["0", "3", "2^2 = 4", "2.5", "2^10 = 1024"]
