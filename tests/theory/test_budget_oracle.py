@@ -166,13 +166,16 @@ def test_every_pair_against_brute_force_enumeration(omega, gamma):
         plan_budget(omega, gamma=gamma, family="mlp_mixer", channels=[C])
 
 
-@pytest.mark.parametrize("omega, gamma", [(2**18, 1.0), (2**19, 2.0), (3, 1.0), (40, 1.0), (2**30, 4.0)])
+# Ω = 192: C = 8 has S = 4 exactly, the smallest partner the default enumeration keeps
+@pytest.mark.parametrize("omega, gamma", [(2**18, 1.0), (2**19, 2.0), (3, 1.0), (40, 1.0), (2**30, 4.0), (192, 1.0)])
 def test_default_channels_against_enumeration(omega, gamma):
     family = "s_mixer" if gamma == 1 else "mlp_mixer"
     powers = [2**k for k in range(40) if _rounded_root(omega, 2**k, gamma) >= 1]
     picks = [c for c in powers if c >= 4 and _rounded_root(omega, c, gamma) >= 4]
     expected = [(c, _rounded_root(omega, c, gamma)) for c in (picks or powers)]
     assert plan_budget(omega, gamma=gamma, family=family).pairs() == expected
+    if omega == 192:
+        assert expected == [(4, 8), (8, 4)]
 
 
 @PROPS

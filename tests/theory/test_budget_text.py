@@ -188,6 +188,7 @@ def test_boundaries_accepted():
     assert plan_budget(3, channels=[2]).pairs() == [(2, 1)]  # Ω = γ(C + C²)/2 exactly: S = 1
     assert B.parse_omega(" 2 ^ 10 ") == 1024 and B.parse_omega("1_024") == 1024 and B.parse_omega("1,024") == 1024
     assert B.parse_omega(2**62) == 2**62 and B.parse_omega("2.0^3") == 8
+    assert B.parse_omega("2^1_0") == 1024 and B.parse_omega("1__024") == 1024  # separators anywhere
 
 
 def test_sw_mlp_line_divides_by_gamma_and_an_empty_plan_prints():
