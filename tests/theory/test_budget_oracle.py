@@ -14,7 +14,7 @@ import math
 from fractions import Fraction
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from mlplab import cli
@@ -180,6 +180,8 @@ def test_default_channels_against_enumeration(omega, gamma):
 
 @PROPS
 @given(omegas, st.integers(0, 12), gammas)
+@example(1, 0, 1.0)  # the narrowest SW-MLP: m = 1
+@example(9, 2, 1.0)  # sqrt(36) = 6 exactly
 def test_sw_mlp_width_is_the_rounded_root(omega, k, gamma):
     """m = round_half_up(sqrt(Ω/(γp))) ⇔ (2m − 1)²·γp ≤ 4Ω < (2m + 1)²·γp, with p = 2^-k."""
     p = 2.0**-k
