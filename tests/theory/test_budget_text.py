@@ -161,6 +161,9 @@ def test_every_formula_checks_its_arguments(call, message):
         (dict(omega=100, tokens=[64]),
          "Ω = 100 is too small for S = 64 at γ = 1: it gives C = 0.049 < 1; lower S or raise Ω to at least "
          "2080 (= γ(S + S²)/2)"),
+        (dict(omega=100, gamma=2.0, family="mlp_mixer", channels=[64]),
+         "Ω = 100 is too small for C = 64 at γ = 2: it gives S = 0.024 < 1; lower C or raise Ω to at least "
+         "4160 (= γ(C + C²)/2)"),
         (dict(omega=0.5), "Ω = 0.5 is too small: the smallest model (S = C = 1) needs Ω >= γ = 1"),
         (dict(omega=2**18, gamma=2.0), "the S-Mixer has γ = 1 (got gamma=2.0); use family='mlp_mixer' for γ != 1"),
         (dict(omega=2**18, family="x"), "unknown family 'x'; choose one of s_mixer, mlp_mixer, sw_mlp"),
