@@ -213,3 +213,29 @@ def test_set_impl_reaches_every_layer_and_falls_back_to_auto():
     with pytest.raises(ValueError, match="^my_mixer has no 'fused' implementation"):
         set_impl(model, "fused")
     assert check_impl("auto") == "auto" and IMPLS == ("auto", "module", "fused", "definition")
+
+
+def test_effective_weight_in_the_dtype_and_on_the_device_asked_for():
+    g = torch.Generator().manual_seed(2)
+    layer = PKLayer(2, 3, 2, torch.randperm(6, generator=g), torch.randperm(4, generator=g)).double()
+    ref = layer.effective_weight()
+    assert ref.dtype == D and ref.shape == (4, 6)
+    for dtype in (torch.float32, torch.bfloat16):
+        A = layer.effective_weight(dtype)
+        assert A.dtype == dtype and torch.equal(A, ref.to(dtype))  # a permuted block-diagonal copy of W
+    assert layer.float().effective_weight().dtype == D
+    assert layer.to("meta").effective_weight().device.type == "meta"  # built where the weights live
+
+
+def test_state_dict_loading_reports_missing_unexpected_and_mismatched_entries():
+    pk = PKMixing(nn.Linear(3, 3), (4, 3), (4, 3), 4, torch.arange(12))
+    sd = pk.state_dict()
+    with pytest.raises(RuntimeError, match=r'Unexpected key\(s\) in state_dict: "bogus"'):
+        pk.load_state_dict({**sd, "bogus": torch.zeros(1)})
+    with pytest.raises(RuntimeError, match=r'Missing key\(s\) in state_dict: "perm_in"'):
+        pk.load_state_dict({k: v for k, v in sd.items() if k != "perm_in"})
+    with pytest.raises(RuntimeError, match="size mismatch for perm_out"):
+        pk.load_state_dict({**sd, "perm_out": torch.arange(13)})
+    fixed = PKMixing(nn.Linear(3, 3), (4, 3), (4, 3), "rows")
+    with pytest.raises(RuntimeError, match=r'Unexpected key\(s\) in state_dict: "bogus"'):
+        fixed.load_state_dict({**fixed.state_dict(), "bogus": torch.zeros(1)})
