@@ -239,3 +239,18 @@ def test_state_dict_loading_reports_missing_unexpected_and_mismatched_entries():
     fixed = PKMixing(nn.Linear(3, 3), (4, 3), (4, 3), "rows")
     with pytest.raises(RuntimeError, match=r'Unexpected key\(s\) in state_dict: "bogus"'):
         fixed.load_state_dict({**fixed.state_dict(), "bogus": torch.zeros(1)})
+
+
+def test_pk_layer_without_or_with_one_permutation():
+    torch.manual_seed(3)
+    plain = PKLayer(3, 4, 2).double()  # no permutations: the token-mixing layer W X + b on a (4 × 3) X
+    assert (plain.groups, plain.free_perms, plain.arrangement) == ("columns", False, "columns")
+    X = torch.randn(2, 4, 3, dtype=D)
+    W, b = plain.weight.detach(), plain.inner.bias.detach()
+    assert torch.allclose(plain(X), W @ X + b[:, None], atol=1e-13, rtol=0)
+    p = torch.randperm(12, generator=torch.Generator().manual_seed(4))
+    one = PKLayer(3, 4, 2, perm_in=p).double()  # J2 = I
+    assert one.free_perms and one.groups == 3 and one.perm_out.tolist() == list(range(6))
+    v = X.transpose(1, 2).reshape(2, -1)[:, p]  # J1 vec(X), grouped in 3 groups of 4
+    out = (v.view(2, 3, 4) @ one.weight.detach().T + one.inner.bias.detach()).reshape(2, -1)
+    assert torch.allclose(one(X).transpose(1, 2).reshape(2, -1), out, atol=1e-13, rtol=0)
