@@ -254,3 +254,33 @@ def test_pk_layer_without_or_with_one_permutation():
     v = X.transpose(1, 2).reshape(2, -1)[:, p]  # J1 vec(X), grouped in 3 groups of 4
     out = (v.view(2, 3, 4) @ one.weight.detach().T + one.inner.bias.detach()).reshape(2, -1)
     assert torch.allclose(one(X).transpose(1, 2).reshape(2, -1), out, atol=1e-13, rtol=0)
+
+
+def test_gathers_follow_the_parameters_and_a_parameter_free_map_moves_too():
+    perm = torch.randperm(12, generator=torch.Generator().manual_seed(5))
+    pk = PKMixing(nn.Linear(3, 3), (4, 3), (4, 3), 4, perm)
+    pk.to("meta")
+    assert {g.device.type for g in pk.gathers} == {"meta"}
+    free = PKMixing(nn.Tanh(), (4, 3), (4, 3), 4, perm).double()  # no parameters: the gathers stay on the CPU
+    x = torch.randn(2, 4, 3, dtype=D)
+    expected = torch.tanh(x.transpose(1, 2).reshape(2, -1)[:, perm])  # J1 vec(X), then φ entry-wise (J2 = I)
+    assert torch.equal(free(x).transpose(1, 2).reshape(2, -1), expected)
+
+
+def test_to_empty_without_recursion_leaves_the_group_map_alone():
+    pk = PKMixing(nn.Linear(3, 3), (4, 3), (4, 3), 4, torch.arange(12))
+    w = pk.inner.weight
+    pk.to_empty(device="cpu", recurse=False)
+    assert pk.inner.weight is w
+
+
+def test_the_columns_arrangement_takes_the_left_gemm_from_32_columns(monkeypatch):
+    inner = LinearAct(5, 4)
+    pk = PKMixing(inner, (5, 32), (4, 32), "columns")
+    calls = []
+    original = LinearAct.forward_columns
+    monkeypatch.setattr(LinearAct, "forward_columns", lambda self, x: calls.append(x.shape) or original(self, x))
+    pk(torch.randn(2, 5, 32))
+    assert calls == [(2, 5, 32)]
+    PKMixing(LinearAct(5, 4), (5, 31), (4, 31), "columns")(torch.randn(2, 5, 31))
+    assert calls == [(2, 5, 32)]  # 31 columns: the transposed input instead
