@@ -190,6 +190,8 @@ def test_refusals(build, message):
     with pytest.raises(ValueError) as e:
         build()
     assert str(e.value).startswith(message)
+    if message.endswith(" -> 3"):  # the whole sentence: whole numbers of entries
+        assert str(e.value) == message
 
 
 def test_group_count_of_one_and_unknown_group_maps():
@@ -284,3 +286,11 @@ def test_the_columns_arrangement_takes_the_left_gemm_from_32_columns(monkeypatch
     assert calls == [(2, 5, 32)]
     PKMixing(LinearAct(5, 4), (5, 31), (4, 31), "columns")(torch.randn(2, 5, 31))
     assert calls == [(2, 5, 32)]  # 31 columns: the transposed input instead
+
+
+def test_permute_entries_double_backward_and_default_grouping():
+    p = torch.randperm(6, generator=torch.Generator().manual_seed(6))
+    x = torch.randn(2, 6, dtype=D, requires_grad=True)
+    assert torch.autograd.gradgradcheck(lambda t: permute_entries(t, p) ** 2, (x,))
+    pk = PKMixing(nn.Linear(4, 4), (4, 3), (4, 3))  # groups default to the columns: token mixing
+    assert pk.groups == "columns" and pk.arrangement == "columns" and pk.n1 == 3
