@@ -271,9 +271,11 @@ def test_gathers_follow_the_parameters_and_a_parameter_free_map_moves_too():
 
 def test_to_empty_without_recursion_leaves_the_group_map_alone():
     pk = PKMixing(nn.Linear(3, 3), (4, 3), (4, 3), 4, torch.arange(12))
-    w = pk.inner.weight
+    ptr = pk.inner.weight.data_ptr()
     pk.to_empty(device="cpu", recurse=False)
-    assert pk.inner.weight is w
+    assert pk.inner.weight.data_ptr() == ptr  # not re-allocated
+    pk.to_empty(device="cpu")
+    assert pk.inner.weight.data_ptr() != ptr
 
 
 def test_the_columns_arrangement_takes_the_left_gemm_from_32_columns(monkeypatch):
