@@ -139,7 +139,9 @@ def prepare(target: Target, fresh: bool) -> Path:
 def run_mutmut(target: Target, ws: Path, jobs: int, names: list[str]) -> float:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # mutmut puts mutants/src first
     env.setdefault("OMP_NUM_THREADS", "1")
-    mutmut = shutil.which("mutmut") or str(Path(sys.executable).parent / "mutmut")
+    mutmut = shutil.which("mutmut", path=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}")
+    if mutmut is None:
+        raise SystemExit("mutmut is not installed in this environment: pip install -e '.[dev]'")
     cmd = [mutmut, "run", "--max-children", str(jobs), *names]
     t0 = time.monotonic()
     with open(ws / "mutmut.log", "w") as log:
