@@ -409,3 +409,27 @@ def test_summary_and_dict_of_each_kind():
     assert exact.summary() == "λ = 1; deterministic computation: no seeds needed"
     assert Verdict(held=None).summary() == "n = 0 seeds"
     assert V._num(None) is None and V._num(2) == 2.0 and isinstance(V._num(2), float)
+
+
+# ------------------------------------------------------------------- the t-test and Holm's step-down
+
+
+def test_paired_t_without_spread_returns_every_part():
+    assert V.paired_t([2.0, 2.0, 2.0]) == (math.inf, 1.0, 0.0, (2.0, 2.0))
+    assert V.paired_t([-1.5, -1.5]) == (-math.inf, 0.0, 1.0, (-1.5, -1.5))
+    assert V.paired_t([0.0, 0.0, 0.0]) == (0.0, 1.0, 1.0, (0.0, 0.0))
+    assert V.paired_t([3.0]) == (math.inf, 1.0, 0.0, (3.0, 3.0))  # one value: no spread to estimate
+    t, pl, pg, ci = V.paired_t([1, 2, 4])  # integers are numbers too
+    assert same((t, pl, pg, ci), t_test([1.0, 2.0, 4.0]))
+
+
+def test_holm_caps_at_one_and_keeps_the_order_given():
+    assert V.holm([0.6, 0.7, 0.01]) == [1.0, 1.0, 0.03]
+    assert V.holm([0.2, 0.01, 0.04]) == pytest.approx([0.2, 0.03, 0.08])
+    assert V.holm([0.5]) == [0.5] and all(isinstance(p, float) for p in V.holm([1, 0]))
+
+
+def test_seeds_pair_only_where_both_sides_are_finite():
+    assert V._paired({3: 1.0, 1: 2.0, 2: 0.5, 5: 1.0}, {1: 0.0, 2: math.inf, 3: 4.0, 4: 0.0}) == [1, 3]
+    v = compare({0: 1.0, 1: 1.1, 2: 0.9, 3: 1.0}, {0: 2.0, 1: NAN, 2: 2.1, 3: 2.2})
+    assert v.n == 3 and same(v.effect, np.mean([-1.0, -1.2, -1.2]))
