@@ -433,3 +433,38 @@ def test_seeds_pair_only_where_both_sides_are_finite():
     assert V._paired({3: 1.0, 1: 2.0, 2: 0.5, 5: 1.0}, {1: 0.0, 2: math.inf, 3: 4.0, 4: 0.0}) == [1, 3]
     v = compare({0: 1.0, 1: 1.1, 2: 0.9, 3: 1.0}, {0: 2.0, 1: NAN, 2: 2.1, 3: 2.2})
     assert v.n == 3 and same(v.effect, np.mean([-1.0, -1.2, -1.2]))
+
+
+def test_ratio_interval_bootstrap_is_the_seeded_percentile_interval():
+    """With many distinct measurements the interval moves with the generator's seed and the
+    percentiles: it must be the 2.5–97.5 % interval of the seed-0 draws."""
+    g = np.random.default_rng(11)
+    a, b = list(12.0 + g.standard_normal(15)), list(6.0 + 0.5 * g.standard_normal(15))
+    v = ratio_interval(a, b, above=1.5)
+    assert same(v.interval, bootstrap_ratio(a, b))
+    assert not same(v.interval, bootstrap_ratio(a, b, seed=1))
+    assert same(ratio_interval(a, b, above=1.5, seed=1).interval, bootstrap_ratio(a, b, seed=1))
+    few = ratio_interval([1.0, 2.0], [0.5, 0.5, 0.6], below=1.0)
+    assert few.held is None and few.effect == 3.0  # a median below 1 still divides
+
+
+def test_defaults_of_the_rules():
+    assert deterministic(1.0 + 1e-9, expected=1.0).held is False  # tol = 0 unless given
+    assert deterministic(1.0, expected=1.0).held is True
+    g = {"b1": {0: 15.0, 1: 15.2, 2: 15.1}}
+    v = worst_of({0: 20.0, 1: 20.6, 2: 19.9}, g)
+    assert v.effect_name == "margin of target over b1" and v.unit == "" and v.detail.startswith("target the highest")
+    assert lowest_of({"t": {0: 1.0, 1: 1.1, 2: 1.2}, **g}, "t").unit == ""
+    assert best_is_interior(["a"], {}).unit == ""
+
+
+def test_exponent_in_interval_details_at_the_ends():
+    at_lo = exponent_in_interval(0.4, (0.35, 0.5), 0.35, [0.0, 0.1], what="β", runs=3)
+    assert at_lo.detail == "published 0.35 inside the interval; it excludes 0, 0.1; bootstrap over 3 runs"
+    at_hi = exponent_in_interval(0.3, (0.2, 0.35), 0.35, [0.0], what="β", runs=3)
+    assert at_hi.detail.startswith("published 0.35 inside the interval")
+    two = exponent_in_interval(0.3, (-0.1, 1.0), 0.35, [0.0, 1.0], what="β", runs=3, of="configuration")
+    assert two.held is None and two.detail == ("published 0.35 inside the interval; the interval also holds 0, 1; "
+                                               "bootstrap over 3 configurations") and two.n_of == "configuration"
+    bad = exponent_in_interval(0.3, (NAN, 1.0), 0.35, [0.0], what="β", runs=3, of="configuration")
+    assert bad.n_of == "configuration" and bad.kind == "interval"
