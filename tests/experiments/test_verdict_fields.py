@@ -468,3 +468,20 @@ def test_exponent_in_interval_details_at_the_ends():
                                                "bootstrap over 3 configurations") and two.n_of == "configuration"
     bad = exponent_in_interval(0.3, (NAN, 1.0), 0.35, [0.0], what="β", runs=3, of="configuration")
     assert bad.n_of == "configuration" and bad.kind == "interval"
+
+
+def test_trend_edges():
+    x3 = [1, 2, 4]  # three points are enough for a seed
+    y3 = {0: [3.0, 2.0, 1.0], 1: [3.1, 2.2, 0.9], 2: [2.9, 2.1, 1.2]}
+    v = trend(x3, y3)
+    assert v.n == 3 and v.held is True and v.unit == ""
+    slopes = [float(np.polyfit(np.log2(x3), y3[s], 1)[0]) for s in range(3)]
+    assert same(v.effect, float(np.mean(slopes)))
+    small = {s: [0.3 + 0.01 * s, 0.2, 0.1, 0.0] for s in range(3)}  # a range below 1 still has a ρ
+    assert trend([1, 2, 4, 8], small).detail == "Spearman ρ per seed -1.00, -1.00, -1.00"
+    # a missing run may come as None (a JSON null) as well as NaN
+    with_none = {0: [4.0, None, 2.1, 1.0], 1: [4.2, 3.1, 2.0, 0.9], 2: [4.1, 3.3, None, 1.2]}
+    w = trend([1, 2, 4, 8], with_none)
+    assert w.n == 3 and same(w.effect, float(np.mean([np.polyfit(np.log2([1, 4, 8]), [4.0, 2.1, 1.0], 1)[0],
+                                                      np.polyfit(np.log2([1, 2, 4, 8]), with_none[1], 1)[0],
+                                                      np.polyfit(np.log2([1, 2, 8]), [4.1, 3.3, 1.2], 1)[0]])))
