@@ -485,3 +485,12 @@ def test_trend_edges():
     assert w.n == 3 and same(w.effect, float(np.mean([np.polyfit(np.log2([1, 4, 8]), [4.0, 2.1, 1.0], 1)[0],
                                                       np.polyfit(np.log2([1, 2, 4, 8]), with_none[1], 1)[0],
                                                       np.polyfit(np.log2([1, 2, 8]), [4.1, 3.3, 1.2], 1)[0]])))
+
+
+def test_interior_optimum_centre_is_only_the_closest_ratio():
+    """S/C = 2 and 1/2 are near the centre (|log| = 0.69) but are not it: only S = C is."""
+    S, C = [64, 32, 16, 8, 4], [4, 16, 16, 16, 64]
+    err = {0: [14.0, 12.0, 10.0, 11.0, 12.5], 1: [14.5, 12.2, 10.3, 11.5, 12.1], 2: [13.8, 11.9, 9.9, 10.8, 12.4]}
+    v = interior_optimum(S, C, err)
+    assert v.detail.startswith("centre (S=16, C=16) vs ends (S=4, C=64), (S=64, C=4)")
+    assert same(v.effect, -float(np.mean([e[2] - e[4] for e in err.values()])))
