@@ -494,3 +494,23 @@ def test_interior_optimum_centre_is_only_the_closest_ratio():
     v = interior_optimum(S, C, err)
     assert v.detail.startswith("centre (S=16, C=16) vs ends (S=4, C=64), (S=64, C=4)")
     assert same(v.effect, -float(np.mean([e[2] - e[4] for e in err.values()])))
+
+
+def test_interior_optimum_notes_and_ties():
+    # a minimum at the high end of log(S/C) is an end too; one well inside a narrow sweep is not
+    S, C = [64, 16, 4], [4, 16, 64]
+    falling = {s: [10.0 + 0.1 * s, 12.0, 14.0 - 0.1 * s] for s in range(3)}
+    v = interior_optimum(S, C, falling)
+    assert v.held is False and v.detail.endswith("] (at an end of the sweep: the fitted curve has no interior minimum)")
+    narrow = interior_optimum([32, 16, 8], [16, 16, 16], {s: [11.0 + 0.1 * s, 10.0, 11.2 - 0.1 * s] for s in range(3)})
+    assert narrow.detail.endswith("]") and "no interior minimum" not in narrow.detail
+    # both ends beaten by the same mean margin (2 points): the low end (smallest S/C) is reported
+    tie = {0: [12.0, 10.0, 11.5], 1: [13.0, 10.0, 12.5], 2: [11.0, 10.0, 12.0]}  # ends (S=64) and (S=4)
+    d_lo = [10.0 - tie[s][2] for s in range(3)]
+    assert np.mean(d_lo) == np.mean([10.0 - tie[s][0] for s in range(3)]) == -2.0
+    w = interior_optimum(S, C, tie)
+    assert same(w.value, t_test(d_lo)[0]) and same(w.interval, (-t_test(d_lo)[3][1], -t_test(d_lo)[3][0]))
+    # a missing run may come as None (a JSON null): that seed is dropped
+    missing = {**tie, 3: [None, 10.0, 11.0]}
+    m = interior_optimum(S, C, missing)
+    assert m.n == 3 and same(m.value, w.value)
