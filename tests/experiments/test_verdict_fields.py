@@ -514,3 +514,26 @@ def test_interior_optimum_notes_and_ties():
     missing = {**tie, 3: [None, 10.0, 11.0]}
     m = interior_optimum(S, C, missing)
     assert m.n == 3 and same(m.value, w.value)
+
+
+def test_a_concave_fit_puts_the_minimum_at_the_lower_end():
+    """Points exactly on a downward parabola: its minimum over the sweep is the end where the data are lower."""
+    for xs, c1 in (([-2.0, 0.0, 1.0], -0.5), ([-3.0, -1.0, 2.0], -3.0), ([1.0, 2.0, 4.0], 0.5)):
+        x = np.array(xs)
+        y = -x * x + c1 * x + 1.0
+        assert V._quad_argmin(x, y) == (x[0] if y[0] < y[-1] else x[-1]), (xs, c1)
+
+
+def test_quadratic_minimum_bootstrap_is_seeded():
+    x = np.linspace(-2.0, 2.0, 5)
+    g = np.random.default_rng(3)
+    y = {s: list(10.0 + (x - 0.3) ** 2 + 0.8 * g.standard_normal(5)) for s in range(8)}
+    Y = np.array([y[s] for s in range(8)])
+
+    def boot(seed):
+        rng = np.random.default_rng(seed)
+        b = [parabola_argmin(x, Y[rng.integers(0, 8, 8)].mean(0)) for _ in range(400)]
+        return float(np.percentile(b, 2.5)), float(np.percentile(b, 97.5))
+
+    est, ci = V.quadratic_minimum(x, y, resamples=400)
+    assert same(est, parabola_argmin(x, Y.mean(0))) and same(ci, boot(0)) and not same(ci, boot(1))
