@@ -134,7 +134,20 @@ def prepare(target: Target, fresh: bool) -> Path:
         if not link.exists():
             link.symlink_to(ROOT / name, target_is_directory=True)
     (ws / "pyproject.toml").write_text((ROOT / "pyproject.toml").read_text() + mutmut_config(target))
+    drop_stale_copies(target, ws)
     return ws
+
+
+def drop_stale_copies(target: Target, ws: Path) -> None:
+    """mutmut copies the unmutated files into mutants/src once; drop the copies whose source has
+    changed since (copies keep the source's mtime), so that a --survivors run sees today's code."""
+    copies = ws / "mutants" / "src"
+    mutated = {f"{PACKAGE}/{f}" for f in target.files}
+    for copy in copies.rglob("*.py") if copies.is_dir() else []:
+        rel = copy.relative_to(copies).as_posix()
+        source = ROOT / "src" / rel
+        if rel not in mutated and (not source.exists() or source.stat().st_mtime != copy.stat().st_mtime):
+            copy.unlink()
 
 
 def run_mutmut(target: Target, ws: Path, jobs: int, names: list[str]) -> tuple[float, float]:
