@@ -409,3 +409,131 @@ def test_summary_and_dict_of_each_kind():
     assert exact.summary() == "λ = 1; deterministic computation: no seeds needed"
     assert Verdict(held=None).summary() == "n = 0 seeds"
     assert V._num(None) is None and V._num(2) == 2.0 and isinstance(V._num(2), float)
+
+
+# ------------------------------------------------------------------- the t-test and Holm's step-down
+
+
+def test_paired_t_without_spread_returns_every_part():
+    assert V.paired_t([2.0, 2.0, 2.0]) == (math.inf, 1.0, 0.0, (2.0, 2.0))
+    assert V.paired_t([-1.5, -1.5]) == (-math.inf, 0.0, 1.0, (-1.5, -1.5))
+    assert V.paired_t([0.0, 0.0, 0.0]) == (0.0, 1.0, 1.0, (0.0, 0.0))
+    assert V.paired_t([3.0]) == (math.inf, 1.0, 0.0, (3.0, 3.0))  # one value: no spread to estimate
+    t, pl, pg, ci = V.paired_t([1, 2, 4])  # integers are numbers too
+    assert same((t, pl, pg, ci), t_test([1.0, 2.0, 4.0]))
+
+
+def test_holm_caps_at_one_and_keeps_the_order_given():
+    assert V.holm([0.6, 0.7, 0.01]) == [1.0, 1.0, 0.03]
+    assert V.holm([0.2, 0.01, 0.04]) == pytest.approx([0.2, 0.03, 0.08])
+    assert V.holm([0.5]) == [0.5] and all(isinstance(p, float) for p in V.holm([1, 0]))
+
+
+def test_seeds_pair_only_where_both_sides_are_finite():
+    assert V._paired({3: 1.0, 1: 2.0, 2: 0.5, 5: 1.0}, {1: 0.0, 2: math.inf, 3: 4.0, 4: 0.0}) == [1, 3]
+    v = compare({0: 1.0, 1: 1.1, 2: 0.9, 3: 1.0}, {0: 2.0, 1: NAN, 2: 2.1, 3: 2.2})
+    assert v.n == 3 and same(v.effect, np.mean([-1.0, -1.2, -1.2]))
+
+
+def test_ratio_interval_bootstrap_is_the_seeded_percentile_interval():
+    """With many distinct measurements the interval moves with the generator's seed and the
+    percentiles: it must be the 2.5–97.5 % interval of the seed-0 draws."""
+    g = np.random.default_rng(11)
+    a, b = list(12.0 + g.standard_normal(15)), list(6.0 + 0.5 * g.standard_normal(15))
+    v = ratio_interval(a, b, above=1.5)
+    assert same(v.interval, bootstrap_ratio(a, b))
+    assert not same(v.interval, bootstrap_ratio(a, b, seed=1))
+    assert same(ratio_interval(a, b, above=1.5, seed=1).interval, bootstrap_ratio(a, b, seed=1))
+    few = ratio_interval([1.0, 2.0], [0.5, 0.5, 0.6], below=1.0)
+    assert few.held is None and few.effect == 3.0  # a median below 1 still divides
+
+
+def test_defaults_of_the_rules():
+    assert deterministic(1.0 + 1e-9, expected=1.0).held is False  # tol = 0 unless given
+    assert deterministic(1.0, expected=1.0).held is True
+    g = {"b1": {0: 15.0, 1: 15.2, 2: 15.1}}
+    v = worst_of({0: 20.0, 1: 20.6, 2: 19.9}, g)
+    assert v.effect_name == "margin of target over b1" and v.unit == "" and v.detail.startswith("target the highest")
+    assert lowest_of({"t": {0: 1.0, 1: 1.1, 2: 1.2}, **g}, "t").unit == ""
+    assert best_is_interior(["a"], {}).unit == ""
+
+
+def test_exponent_in_interval_details_at_the_ends():
+    at_lo = exponent_in_interval(0.4, (0.35, 0.5), 0.35, [0.0, 0.1], what="β", runs=3)
+    assert at_lo.detail == "published 0.35 inside the interval; it excludes 0, 0.1; bootstrap over 3 runs"
+    at_hi = exponent_in_interval(0.3, (0.2, 0.35), 0.35, [0.0], what="β", runs=3)
+    assert at_hi.detail.startswith("published 0.35 inside the interval")
+    two = exponent_in_interval(0.3, (-0.1, 1.0), 0.35, [0.0, 1.0], what="β", runs=3, of="configuration")
+    assert two.held is None and two.detail == ("published 0.35 inside the interval; the interval also holds 0, 1; "
+                                               "bootstrap over 3 configurations") and two.n_of == "configuration"
+    bad = exponent_in_interval(0.3, (NAN, 1.0), 0.35, [0.0], what="β", runs=3, of="configuration")
+    assert bad.n_of == "configuration" and bad.kind == "interval"
+
+
+def test_trend_edges():
+    x3 = [1, 2, 4]  # three points are enough for a seed
+    y3 = {0: [3.0, 2.0, 1.0], 1: [3.1, 2.2, 0.9], 2: [2.9, 2.1, 1.2]}
+    v = trend(x3, y3)
+    assert v.n == 3 and v.held is True and v.unit == ""
+    slopes = [float(np.polyfit(np.log2(x3), y3[s], 1)[0]) for s in range(3)]
+    assert same(v.effect, float(np.mean(slopes)))
+    small = {s: [0.3 + 0.01 * s, 0.2, 0.1, 0.0] for s in range(3)}  # a range below 1 still has a ρ
+    assert trend([1, 2, 4, 8], small).detail == "Spearman ρ per seed -1.00, -1.00, -1.00"
+    # a missing run may come as None (a JSON null) as well as NaN
+    with_none = {0: [4.0, None, 2.1, 1.0], 1: [4.2, 3.1, 2.0, 0.9], 2: [4.1, 3.3, None, 1.2]}
+    w = trend([1, 2, 4, 8], with_none)
+    assert w.n == 3 and same(w.effect, float(np.mean([np.polyfit(np.log2([1, 4, 8]), [4.0, 2.1, 1.0], 1)[0],
+                                                      np.polyfit(np.log2([1, 2, 4, 8]), with_none[1], 1)[0],
+                                                      np.polyfit(np.log2([1, 2, 8]), [4.1, 3.3, 1.2], 1)[0]])))
+
+
+def test_interior_optimum_centre_is_only_the_closest_ratio():
+    """S/C = 2 and 1/2 are near the centre (|log| = 0.69) but are not it: only S = C is."""
+    S, C = [64, 32, 16, 8, 4], [4, 16, 16, 16, 64]
+    err = {0: [14.0, 12.0, 10.0, 11.0, 12.5], 1: [14.5, 12.2, 10.3, 11.5, 12.1], 2: [13.8, 11.9, 9.9, 10.8, 12.4]}
+    v = interior_optimum(S, C, err)
+    assert v.detail.startswith("centre (S=16, C=16) vs ends (S=4, C=64), (S=64, C=4)")
+    assert same(v.effect, -float(np.mean([e[2] - e[4] for e in err.values()])))
+
+
+def test_interior_optimum_notes_and_ties():
+    # a minimum at the high end of log(S/C) is an end too; one well inside a narrow sweep is not
+    S, C = [64, 16, 4], [4, 16, 64]
+    falling = {s: [10.0 + 0.1 * s, 12.0, 14.0 - 0.1 * s] for s in range(3)}
+    v = interior_optimum(S, C, falling)
+    assert v.held is False and v.detail.endswith("] (at an end of the sweep: the fitted curve has no interior minimum)")
+    narrow = interior_optimum([32, 16, 8], [16, 16, 16], {s: [11.0 + 0.1 * s, 10.0, 11.2 - 0.1 * s] for s in range(3)})
+    assert narrow.detail.endswith("]") and "no interior minimum" not in narrow.detail
+    # both ends beaten by the same mean margin (2 points): the low end (smallest S/C) is reported
+    tie = {0: [12.0, 10.0, 11.5], 1: [13.0, 10.0, 12.5], 2: [11.0, 10.0, 12.0]}  # ends (S=64) and (S=4)
+    d_lo = [10.0 - tie[s][2] for s in range(3)]
+    assert np.mean(d_lo) == np.mean([10.0 - tie[s][0] for s in range(3)]) == -2.0
+    w = interior_optimum(S, C, tie)
+    assert same(w.value, t_test(d_lo)[0]) and same(w.interval, (-t_test(d_lo)[3][1], -t_test(d_lo)[3][0]))
+    # a missing run may come as None (a JSON null): that seed is dropped
+    missing = {**tie, 3: [None, 10.0, 11.0]}
+    m = interior_optimum(S, C, missing)
+    assert m.n == 3 and same(m.value, w.value)
+
+
+def test_a_concave_fit_puts_the_minimum_at_the_lower_end():
+    """Points exactly on a downward parabola: its minimum over the sweep is the end where the data are lower."""
+    for xs, c1 in (([-2.0, 0.0, 1.0], -0.5), ([-3.0, -1.0, 2.0], -3.0), ([1.0, 2.0, 4.0], 0.5)):
+        x = np.array(xs)
+        y = -x * x + c1 * x + 1.0
+        assert V._quad_argmin(x, y) == (x[0] if y[0] < y[-1] else x[-1]), (xs, c1)
+
+
+def test_quadratic_minimum_bootstrap_is_seeded():
+    x = np.linspace(-2.0, 2.0, 5)
+    g = np.random.default_rng(3)
+    y = {s: list(10.0 + (x - 0.3) ** 2 + 0.8 * g.standard_normal(5)) for s in range(8)}
+    Y = np.array([y[s] for s in range(8)])
+
+    def boot(seed):
+        rng = np.random.default_rng(seed)
+        b = [parabola_argmin(x, Y[rng.integers(0, 8, 8)].mean(0)) for _ in range(400)]
+        return float(np.percentile(b, 2.5)), float(np.percentile(b, 97.5))
+
+    est, ci = V.quadratic_minimum(x, y, resamples=400)
+    assert same(est, parabola_argmin(x, Y.mean(0))) and same(ci, boot(0)) and not same(ci, boot(1))
