@@ -142,3 +142,51 @@ def test_sparse_helpers_refuse_what_does_not_fit():
     assert torch.equal(sparse_kron_identity(W, 2).to_dense(), torch.block_diag(W, W))  # side="left" by default
     empty = pk_matrix(torch.zeros(3, 0, dtype=D), 2)  # no input columns: rows of nothing
     assert empty.shape == (6, 0) and empty.values().numel() == 0
+
+
+def test_inputs_and_parameters_are_converted_to_the_effective_dtype():
+    model = _small()
+    x = torch.randn(2, 3, 4, 4, generator=torch.Generator().manual_seed(1))
+    eff = effective_mlp(model)
+    out = eff(x)  # float32 images: converted to float64 first, exactly
+    assert out.dtype == D and torch.equal(out, eff(x.double()))
+    eff32 = effective_mlp(model, dtype=torch.float32)  # a float64 model materialised in float32
+    out32 = eff32(x)
+    assert out32.dtype == torch.float32 and all(l.weight.dtype == torch.float32 for l in eff32.linears())
+    assert all(l.bias is None or l.bias.dtype == torch.float32 for l in eff32.linears())
+    assert (out32.double() - out).abs().max().item() < 1e-4
+    eff.model_name = ""
+    assert eff.summary().startswith("effective wide MLP of Mixer: S = 3")
+
+
+def test_a_stem_without_bias():
+    model = _small()
+    model.stem.proj.register_parameter("bias", None)
+    x = torch.randn(2, 3, 4, 4, dtype=D, generator=torch.Generator().manual_seed(2))
+    eff = effective_mlp(model)
+    assert eff.layer("stem").bias is None
+    with torch.no_grad():
+        assert (eff(x) - model(x)).abs().max().item() <= 1e-12
+
+
+def test_rp_mlp_block_hidden_layer_is_the_grouped_hidden_vector():
+    """An RP layer's hidden permutation is the identity: the hidden vector is the group map's
+    hidden output in group order, as Def. 5.1 computes it."""
+    from mlplab.layers.pk import compute_by_definition
+
+    torch.manual_seed(0)
+    model = mlplab.create_model("rp_mlp_mixer", image_size=4, patch_size=2, num_tokens=3, hidden_dim=2, depth=1,
+                                expansion=2.0, zero_head=False).double().eval()
+    compute_by_definition(model)
+    seen = {}
+    blk = model.blocks[0]
+    hooks = [blk.token_mixing.inner.act.register_forward_hook(lambda m, i, o: seen.__setitem__("tok", o)),
+             blk.channel_mixing.inner.act.register_forward_hook(lambda m, i, o: seen.__setitem__("ch", o))]
+    x = torch.randn(2, 3, 4, 4, dtype=D, generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        model(x)
+    for h in hooks:
+        h.remove()
+    trace = effective_mlp(model).intermediates(x)
+    assert torch.allclose(trace["blocks.0.token.act"], seen["tok"].reshape(2, -1), atol=1e-12, rtol=0)
+    assert torch.allclose(trace["blocks.0.channel.act"], seen["ch"].reshape(2, -1), atol=1e-12, rtol=0)
