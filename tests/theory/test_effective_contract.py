@@ -190,3 +190,61 @@ def test_rp_mlp_block_hidden_layer_is_the_grouped_hidden_vector():
     trace = effective_mlp(model).intermediates(x)
     assert torch.allclose(trace["blocks.0.token.act"], seen["tok"].reshape(2, -1), atol=1e-12, rtol=0)
     assert torch.allclose(trace["blocks.0.channel.act"], seen["ch"].reshape(2, -1), atol=1e-12, rtol=0)
+
+
+def test_the_size_guard_names_the_storage_of_a_large_model():
+    """S0 = S = 1024, C = 128, C0 = 12, one block: stem 128·12·1024 = 1,572,864, token C·S·S0 =
+    134,217,728, channel S·C² = 16,777,216, pool and head 1024·128 + 10·128 = 132,352 nonzeros;
+    16 bytes each is 2.3 GiB; m = 131,072. Refused before anything is built."""
+    model = mlplab.create_model("s_mixer", image_size=64, patch_size=2, hidden_dim=128, depth=1)
+    with pytest.raises(ValueError) as e:
+        effective_mlp(model)
+    assert str(e.value) == (
+        "the effective MLP would hold 152,700,160 nonzeros (> max_nnz = 20,000,000, about 2.3 GiB sparse; dense, "
+        "each m×m layer would be 131,072² = 17,179,869,184 entries). Use a smaller S, C or depth, or raise max_nnz")
+
+
+def test_trace_names_inactive_dropout_and_unnamed_models():
+    model = _small()
+    trace = effective_mlp(model).intermediates(torch.zeros(1, 3, 4, 4, dtype=D))
+    assert list(trace) == ["stem", "blocks.0.norm1", "blocks.0.token.fc", "blocks.0.token.act", "blocks.0.token",
+                           "blocks.0.norm2", "blocks.0.channel.fc", "blocks.0.channel.act", "blocks.0.channel",
+                           "norm", "pool", "head", "logits"]
+    del model.model_name  # a Mixer not built by create_model
+    assert effective_mlp(model).model_name == "Mixer"
+    mlp = mlplab.create_model("mlp_mixer", image_size=4, patch_size=2, hidden_dim=2, depth=1).double()
+    mlp.blocks[0].token_mixing.inner.drop1 = nn.Dropout(0.0)  # p = 0: the identity even in training
+    effective_mlp(mlp.train())
+    drop = mlplab.create_model("mlp_mixer", image_size=4, patch_size=2, hidden_dim=2, depth=1, drop_rate=0.1)
+    with pytest.raises(ValueError) as e:
+        effective_mlp(drop.train())
+    assert str(e.value) == "the model has active dropout / stochastic depth; call model.eval() first"
+    untied = mlplab.create_model("mlp_mixer", image_size=4, patch_size=2, hidden_dim=2, depth=1, token_mixing="untied")
+    with pytest.raises(ValueError) as e:
+        effective_mlp(untied)
+    assert str(e.value) == "effective_mlp builds the PK token mixing of the shared Mixer, not token_mixing='untied'"
+
+
+def test_a_head_without_bias():
+    model = _small()
+    model.head.register_parameter("bias", None)
+    x = torch.randn(2, 3, 4, 4, dtype=D, generator=torch.Generator().manual_seed(4))
+    eff = effective_mlp(model)
+    assert eff.layer("head").bias is None
+    with torch.no_grad():
+        assert (eff(x) - model(x)).abs().max().item() <= 1e-12
+
+
+def test_the_first_sparse_matrix_of_a_process_is_built_quietly():
+    """torch warns once per process that sparse CSR is in beta; the first matrix built must neither
+    print that nor fail on it (the warning filter around the constructor)."""
+    import os
+    import subprocess
+    import sys
+
+    code = "import torch; from mlplab.theory import pk_matrix; print(pk_matrix(torch.ones(2, 2), 2).to_dense().sum().item())"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    proc = subprocess.run([sys.executable, "-W", "default", "-c", code], capture_output=True, text=True, env=env,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "8.0" and "beta" not in proc.stderr
