@@ -248,3 +248,23 @@ def test_the_first_sparse_matrix_of_a_process_is_built_quietly():
                           timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "8.0" and "beta" not in proc.stderr
+
+
+def test_pk_ops_of_longer_group_maps():
+    from mlplab.theory.effective import _pk_ops
+
+    inner = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 5, bias=False), nn.Tanh(), nn.Linear(5, 3))
+    ops = _pk_ops(PKMixing(inner, (2, 3), (2, 3), "rows").double(), "t", "channel", "1/S", False, D)
+    assert [op.name for op in ops] == ["t.fc1", "t.act1", "t.fc2", "t.act2", "t.fc3"]
+    assert ops[2].bias is None and ops[0].bias.dtype == D
+    bad = nn.Sequential(nn.Linear(2, 4), nn.Linear(4, 5), nn.Linear(5, 3))  # takes 2 entries, the groups hold 3
+    with pytest.raises(ValueError) as e:
+        _pk_ops(PKMixing(bad, (2, 3), (2, 3), "rows"), "t", "channel", "1/S", False, D)
+    assert str(e.value) == "t: inner map 2->3 does not match the PK grouping n2=3, n2'=3"
+    with pytest.raises(ValueError, match="^t: inner map 3->2 does not match"):
+        _pk_ops(PKMixing(nn.Sequential(nn.Linear(3, 2)), (2, 3), (2, 3), "rows"), "t", "channel", "1/S", False, D)
+    with pytest.raises(TypeError, match="^t: Softmax is not an entry-wise activation mlplab knows$"):
+        _pk_ops(PKMixing(nn.Sequential(nn.Linear(3, 3), nn.Softmax(-1)), (2, 3), (2, 3), "rows"), "t", "c", "1/S",
+                False, D)
+    with pytest.raises(TypeError, match="^blk: Softmax is not an entry-wise activation"):
+        _inner_chain(nn.Sequential(nn.Sequential(nn.Linear(2, 2), nn.Softmax(-1))), "blk")
