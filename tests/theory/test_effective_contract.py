@@ -242,6 +242,7 @@ def test_the_first_sparse_matrix_of_a_process_is_built_quietly():
     import subprocess
     import sys
 
+    assert pk_matrix(torch.ones(2, 2), 2).to_dense().sum().item() == 8.0  # in this process: warned already
     code = "import torch; from mlplab.theory import pk_matrix; print(pk_matrix(torch.ones(2, 2), 2).to_dense().sum().item())"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
     proc = subprocess.run([sys.executable, "-W", "default", "-c", code], capture_output=True, text=True, env=env,
@@ -268,3 +269,15 @@ def test_pk_ops_of_longer_group_maps():
                 False, D)
     with pytest.raises(TypeError, match="^blk: Softmax is not an entry-wise activation"):
         _inner_chain(nn.Sequential(nn.Sequential(nn.Linear(2, 2), nn.Softmax(-1))), "blk")
+
+
+def test_every_matrix_is_valid_csr():
+    """Rebuilt with torch's invariant checks on: int64 row pointers, one more than the rows, in range."""
+    W = torch.randn(3, 2, dtype=D)
+    mats = [lin.weight for lin in effective_mlp(_small()).linears()]
+    mats += [pk_matrix(W, 2, torch.randperm(4), torch.randperm(6)), pk_matrix(torch.zeros(3, 0, dtype=D), 2),
+             sparse_perm_matrix(torch.randperm(5)), sparse_kron_identity(W, 3, side="right")]
+    for A in mats:
+        crow = A.crow_indices()
+        assert crow.dtype == torch.int64 and crow.numel() == A.shape[0] + 1
+        torch.sparse_csr_tensor(crow, A.col_indices(), A.values(), A.shape, check_invariants=True)
