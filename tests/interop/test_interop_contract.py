@@ -320,3 +320,45 @@ def test_weights_path_of_folders(tmp_path):
         resolve_weights_path(tmp_path / "none")
     assert str(e.value) == (f"{tmp_path / 'none'} does not exist; give the path of a checkpoint file or an mlplab "
                             "run folder")
+
+
+@pytest.mark.parametrize("bottleneck, key", [
+    (True, k) for k in ("linear_in.weight", "linear_in.bias", "linear_out.weight", "linear_out.bias",
+                        "blocks.1.block.0.weight", "blocks.1.block.0.bias", "blocks.1.block.2.weight",
+                        "layernorms.1.weight", "layernorms.1.bias")] + [
+    (False, k) for k in ("layers.1.weight", "layers.1.bias", "layernorms.1.weight", "layernorms.1.bias")])
+def test_scaling_mlps_names_the_missing_or_misshapen_tensor(bottleneck, key):
+    t = _scaling_dict(bottleneck=bottleneck)
+    t.pop(key)
+    with pytest.raises(ValueError) as e:
+        scaling_mlps.to_mlplab(t)
+    assert str(e.value) == f"Scaling-MLPs checkpoint lacks tensor {key!r}"
+    t = _scaling_dict(bottleneck=bottleneck)
+    t[key] = t[key][None]
+    with pytest.raises(ValueError) as e:
+        scaling_mlps.to_mlplab(t)
+    assert str(e.value).startswith(f"Scaling-MLPs tensor {key!r} has shape (1, ")
+
+
+def test_scaling_mlps_overrides_and_leftovers():
+    imp = scaling_mlps.to_mlplab(_scaling_dict(d_in=48), {"image_size": 4})
+    assert (imp.kwargs["in_chans"], imp.kwargs["image_size"], imp.source_format) == (3, 4, "scaling_mlps")
+    with pytest.raises(ValueError, match="in_chans=None, image_size=3 do not match"):
+        scaling_mlps.to_mlplab(_scaling_dict(d_in=48), {"image_size": 3})
+    t = _scaling_dict()
+    t.update({f"extra.{i}": _z(1) for i in range(6)})
+    with pytest.raises(ValueError) as e:
+        scaling_mlps.to_mlplab(t)
+    assert str(e.value) == ("Scaling-MLPs checkpoint has tensors this model does not use: "
+                            "['extra.0', 'extra.1', 'extra.2', 'extra.3', 'extra.4']")
+
+
+@pytest.mark.parametrize("key", ["stem/kernel", "stem/bias", "MixerBlock_0/LayerNorm_0/bias",
+                                 "MixerBlock_0/channel_mixing/Dense_1/kernel", "MixerBlock_0/token_mixing/Dense_0/bias",
+                                 "pre_head_layer_norm/scale", "head/bias"])
+def test_flax_names_the_missing_tensor(key):
+    t = _flax_dict()
+    t.pop(key)
+    with pytest.raises(ValueError) as e:
+        flax.to_mlplab(t)
+    assert str(e.value) == f"Flax checkpoint lacks tensor {key!r}"
