@@ -362,3 +362,37 @@ def test_flax_names_the_missing_tensor(key):
     with pytest.raises(ValueError) as e:
         flax.to_mlplab(t)
     assert str(e.value) == f"Flax checkpoint lacks tensor {key!r}"
+
+
+def test_push_to_hub_passes_every_option_to_the_upload(monkeypatch):
+    from mlplab.interop import hub
+
+    calls = {}
+
+    def fake_upload(folder, repo_id, **kw):
+        calls.update(repo_id=repo_id, files=sorted(p.name for p in Path(folder).iterdir()), **kw)
+        return "url"
+
+    monkeypatch.setattr(hub, "upload_folder", fake_upload)
+    model = mlplab.create_model("mlp", image_size=4, width=8, depth=1)
+    assert mlplab.push_to_hub(model, "me/tiny", revision="v2", commit_message="msg") == "url"
+    assert calls == {"repo_id": "me/tiny", "files": ["README.md", "config.json", "model.safetensors"],
+                     "private": False, "token": None, "commit_message": "msg", "revision": "v2"}
+
+
+def test_push_without_huggingface_hub_is_a_runtime_failure(monkeypatch, tmp_path):
+    import sys
+
+    from mlplab.errors import RunFailure
+    from mlplab.interop import hub
+
+    monkeypatch.setitem(sys.modules, "huggingface_hub", None)  # import fails
+    with pytest.raises(RunFailure) as e:
+        hub.upload_folder(tmp_path, "me/tiny", private=False, token=None, commit_message="m", revision=None)
+    assert str(e.value) == "pushing to the Hugging Face Hub needs huggingface_hub: pip install huggingface_hub"
+
+
+def test_image_shape_checks_given_values_and_finds_three_channels():
+    assert scaling_mlps.image_shape(27) == (3, 3) and scaling_mlps.image_shape(16, in_chans=1) == (1, 4)
+    with pytest.raises(ValueError, match="in_chans=3, image_size=5 do not match the checkpoint's input width 48"):
+        scaling_mlps.image_shape(48, in_chans=3, image_size=5)
