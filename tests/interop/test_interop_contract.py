@@ -396,3 +396,73 @@ def test_image_shape_checks_given_values_and_finds_three_channels():
     assert scaling_mlps.image_shape(27) == (3, 3) and scaling_mlps.image_shape(16, in_chans=1) == (1, 4)
     with pytest.raises(ValueError, match="in_chans=3, image_size=5 do not match the checkpoint's input width 48"):
         scaling_mlps.image_shape(48, in_chans=3, image_size=5)
+
+
+def test_hub_folder_config_and_timm_layout(tmp_path):
+    import json
+
+    from mlplab.interop.api import _dataset_inputs
+    from mlplab.version import __version__
+
+    model = mlplab.create_model("mixer_s32_224", image_size=32, in_chans=1, num_classes=3)
+    folder = mlplab.save_pretrained(model, tmp_path / "repo", hub_layout=True)
+    config = json.loads((folder / "config.json").read_text())
+    assert {k: v for k, v in config.items() if k not in ("model_config", "pretrained_cfg")} == {
+        "architecture": "mixer_s32_224", "num_classes": 3, "num_features": 512, "global_pool": "avg",
+        "library_name": "mlplab", "mlplab_version": __version__,
+        "model_args": {"img_size": 32, "in_chans": 1, "mlp_ratio": [0.5, 4.0], "num_classes": 3}}
+    assert config["model_config"]["hidden_dim"] == 512
+    tensors, meta = read_tensors(folder / "model.safetensors")
+    assert meta["format"] == "pt" and meta["mlplab_layout"] == "timm" and meta["mlplab_model"] == "mixer_s32_224"
+    assert "blocks.0.mlp_tokens.fc1.weight" in tensors  # timm's names, so timm loads it
+    with pytest.raises(ValueError) as e:
+        mlplab.save_pretrained(torch.nn.Linear(2, 2), tmp_path / "x.safetensors")
+    assert str(e.value) == ("save_pretrained needs a model built by mlplab.create_model (it records the model's name "
+                            "and config); for other modules save model.state_dict()")
+    assert _dataset_inputs({"data": "cifar10"}) == {} and _dataset_inputs({}) == {}
+
+
+def test_flax_matching_needs_both_names_and_lists_five_leftovers():
+    assert not flax.matches({"stem/kernel": _z(1)})
+    assert not flax.matches({"MixerBlock_0/token_mixing/Dense_0/kernel": _z(1)})
+    assert flax.to_mlplab(_flax_dict()).source_format == "flax"
+    t = _flax_dict()
+    t.update({f"extra/{i}": _z(1) for i in range(6)})
+    with pytest.raises(ValueError) as e:
+        flax.to_mlplab(t)
+    assert str(e.value) == ("Flax checkpoint has tensors a Mixer does not use: "
+                            "['extra/0', 'extra/1', 'extra/2', 'extra/3', 'extra/4']")
+
+
+def test_pickles_unwrap_two_levels_and_name_what_they_hold(tmp_path):
+    torch.save({"model": {"state_dict": {"model": {"w": torch.ones(1)}}}}, tmp_path / "three.pth")
+    with pytest.raises(ValueError, match="not a dict of tensors"):
+        read_tensors(tmp_path / "three.pth")  # two wrappers at most
+    torch.save({f"k{i}": i for i in range(6)}, tmp_path / "six.pth")
+    with pytest.raises(ValueError) as e:
+        read_tensors(tmp_path / "six.pth")
+    assert str(e.value) == (
+        f"{tmp_path / 'six.pth'} holds a dict with keys ['k0', 'k1', 'k2', 'k3', 'k4'] and no state dict under "
+        "'state_dict', 'model', 'model_state_dict', 'params', 'state_dict_ema', not a dict of tensors (a state dict); "
+        "save model.state_dict() rather than the model object")
+
+
+def test_safetensors_sniffing_bounds(tmp_path):
+    exact = tmp_path / "exact"
+    exact.write_bytes((9).to_bytes(8, "little") + b"{")  # the header length equals the file size
+    assert _looks_like_safetensors(exact)
+    for n, expected in ((100_000_000, True), (100_000_001, False)):
+        p = tmp_path / f"big{n}"
+        with open(p, "wb") as f:
+            f.write(n.to_bytes(8, "little") + b"{")
+            f.truncate(n + 8)  # sparse: no disk used
+        assert _looks_like_safetensors(p) is expected
+
+
+def test_a_pickled_module_names_the_class(tmp_path):
+    torch.save(torch.nn.Linear(2, 2), tmp_path / "module.pth")
+    with pytest.raises(ValueError) as e:
+        read_tensors(tmp_path / "module.pth")
+    assert str(e.value).startswith(f"{tmp_path / 'module.pth'} is neither safetensors, .npz nor a PyTorch file "
+                                   "loadable with weights_only=True (it holds objects other than tensors")
+    assert "torch.nn.modules.linear.Linear" in str(e.value)
