@@ -466,3 +466,63 @@ def test_a_pickled_module_names_the_class(tmp_path):
     assert str(e.value).startswith(f"{tmp_path / 'module.pth'} is neither safetensors, .npz nor a PyTorch file "
                                    "loadable with weights_only=True (it holds objects other than tensors")
     assert "torch.nn.modules.linear.Linear" in str(e.value)
+
+
+def test_hub_cache_dir_follows_the_huggingface_variables(monkeypatch, tmp_path):
+    from mlplab.interop import hub
+
+    monkeypatch.delenv("HF_HUB_CACHE", raising=False)
+    monkeypatch.delenv("HF_HOME", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert hub.hub_cache_dir() == str(tmp_path / ".cache" / "huggingface" / "hub")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    assert hub.hub_cache_dir() == str(tmp_path / "hf" / "hub")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "c"))
+    assert hub.hub_cache_dir() == str(tmp_path / "c")
+
+
+def test_write_hub_folder_layout_and_refusal(tmp_path):
+    from mlplab.interop import hub
+
+    out = tmp_path / "a" / "b"  # parents are made
+    written = hub.write_hub_folder(out, lambda p: write_tensors(p, {"w": torch.ones(1)}), {"k": [1]}, "# card\n")
+    assert written == out and (out / "config.json").read_text() == '{\n  "k": [\n    1\n  ]\n}\n'
+    assert (out / "README.md").read_text() == "# card\n" and read_tensors(out / "model.safetensors")[0]["w"] == 1
+    hub.write_hub_folder(out, lambda p: write_tensors(p, {"w": torch.ones(1)}), {}, "")  # into an existing folder
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(ValueError) as e:
+        hub.write_hub_folder(tmp_path / "file", lambda p: None, {}, "")
+    assert str(e.value) == (f"{tmp_path / 'file'} is a file; hub_layout=True writes a folder (model.safetensors, "
+                            "config.json, README.md)")
+
+
+def test_native_metadata_carries_the_input_settings_but_not_the_source():
+    import json
+
+    model = mlplab.create_model("mlp", image_size=4, width=8, depth=1)
+    assert "mlplab_pretrained_cfg" not in native.model_metadata(model) or \
+        "source" not in json.loads(native.model_metadata(model)["mlplab_pretrained_cfg"])
+    model.pretrained_cfg.clear()
+    assert set(native.model_metadata(model)) == {"mlplab_model", "mlplab_config"}
+    model.pretrained_cfg.update(mean=[0.5], source="/somewhere")
+    meta = native.model_metadata(model)
+    assert json.loads(meta["mlplab_pretrained_cfg"]) == {"mean": [0.5]}
+    model.model_name = None
+    assert native.model_metadata(model) == {}
+    model.model_name, model.config = "mlp", {"not": "a dataclass"}
+    assert native.model_metadata(model) == {}
+    imp = native.to_mlplab({"w": _z(1)}, {"mlplab_model": "mlp", "mlplab_config": "{}"})
+    assert imp.pretrained_cfg == {} and list(imp.state) == ["w"]
+
+
+def test_json_or_empty_and_written_tensors_are_cpu_copies(tmp_path):
+    from mlplab.interop.api import _json_or_empty
+
+    (tmp_path / "list.json").write_text("[1, 2]")
+    (tmp_path / "bad.json").write_text("{")
+    (tmp_path / "ok.json").write_text('{"a": 1}')
+    assert _json_or_empty(tmp_path / "list.json") == {} and _json_or_empty(tmp_path / "bad.json") == {}
+    assert _json_or_empty(tmp_path / "ok.json") == {"a": 1} and _json_or_empty(tmp_path / "none.json") == {}
+    t = torch.arange(6.0).view(2, 3).t()  # not contiguous
+    back, _ = read_tensors(write_tensors(tmp_path / "t.safetensors", {"t": t}))
+    assert torch.equal(back["t"], t)
