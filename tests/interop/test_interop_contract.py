@@ -524,3 +524,30 @@ def test_json_or_empty_and_written_tensors_are_cpu_copies(tmp_path):
     t = torch.arange(6.0).view(2, 3).t()  # not contiguous
     back, _ = read_tensors(write_tensors(tmp_path / "t.safetensors", {"t": t}))
     assert torch.equal(back["t"], t)
+
+
+FIX = Path(__file__).resolve().parents[1] / "fixtures" / "interop"
+
+
+def test_convert_writes_each_layout(tmp_path):
+    from mlplab.interop import convert
+
+    out = convert(FIX / "timm_mixer.safetensors", tmp_path / "m.safetensors", from_format="timm")
+    assert read_tensors(out)[1]["mlplab_model"] == "mlp_mixer"  # mlplab's format by default
+    out = convert(FIX / "timm_mixer.safetensors", tmp_path / "t.safetensors", to="timm")
+    tensors, meta = read_tensors(out)
+    assert meta == {"format": "pt"} and "blocks.0.mlp_tokens.fc1.weight" in tensors
+    out = convert(FIX / "timm_mixer.safetensors", tmp_path / "t.pth", to="timm")
+    assert read_tensors(out)[1] == {} and "stem.proj.weight" in read_tensors(out)[0]
+    with pytest.raises(ValueError) as e:
+        convert(FIX / "timm_mixer.safetensors", tmp_path / "x", to="onnx")
+    assert str(e.value) == "cannot convert to 'onnx'; choose mlplab or timm"
+    with pytest.raises(ValueError, match="is not a flax checkpoint"):
+        convert(FIX / "timm_mixer.safetensors", tmp_path / "y.safetensors", from_format="flax")
+
+
+def test_timm_export_names_the_token_mixing_variant():
+    model = mlplab.create_model("mlp_mixer", image_size=8, patch_size=4, hidden_dim=4, depth=1, token_mixing="untied")
+    with pytest.raises(ValueError) as e:
+        timm.from_mlplab(model)
+    assert str(e.value) == "this Mixer has no timm counterpart: token_mixing='untied'"
