@@ -551,3 +551,28 @@ def test_timm_export_names_the_token_mixing_variant():
     with pytest.raises(ValueError) as e:
         timm.from_mlplab(model)
     assert str(e.value) == "this Mixer has no timm counterpart: token_mixing='untied'"
+
+
+def test_hub_download_asks_for_the_revision_and_only_the_cache_after_a_failure(monkeypatch, tmp_path):
+    import sys
+
+    import huggingface_hub
+    from huggingface_hub import errors
+
+    from mlplab.errors import RunFailure
+    from mlplab.interop import hub
+
+    calls = []
+
+    def fake_download(repo, name, revision=None, local_files_only=False):
+        calls.append((repo, name, revision, local_files_only))
+        raise errors.LocalEntryNotFoundError("offline")
+
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", fake_download)
+    with pytest.raises(RunFailure, match="^cannot get the weights of hf-hub:me/tiny@v1"):
+        hub.download("hf-hub:me/tiny@v1")
+    assert [c[2:] for c in calls] == [("v1", False)] + [("v1", True)] * (len(calls) - 1) and len(calls) >= 2
+    monkeypatch.setitem(sys.modules, "huggingface_hub", None)
+    with pytest.raises(RunFailure) as e:
+        hub.download("hf-hub:me/tiny")
+    assert str(e.value) == "loading from the Hugging Face Hub needs huggingface_hub: pip install huggingface_hub"
