@@ -576,3 +576,22 @@ def test_hub_download_asks_for_the_revision_and_only_the_cache_after_a_failure(m
     with pytest.raises(RunFailure) as e:
         hub.download("hf-hub:me/tiny")
     assert str(e.value) == "loading from the Hugging Face Hub needs huggingface_hub: pip install huggingface_hub"
+
+
+def test_hub_ids_pretrained_arguments_and_overrides(tmp_path):
+    from mlplab.interop import hub
+
+    assert hub.hub_repo("hf-hub:me/tiny@v1") == ("me/tiny", "v1") and hub.hub_repo("hf-hub:me/tiny") == ("me/tiny", None)
+    for bad in ("hf-hub:me/", "hf-hub:/tiny", "hf-hub:a/b/c"):
+        with pytest.raises(ValueError) as e:
+            hub.hub_repo(bad)
+        assert str(e.value) == (f"{bad!r} is not a Hub repository; write hf-hub:ORG/NAME, e.g. "
+                                "hf-hub:timm/mixer_b16_224.goog_in21k_ft_in1k")
+    with pytest.raises(TypeError) as e:
+        mlplab.create_model("mlp", pretrained=3)
+    assert str(e.value) == "pretrained is True, a path or 'hf-hub:ORG/NAME', not 3"
+    model = mlplab.create_model("mlp_mixer", pretrained=FIX / "flax_mixer.npz", image_size=32, patch_size=8,
+                                hidden_dim=16, depth=2, token_hidden=8, channel_hidden=32)  # the checkpoint's eps, φ, classes
+    assert (model.config.act, model.config.norm_eps, model.config.num_classes) == ("gelu_tanh", 1e-6, 5)
+    with pytest.raises(ValueError, match="^in_chans=None, image_size=5 do not match the checkpoint's input width"):
+        mlplab.load_pretrained(FIX / "scaling_mlp.pth", image_size=5)  # overrides reach the converter
