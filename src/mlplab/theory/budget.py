@@ -214,7 +214,8 @@ class PlanRow:
     density: the SW-MLP density p = Ω/(γm²) with the same budget and width (for a Mixer row:
         the SW-MLP it is compared with; > 1 means none fits).
     connections: actual mean connections per layer after rounding (for an MLP-Mixer with the
-        integer hidden widths round(γS), round(γC): S·C·(round(γS) + round(γC))/2; for an SW-MLP
+        integer hidden widths D_S = round(γS), D_C = round(γC) as the model builds them, halves
+        to even: S·C·(D_S + D_C)/2; for an SW-MLP
         the expected p·γ·m²).
     rel_error: (connections − Ω)/Ω.
     solved_for: which size was computed from the other (``"S"``, ``"C"``, ``"swap"`` for a
@@ -335,11 +336,12 @@ def _as_int_list(values: Iterable, what: str) -> list[int]:
 
 
 def _mixer_connections(S: int, C: int, gamma: float, family: str) -> float:
-    """Mean connections per layer as built: S-Mixer S·C·(S + C)/2; MLP-Mixer with integer hidden
-    widths round(γS), round(γC) (four layers: C·S·D_S twice and S·C·D_C twice)."""
+    """Mean connections per layer as built: S-Mixer S·C·(S + C)/2; MLP-Mixer with the integer
+    hidden widths D_S = round(γS), D_C = round(γC) that ``models.mixer`` builds (Python's round,
+    halves to even) (four layers: C·S·D_S twice and S·C·D_C twice)."""
     if family == "s_mixer":
         return S * C * (S + C) / 2.0
-    return S * C * (round_half_up(gamma * S) + round_half_up(gamma * C)) / 2.0
+    return S * C * (round(gamma * S) + round(gamma * C)) / 2.0
 
 
 def _mixer_row(omega: float, gamma: float, family: str, C: int, S: int, solved_for: str) -> PlanRow:
