@@ -214,13 +214,20 @@ MIXER_ANCHOR = "Mixer-B/16"
 
 
 def all_hold(verdicts: Sequence[Verdict], what: str) -> Verdict:
-    """One verdict for a conjunction of interval verdicts: HELD when every one held, DID NOT HOLD
-    when any did not, UNDECIDED otherwise; the parts' summaries are its detail."""
+    """One verdict for a conjunction of interval verdicts (``what`` they decide together): HELD when
+    every one held, DID NOT HOLD when any did not, UNDECIDED otherwise; each part's ratio, interval
+    and word are its detail, their full records in ``extra["parts"]``."""
     held = False if any(v.held is False for v in verdicts) else (True if verdicts and all(v.held for v in verdicts)
                                                                   else None)
     n = min((v.n for v in verdicts), default=0)
-    return Verdict(held=held, statistic=f"{len(verdicts)} bootstrap intervals, all must hold", effect_name=what,
-                   n=n, detail="; ".join(v.summary() for v in verdicts), kind="interval", n_of="measurement")
+
+    def part(v: Verdict) -> str:
+        ci = f" [{v.interval[0]:.3g}, {v.interval[1]:.3g}]" if v.interval else ""
+        return f"{v.effect_name} {v.effect:.3g}{ci} {v.word}"
+
+    return Verdict(held=held, statistic=f"{len(verdicts)} bootstrap 95% intervals of median ratios, all must hold",
+                   n=n, detail="; ".join(part(v) for v in verdicts), kind="interval", n_of="measurement",
+                   extra={"parts": [v.to_dict() for v in verdicts], "what": what})
 
 
 def _cost_claims(rows: dict[str, dict[str, Any]], device: str) -> list[Claim]:
