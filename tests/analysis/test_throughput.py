@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn as nn
 
-from mlplab.analysis.throughput import (best_batch, candidate_batches, device_sync, interleaved_times,
+from mlplab.analysis.throughput import (best_batch, candidate_batches, device_sync, fitting_batches, interleaved_times,
                                         machine_record, measure_inference)
 
 
@@ -70,3 +70,16 @@ def test_machine_record_says_where_and_how_loaded():
     m = machine_record("cpu")
     assert m["device"] == "cpu" and m["gpu"] is None and len(m["loadavg"]) == 3 and m["threads"] >= 1
     assert set(m["cpu_flags"]) <= {"avx512_bf16", "amx_bf16", "avx512f", "avx2"} and m["machine_tag"]
+
+
+def test_fitting_batches_stop_at_the_first_out_of_memory():
+    dropped = []
+
+    def run(b):
+        if b >= 64:
+            raise torch.OutOfMemoryError("CUDA out of memory")
+
+    assert fitting_batches([256, 1, 16, 64, 4096], run, drop=dropped.append) == [1, 16]
+    assert dropped == [64]
+    with pytest.raises(RuntimeError, match=r"even the smallest batch \(4\) runs out of device memory"):
+        fitting_batches([4], lambda b: run(64))

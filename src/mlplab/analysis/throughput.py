@@ -3,7 +3,8 @@ timed *interleaved* (repetition r times every candidate once before repetition r
 the load of a shared machine drifts over all candidates alike; the benchmarks' rule).
 
 :func:`measure_inference` is the whole measurement of Scaling MLPs Table 4 and the Mixer paper's
-throughput column: (1) latency, ``latency_reps`` forward passes of one image per model; (2) the
+throughput column: (0) on a GPU, the candidate batch sizes that fit in its memory, one pass each
+(:func:`fitting_batches`); (1) latency, ``latency_reps`` forward passes of one image per model; (2) the
 batch search, ``search_reps`` passes at every candidate batch size, the best being the one of
 highest median images/s; (3) throughput, ``reps`` passes at each model's best batch. A forward pass
 is ``model(x)`` in eval mode under ``torch.inference_mode``; on CUDA each timing waits for the
@@ -22,8 +23,8 @@ import torch.nn as nn
 
 from ..utils.cpu import cpu_has_native_bf16, cpu_info, machine_tag
 
-__all__ = ["CLOCKS", "device_sync", "interleaved_times", "candidate_batches", "best_batch", "measure_inference",
-           "machine_record"]
+__all__ = ["CLOCKS", "device_sync", "interleaved_times", "candidate_batches", "fitting_batches", "best_batch",
+           "measure_inference", "machine_record"]
 
 CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}  # what a timing reads
 
@@ -67,6 +68,27 @@ def candidate_batches(batches: Sequence[int], example_s: float, max_call_s: floa
     return [b for b in bs if b * example_s <= max_call_s] or bs[:1]
 
 
+def fitting_batches(batches: Sequence[int], run: Callable[[int], Any],
+                    drop: Callable[[int], Any] = lambda b: None) -> list[int]:
+    """The batch sizes at which ``run(batch)`` (one forward pass) does not run out of device
+    memory, smallest first: the first that raises ``torch.OutOfMemoryError`` ends the list
+    (``drop(batch)`` then frees what was made for it). A GPU's search list can go past its memory
+    (ResNet-152 at 64×64 without the first stride holds 17 GB of activations per layer at batch 4096)."""
+    ok: list[int] = []
+    for b in sorted({int(x) for x in batches}):
+        try:
+            run(b)
+        except torch.OutOfMemoryError:
+            drop(b)
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+            break
+        ok.append(b)
+    if not ok:
+        raise RuntimeError(f"even the smallest batch ({min(batches)}) runs out of device memory")
+    return ok
+
+
 def best_batch(times: Mapping[int, Sequence[float]]) -> int:
     """The batch size of highest median images per second (``times``: batch → seconds per pass);
     the smaller batch on a tie."""
@@ -107,6 +129,9 @@ def measure_inference(models: Mapping[str, nn.Module], input_shapes: Mapping[str
         m.eval()
     out: dict[str, dict[str, Any]] = {}
     with torch.inference_mode():
+        if device.type == "cuda":  # a CPU's list is capped by time (candidate_batches) before it gets here
+            batches = {k: fitting_batches(batches[k], lambda b, k=k: call(k, b)(),
+                                          drop=lambda b, k=k: inputs.pop((k, b), None)) for k in models}
         lat = interleaved_times({k: call(k, 1) for k in models}, latency_reps, warmup, sync, now) if latency_reps else {
             k: [] for k in models}
         keys = [(k, int(b)) for k in models for b in batches[k]]
