@@ -132,8 +132,9 @@ class ResNet(nn.Module):
 @dataclass(frozen=True)
 class ViTConfig:
     """A pre-norm ViT with a class token and learned position embeddings: patch ``patch_size``,
-    width ``dim``, ``depth`` blocks of ``heads`` heads, MLP width ``mlp_ratio``·dim; the head
-    reads the class token after a final layer norm."""
+    width ``dim``, ``depth`` blocks of ``heads`` heads, MLP width ``mlp_ratio``·dim, layer norms
+    with ε = 1e-6 (the ViT paper's and timm's); the head reads the class token after a final
+    layer norm."""
 
     image_size: int = 224
     in_chans: int = 3
@@ -153,8 +154,8 @@ class TransformerBlock(nn.Module):
         if dim % heads:
             raise ValueError(f"width {dim} is not divisible by {heads} heads")
         self.heads, self.tokens = heads, tokens
-        self.norm1, self.qkv, self.proj = nn.LayerNorm(dim), nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
-        self.norm2, self.fc1, self.fc2 = nn.LayerNorm(dim), nn.Linear(dim, hidden), nn.Linear(hidden, dim)
+        self.norm1, self.qkv, self.proj = nn.LayerNorm(dim, eps=1e-6), nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
+        self.norm2, self.fc1, self.fc2 = nn.LayerNorm(dim, eps=1e-6), nn.Linear(dim, hidden), nn.Linear(hidden, dim)
 
     def attention_flops(self) -> int:
         """4 · N² · D: the products QKᵀ and AV of all heads."""
@@ -182,7 +183,7 @@ class VisionTransformer(nn.Module):
         self.pos_embed = nn.Parameter(torch.zeros(1, tokens, cfg.dim))
         hidden = int(round(cfg.mlp_ratio * cfg.dim))
         self.blocks = nn.Sequential(*[TransformerBlock(cfg.dim, cfg.heads, hidden, tokens) for _ in range(cfg.depth)])
-        self.norm = nn.LayerNorm(cfg.dim)
+        self.norm = nn.LayerNorm(cfg.dim, eps=1e-6)
         self.head = nn.Linear(cfg.dim, cfg.num_classes)
         nn.init.trunc_normal_(self.pos_embed, std=0.02)
         nn.init.trunc_normal_(self.cls_token, std=0.02)
