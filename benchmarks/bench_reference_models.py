@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
         r = results[name]
         rows.append([name, r["params_ours"], r["params_timm"], r["max_rel_output_diff"], 1e3 * t_ours["median_s"],
                      1e3 * t_timm["median_s"], r["ratio"]])
-    print(fmt_table(["model", "params ours", "params timm", "max |Δ out| / max |out|", "ours ms", "timm ms",
+    print(fmt_table(["model", "params ours", "params timm", "max output diff (relative)", "ours ms", "timm ms",
                      "ours / timm"], rows))
     write_results(a.out, {"title": "Reference models of sm-inference against timm's", "environment": env,
                           "batch": a.batch, "quick": a.quick, "clock": a.clock,
