@@ -205,7 +205,7 @@ MIXER_COST = {
                                             max_call_s=None, threads=None, clock="wall")),
 }
 
-# Mixer paper Table 2 (per-core images/s, as SPEC §7b gives them): (TPUv3, V100)
+# MLP-Mixer (Tolstikhin et al. 2021) Table 2, images/s per core: (TPUv3, V100)
 MIXER_PUBLISHED = {"Mixer-S/32": (11489, 5497), "Mixer-B/16": (1384, 516), "Mixer-L/16": (419, 151),
                    "ViT-L/16": (280, 100), "Mixer-H/14": (194, 58)}
 MIXER_RATIO_FACTOR = 2.0  # a published ratio agrees with ours when it is within a factor 2 of our interval
