@@ -166,6 +166,8 @@ def test_smoke_runs_and_pins_its_undecided_reasons(tmp_path, id, n):
         reasons = reasons[1:]
     assert all("fewer than 3 measurements of each: no interval" in r for r in reasons)
     run = tmp_path / ("table4" if id == "sm-inference" else "table2") / "seed=0"
-    rows = json.loads((run / "results.json").read_text())["rows"]
+    res = json.loads((run / "results.json").read_text())
+    rows = res["rows"]
+    assert 0 < res["cpu_s"] and res["machine"]["clock"] == "cpu" and res["machine"]["threads"] == 1
     assert [r["best_batch"] in (1, 4) for r in rows] == [True] * len(rows)
     assert (tmp_path / ("sm_inference.png" if id == "sm-inference" else "mixer_cost.png")).exists()

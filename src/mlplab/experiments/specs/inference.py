@@ -364,6 +364,7 @@ def inference_task(o: dict[str, Any], run_dir: Path) -> dict[str, Any]:
     on a CPU only; a GPU is always timed by the wall clock); ``run.device`` ``auto`` (CUDA when
     there is one), ``cuda`` or ``cpu``."""
     import os
+    import time
 
     import torch
 
@@ -374,6 +375,7 @@ def inference_task(o: dict[str, Any], run_dir: Path) -> dict[str, Any]:
     want = str(o.get("run.device", "auto"))
     device = torch.device("cuda" if want == "cuda" or (want == "auto" and torch.cuda.is_available()) else "cpu")
     clock = str(o.get("clock", "wall")) if device.type == "cpu" else "wall"
+    cpu0 = time.process_time()
     threads_before = torch.get_num_threads()
     if o.get("threads") and device.type == "cpu":
         torch.set_num_threads(int(o["threads"]))
@@ -395,6 +397,7 @@ def inference_task(o: dict[str, Any], run_dir: Path) -> dict[str, Any]:
                                   clock=clock)
         for k, t in timed.items():
             rows[k].update(t)
-        return {"rows": list(rows.values()), "machine": machine, "load_after": list(os.getloadavg())}
+        return {"rows": list(rows.values()), "machine": machine, "load_after": list(os.getloadavg()),
+                "cpu_s": time.process_time() - cpu0}  # this process's CPU seconds (the estimate's unit on a CPU)
     finally:
         torch.set_num_threads(threads_before)
