@@ -258,10 +258,48 @@ def cost_task_s(o: dict[str, Any], machine: Machine) -> float:
     return build + steps * int(o.get("batch", 128)) * machine.example_s(flops, acts, rp)
 
 
+@functools.lru_cache(maxsize=None)
+def _built_counts(name: str, kwargs: tuple) -> tuple[int, int]:
+    """(params, forward matmul FLOPs) of a registered or reference model, built without
+    initialisation (Mixers from their config)."""
+    from ..analysis.cost import mixer_counts, skip_init
+    from ..models.counting import count_flops, count_params
+    from ..models.mixer import MixerConfig
+    from ..models.reference import create_reference_model, is_reference_model
+    from ..models.registry import create_model, model_config
+
+    kw = {k: list(v) if isinstance(v, tuple) else v for k, v in kwargs}
+    if not is_reference_model(name) and isinstance(model_config(name, **kw), MixerConfig):
+        c = mixer_counts(model_config(name, **kw))
+        return c["params"], c["flops"]
+    with skip_init():
+        m = create_reference_model(name, **kw) if is_reference_model(name) else create_model(name, **kw)
+    return count_params(m), count_flops(m)
+
+
+def inference_task_s(o: dict[str, Any], machine: Machine) -> float:
+    """``inference``: per model, its build (``cost_build`` per parameter) and its forward passes at
+    the matmul rate (a forward pass is a third of a training example's 3F/R + τ0): warm-up and
+    latency passes of one image, warm-up and search passes at each candidate batch, warm-up and
+    timed passes at the largest candidate (the best batch is not known in advance)."""
+    from ..analysis.throughput import candidate_batches
+
+    total = 0.0
+    for spec in o["models"]:
+        params, flops = _built_counts(str(spec["model"]),
+                                      tuple(sorted((k, _hashable(v)) for k, v in spec.get("kwargs", {}).items())))
+        e = machine.example_s(flops, 0.0) / 3
+        bs = candidate_batches(o["batches"], e, o.get("max_call_s"))
+        lat = (1 + int(o["latency_reps"])) * e if int(o["latency_reps"]) else 0.0
+        total += (task_unit_s("cost_build") * params + lat + (1 + int(o["search_reps"])) * sum(bs) * e
+                  + (1 + int(o["reps"])) * max(bs) * e)
+    return total
+
+
 # the estimate of each registered task (``mlplab.experiments.tasks.TASKS``), by its name
 TASK_S = {"spectrum": spectrum_task_s, "normalised_spectrum": normalised_spectrum_task_s, "cka": cka_task_s,
           "pictures": pictures_task_s, "linear_eval": linear_eval_task_s, "implicit_bias": implicit_bias_task_s, "cost": cost_task_s,
-          "echo": echo_task_s}
+          "echo": echo_task_s, "inference": inference_task_s}
 
 
 def _hashable(v: Any) -> Any:

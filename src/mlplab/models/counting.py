@@ -10,7 +10,9 @@ uses it.
   W̃ on C channels). No forward pass, so it is instant even for Mixer-H/14. It counts **matmul
   FLOPs only** (multiply-add = 2): ``nn.Linear``, :class:`MaskedLinear` at its dense cost
   2·out·in (that is what runs), :class:`SparseLinear` at 2·nnz, :class:`MonarchLinear`
-  2·(k·q·b + q·l·k), :class:`KroneckerLinear` 2·(d·b·a + d·a·c). Bias adds, norms, activations,
+  2·(k·q·b + q·l·k), :class:`KroneckerLinear` 2·(d·b·a + d·a·c), and any module with a
+  ``flops_per_example()`` method at what it states (the convolutions and transformer blocks of
+  :mod:`mlplab.models.reference`, which know their output positions). Bias adds, norms, activations,
   pooling, the mask product and permutation gathers are left out (they are O(m) per example
   against O(m·n) for the matmuls).
 * :func:`measured_flops` runs a real forward pass under ``torch.utils.flop_counter.FlopCounterMode``,
@@ -68,8 +70,8 @@ def _walk(module: nn.Module, rows: int) -> int:
         return 2 * module.in_features * module.out_features * rows
     if isinstance(module, SparseLinear):
         return 2 * module.nnz * rows
-    if isinstance(module, (MonarchLinear, KroneckerLinear)):
-        return module.flops_per_example() * rows
+    if isinstance(module, (MonarchLinear, KroneckerLinear)) or callable(getattr(module, "flops_per_example", None)):
+        return module.flops_per_example() * rows  # a layer that states its own (e.g. models.reference's)
     if isinstance(module, PatchEmbed):
         return _walk(module.proj, rows * module.num_patches)  # one product per patch
     if isinstance(module, PKMixing):
