@@ -17,10 +17,12 @@ MODULES = ["cka",  # fig2a-c
            "pictures",  # figS9
            "runtime",  # tableS3
            "implicit_bias",  # Prop. 3.3
-           "scaling"]  # Scaling MLPs in miniature
+           "scaling",  # Scaling MLPs in miniature
+           "scaling_mlps"]  # sm-table1, sm-weights
 
 ORDER = ["fig2a-c", "fig2d", "fig4", "fig5", "fig6", "fig6-imagenet", "fig7", "figS1", "figS2-S3", "figS4", "figS5",
-         "figS6-S8", "figS9", "table1", "table1-imagenet", "tableS3", "implicit-bias", "scaling"]
+         "figS6-S8", "figS9", "table1", "table1-imagenet", "tableS3", "implicit-bias", "scaling",
+         "sm-table1", "sm-weights"]
 
 for _m in MODULES:
     import_module(f"{__name__}.{_m}")
