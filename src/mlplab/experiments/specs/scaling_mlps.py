@@ -154,20 +154,19 @@ class SmTable1:
     train_subset: int | None  # training examples (None: all)
     seeds: int
     da: dict[str, Any]  # the augmentation overrides of "DA"
-    recipe: dict[str, Any]  # Scale.recipe keywords
+    recipe: dict[str, Any]  # Scale.recipe keywords besides the epochs
 
 
 NO_DA = {"augment.crop_padding": 0, "augment.hflip": False, "augment.mixup": 0.0}
 PAPER_DA = {"augment.crop_padding": 4, "augment.hflip": True, "augment.mixup": 0.8}  # crop + flip + mixup 0.8
-PAPER_RECIPE = dict(epochs=100, optim="lion", lr=5e-5, batch_size=1024, weight_decay=0.0, augment="none",
+PAPER_RECIPE = dict(optim="lion", lr=5e-5, batch_size=1024, weight_decay=0.0, augment="none",
                     extra={"data.image_size": 64, "augment.label_smoothing": 0.3, "schedule.schedule": "constant"})
 CPU_DA = {"augment.crop_padding": 1, "augment.hflip": True, "augment.mixup": 0.0}  # crop (padding 1 on 28×28) + flip
-CPU_RECIPE = dict(epochs=8, cpu_epochs=8, augment="none", extra={"augment.label_smoothing": 0.3})
+CPU_RECIPE = dict(augment="none", extra={"augment.label_smoothing": 0.3})
 
 TABLE1 = {
     "smoke": SmTable1(width=16, depth=1, expansion=4.0, epochs=1, longer=[3], train_subset=None, seeds=1,
-                      da=CPU_DA, recipe=dict(epochs=1, cpu_epochs=1, augment="none",
-                                             extra={"augment.label_smoothing": 0.3})),
+                      da=CPU_DA, recipe=CPU_RECIPE),
     # Fashion-MNIST 28×28, m = 128, L = 6 (the paper's depth), 12 000 training images so that 8 epochs
     # already fit the training set (the paper's regime: hundreds of epochs on CIFAR) and DA can matter;
     # MLP-Inv + DA also at 4× the epochs; AdamW at each model's held-out lr (lr_search.json
@@ -265,8 +264,7 @@ def _analyse_table1(runs: list[RunRecord], manifest: dict[str, Any]) -> Analysis
 
 
 def _table1_sweeps(sc: Scale, s: SmTable1) -> list[Sweep]:
-    base = sc.recipe(**s.recipe)
-    base.update({"schedule.epochs": s.epochs} if not sc.smoke else {})
+    base = sc.recipe(epochs=s.epochs, cpu_epochs=s.epochs, **s.recipe)
     if s.train_subset:
         base.update({"data.train_subset": s.train_subset, "data.subset": "random"})
     models = table1_models(s.width, s.depth, s.expansion)
@@ -330,13 +328,13 @@ class SmWeights:
     epochs: int  # on the larger set; the smaller set trains for as many steps (epochs × more/fewer)
     seeds: int
     da: dict[str, Any]
-    recipe: dict[str, Any]
+    recipe: dict[str, Any]  # Scale.recipe keywords besides the epochs
     units: int  # units drawn per condition in the figure
 
 
 WEIGHTS = {
     "smoke": SmWeights(width=16, depth=1, subsets=(64, 32), more_size=64, epochs=1, seeds=1, da=CPU_DA,
-                       recipe=TABLE1["smoke"].recipe, units=8),
+                       recipe=CPU_RECIPE, units=8),
     # the same MLP-Inv runs as sm-table1's cpu table (12 000 images, 8 epochs), and 3 000 images for
     # 32 epochs (as many steps): the pictures and r½ compare equal training lengths
     "cpu": SmWeights(width=128, depth=6, subsets=(12000, 3000), more_size=12000, epochs=8, seeds=3, da=CPU_DA,
@@ -434,7 +432,7 @@ def sm_weights(sc: Scale) -> Plan:
     (12 000 images × 8 epochs, 3 000 × 32); smoke seconds.
     """
     s = sc.settings(WEIGHTS)
-    base = sc.recipe(**s.recipe)
+    base = sc.recipe(epochs=s.epochs, cpu_epochs=s.epochs, **s.recipe)
     model = table1_models(s.width, s.depth)[INV]
     more, fewer = s.subsets
     steps_factor = s.more_size / fewer
@@ -442,9 +440,6 @@ def sm_weights(sc: Scale) -> Plan:
              "DA": {**s.da, "meta.da": True, "data.train_subset": more, "schedule.epochs": s.epochs},
              "DA, fewer images": {**s.da, "meta.da": True, "data.train_subset": fewer,
                                   "schedule.epochs": int(round(s.epochs * steps_factor))}}
-    if sc.smoke:  # smoke: one epoch for each (the recipe's), seconds
-        for c in conds.values():
-            c["schedule.epochs"] = 1
     base.update({**model, "meta.model": INV, "data.subset": "random"})
     sweep = Sweep("units", base, [("meta.condition", list(CONDITIONS))], seeds=list(range(s.seeds)),
                   derived=[derive("lookup", key="meta.condition", table=conds), *trained(sc)],
