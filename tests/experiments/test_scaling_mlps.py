@@ -30,10 +30,10 @@ def _runs_of(id, scale):
 
 def test_table1_cpu_plan_is_the_2x2_table_and_a_longer_budget_at_held_out_lrs_within_30_minutes():
     plan, runs = _runs_of("sm-table1", "cpu")
-    table, longer = runs["table"], runs["longer-32"]
-    assert len(table) == 12 and len(longer) == 3 and set(runs) == {"table", "longer-32"}
+    table, longer = runs["table"], runs["longer-128"]
+    assert len(table) == 12 and len(longer) == 3 and set(runs) == {"table", "longer-128"}
     for o in table + longer:
-        assert o["data.dataset"] == "fashion_mnist" and o["data.train_subset"] == 12000
+        assert o["data.dataset"] == "fashion_mnist" and o["data.train_subset"] == 3000
         assert o["augment.label_smoothing"] == 0.3 and o["optim.name"] == "adamw"
         assert (o["augment.crop_padding"], o["augment.hflip"]) == ((1, True) if o["meta.da"] else (0, False))
         if o["meta.model"] == MLP:
@@ -43,7 +43,7 @@ def test_table1_cpu_plan_is_the_2x2_table_and_a_longer_budget_at_held_out_lrs_wi
             assert o["model.name"] == "bottleneck_mlp" and o["model.kwargs.expansion"] == 4.0
             assert o["optim.lr"] == cpu_lr()["sm-table1 inv"]
     assert {(o["meta.model"], o["meta.da"]) for o in table} == {(m, d) for m in (MLP, INV) for d in (False, True)}
-    assert {o["schedule.epochs"] for o in table} == {8} and all(o["schedule.epochs"] == 32 for o in longer)
+    assert {o["schedule.epochs"] for o in table} == {32} and all(o["schedule.epochs"] == 128 for o in longer)
     assert all(o["meta.model"] == INV and o["meta.da"] for o in longer)
     assert estimate_cost(plan)["est_s"] <= 30 * 60
 
@@ -72,8 +72,8 @@ def test_weights_plans_compare_da_and_data_size_at_equal_steps():
     by = {o["meta.condition"]: o for o in runs["units"] if o["run.seed"] == 0}
     assert by["DA"]["data.train_subset"] * by["DA"]["schedule.epochs"] == \
         by["DA, fewer images"]["data.train_subset"] * by["DA, fewer images"]["schedule.epochs"]
-    _, t1 = _runs_of("sm-table1", "cpu")  # the DA / no-DA configs are sm-table1's MLP-Inv runs
-    shared = {k: v for k, v in by["DA"].items() if not k.startswith("meta.")}
+    _, t1 = _runs_of("sm-table1", "cpu")  # the smaller set's config is sm-table1's MLP-Inv + DA
+    shared = {k: v for k, v in by["DA, fewer images"].items() if not k.startswith("meta.")}
     assert any({k: v for k, v in o.items() if not k.startswith("meta.")} == shared for o in t1["table"])
     assert estimate_cost(plan)["est_s"] <= 30 * 60
 
@@ -172,7 +172,7 @@ def test_table1_analysis_holds_when_every_effect_is_there():
     verdicts = {c.claim: c.held for c in an.claims}
     assert verdicts == {CLAIM_DA: True, CLAIM_INV: True, CLAIM_EPOCHS: True}
     pub = {p["row"]: p for p in an.published}
-    assert pub["MLP-Inv + DA @1000E"]["ours (made-up, epochs)"].endswith("@32E (n=4)")
+    assert pub["MLP-Inv + DA @1000E"]["ours (made-up, epochs)"].endswith("@32E (n=4)")  # the longer budget
     assert pub["MLP-Inv + DA @5000E"]["ours (made-up, epochs)"] == "–"
     assert "sm-table1" in an.figures
 
