@@ -249,13 +249,13 @@ def _analyse_table1(runs: list[RunRecord], manifest: dict[str, Any]) -> Analysis
                           f"ours ({ds}, epochs)": (f"{mine['test_acc']:.2f} ± {mine['test_error_std']:.2f} "
                                                    f"@{mine['epochs']}E (n={mine['n']})") if mine else "–"})
     labels = [_label(r["model"], r["DA"], r["epochs"]) for r in rows]
-    panels = [Bars(f"{ds}: test accuracy (mean ± sd over seeds)", "test accuracy (%)", labels,
-                   [r["test_acc"] for r in rows], [r["test_error_std"] for r in rows],
+    panels = [Bars(f"{ds}: test error (mean ± sd over seeds)", "test error (%)", labels,
+                   [r["test_error"] for r in rows], [r["test_error_std"] for r in rows],
                    groups=[r["model"] for r in rows])]
     inv_da = [r for r in rows if r["model"] == INV and r["DA"]]
     if len(inv_da) >= 2:
-        panels.append(Panel("MLP-Inv + DA: longer training", "epochs", "test accuracy (%)",
-                            [Series("MLP-Inv + DA", [r["epochs"] for r in inv_da], [r["test_acc"] for r in inv_da],
+        panels.append(Panel("MLP-Inv + DA: longer training", "epochs", "test error (%)",
+                            [Series("MLP-Inv + DA", [r["epochs"] for r in inv_da], [r["test_error"] for r in inv_da],
                                     [r["test_error_std"] for r in inv_da])], xscale="log"))
     notes = [f"published numbers are CIFAR-10 / CIFAR-100 / Tiny ImageNet / ImageNet-1k at 64×64; ours are {ds} "
              f"(see the settings): compare directions, not levels"]
@@ -411,6 +411,10 @@ def _analyse_weights(runs: list[RunRecord], manifest: dict[str, Any]) -> Analysi
              f"energy spread evenly over the {side}×{side} image gives {ref:.2f} px (no localisation)",
              "W^(1) is the embedding of the flattened image (ch·H·W → m); its units are drawn as H×W images, each "
              "on its own symmetric colour scale"]
+    if side:
+        notes.append("median r½ relative to the even spread: " + ", ".join(
+            f"{c} {m / ref:.3f}" for c, m in zip(CONDITIONS, means) if math.isfinite(m))
+            + " (1 = no localisation; a unit confined to a disc of a quarter of the image's area is about 0.5)")
     return Analysis(table, ["condition", "seed", "train_images", "epochs", "r_half_median", "r_half_mean",
                             "r_half_q10", "r_half_q90", "test_error"],
                     {"sm-weights": draw(panels, "Scaling MLPs Figs. 10–11: first-layer units", ncols=2)}, claims,
