@@ -12,7 +12,8 @@ import torch
 from mlplab.experiments import estimate_cost, expand, plan_experiment, reproduce
 from mlplab.experiments.aggregate import RunRecord
 from mlplab.experiments.recipes import cpu_lr
-from mlplab.experiments.specs.scaling_mlps import (CLAIM_DA, CLAIM_EPOCHS, CLAIM_INV, CLAIM_W_DA, CLAIM_W_DATA, INV, MLP,
+from mlplab.experiments.specs.scaling_mlps import (CLAIM_DA, CLAIM_EPOCHS, CLAIM_INV, CLAIM_W_DA, CLAIM_W_DATA, INV,
+                                                   LOCALISED_BELOW, MLP,
                                                    _analyse_table1, _analyse_weights, half_energy_radius,
                                                    holm_over_claims, stem_unit_images, uniform_half_energy_radius)
 
@@ -128,6 +129,10 @@ def test_half_energy_radius_exact_values():
     yy, xx = np.mgrid[0:side, 0:side]
     blob = np.exp(-((yy - 10) ** 2 + (xx - 17) ** 2) / 8.0)[None]
     assert half_energy_radius(blob)[0] < 0.3 * uniform_half_energy_radius(side)
+    # a unit spread evenly over a centred disc of a quarter of the image: r½ ≈ half an even spread's
+    disc = (np.hypot(yy - 13.5, xx - 13.5) <= np.sqrt(side * side / 4 / np.pi)).astype(float)[None]
+    assert half_energy_radius(disc)[0] / uniform_half_energy_radius(side) == pytest.approx(0.5, abs=0.02)
+    assert 0.5 < LOCALISED_BELOW < 1.0
 
 
 def test_stem_unit_images_follow_the_flattening_order():
@@ -211,6 +216,10 @@ def test_weights_analysis_decides_on_r_half(monkeypatch):
     an = _analyse_weights(runs, MANIFEST)
     assert {c.claim: c.held for c in an.claims} == {CLAIM_W_DA: False, CLAIM_W_DATA: False}
     assert len(an.table) == 9 and "sm-weights" in an.figures
+    radius.update({"no DA": 30.0, "DA": 20.0, "DA, fewer images": 30.0})  # all spread out: not testable
+    an = _analyse_weights(runs, MANIFEST)
+    assert all(c.held is None and "not testable at this scale" in c.stats.detail for c in an.claims)
+    assert "the test said HELD" in an.claims[0].stats.detail
 
 
 # ------------------------------------------------------------------------------ smoke, end to end

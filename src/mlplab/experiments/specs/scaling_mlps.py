@@ -29,7 +29,7 @@ from ..sweep import Sweep, product
 from ..verdicts import ALPHA, MIN_SEEDS, Verdict, compare, holm
 from .common import TRAIN_COLUMNS, TRAIN_METRICS, err_rows, seed_table, trained
 
-__all__ = ["table1_models", "holm_over_claims", "stem_unit_images", "half_energy_radius", "uniform_half_energy_radius"]
+__all__ = ["table1_models", "holm_over_claims", "LOCALISED_BELOW", "stem_unit_images", "half_energy_radius", "uniform_half_energy_radius"]
 
 MLP, INV = "MLP", "MLP-Inv"
 
@@ -345,6 +345,10 @@ WEIGHTS = {
 }
 
 CONDITIONS = ("no DA", "DA", "DA, fewer images")  # (meta.condition)
+# "More localised" is a claim about units that are localised: when every condition's seed-mean
+# median r½ is at least this fraction of an even spread's, no condition has localised units (a unit
+# confined to a disc of a quarter of the image has about 0.5) and the claims are not testable
+LOCALISED_BELOW = 0.9
 CLAIM_W_DA = "first-layer units are more localised with DA: smaller r½ with DA than without"
 CLAIM_W_DATA = "first-layer units are more localised with more data: smaller r½ on the larger pre-training set"
 
@@ -380,6 +384,12 @@ def _analyse_weights(runs: list[RunRecord], manifest: dict[str, Any]) -> Analysi
     tests = {CLAIM_W_DA: [("r½ with DA − without", r_half.get("DA", {}), r_half.get("no DA", {}))],
              CLAIM_W_DATA: [("r½ more images − fewer", r_half.get("DA", {}), r_half.get("DA, fewer images", {}))]}
     verdicts = holm_over_claims(tests, unit="px")
+    rel = {c: float(np.mean(list(v.values()))) / ref for c, v in r_half.items() if v}
+    if rel and min(rel.values()) >= LOCALISED_BELOW:
+        why = (f"not testable at this scale: no condition has localised units (median r½ ≥ {LOCALISED_BELOW:g} of an "
+               f"even spread in every condition: {', '.join(f'{c} {x:.3f}' for c, x in rel.items())})")
+        verdicts = {c: dataclasses.replace(v, held=None, detail=f"{why}; the test said {v.word}: {v.detail}")
+                    for c, v in verdicts.items()}
     claims = [decided(CLAIM_W_DA, "per seed the median over units of r½ (pixels), paired one-sided t-test DA < no DA "
                                   "(same data, same steps); Holm over the two claims", verdicts[CLAIM_W_DA]),
               decided(CLAIM_W_DATA, "per seed the median over units of r½, paired one-sided t-test larger set < "
