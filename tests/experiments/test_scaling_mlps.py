@@ -14,7 +14,7 @@ from mlplab.experiments.aggregate import RunRecord
 from mlplab.experiments.recipes import cpu_lr
 from mlplab.experiments.specs.scaling_mlps import (CLAIM_DA, CLAIM_EPOCHS, CLAIM_INV, CLAIM_W_DA, CLAIM_W_DATA, INV,
                                                    LOCALISED_BELOW, MLP,
-                                                   _analyse_table1, _analyse_weights, half_energy_radius,
+                                                   _analyse_table1, _analyse_weights, half_energy_radius, initial_model,
                                                    holm_over_claims, stem_unit_images, uniform_half_energy_radius)
 
 MANIFEST = {"scale": {"dataset": "made-up"}, "settings": {"units drawn": 4}}
@@ -148,6 +148,27 @@ def test_stem_unit_images_follow_the_flattening_order():
     assert np.allclose(out[0].double().numpy(), imgs[:, 1, 3, 2])
 
 
+def test_initial_model_is_the_trainers_initial_weights(tmp_path):
+    """A run whose lr is too small to move any weight ends where it started: initial_model must
+    rebuild exactly those weights from run.seed (random subset and augmentation on, as the runs)."""
+    from mlplab.experiments.tasks import load_trained_model
+    from mlplab.train import train
+    from mlplab.train.config import make_config
+
+    o = {"data.dataset": "synthetic", "data.train_subset": 64, "data.subset": "random", "data.test_subset": 32,
+         "model.name": "bottleneck_mlp", "model.kwargs.width": 8, "model.kwargs.depth": 1, "optim.name": "sgd",
+         "optim.lr": 1e-30, "optim.weight_decay": 0.0, "schedule.epochs": 1, "run.batch_size": 32, "run.seed": 3,
+         "run.out_dir": str(tmp_path), "run.name": "still", "run.log": "lines", "run.tensorboard": False,
+         "augment.crop_padding": 1, "augment.hflip": True}
+    train(make_config(None, o))
+    model, cfg = load_trained_model(tmp_path / "still")
+    state = torch.random.get_rng_state()
+    init = initial_model(model, cfg.run.seed)
+    assert torch.equal(torch.random.get_rng_state(), state)
+    assert torch.equal(init.stem.weight, model.stem.weight)
+    assert not torch.equal(initial_model(model, cfg.run.seed + 1).stem.weight, model.stem.weight)
+
+
 # ------------------------------------------------------------------------------ the analyses
 
 
@@ -190,16 +211,23 @@ def test_table1_analysis_reaches_did_not_hold_and_undecided():
     assert all(c.held is None and "fewer than 3" in c.stats.detail for c in an.claims)
 
 
-def _fake_model(radius):
-    """A model whose 8 first-layer units are Gaussian blobs of the given radius on 12×12 grey images."""
+def _fake_model(radius, seed=0):
+    """A trained model whose 8 first-layer units are Gaussian blobs of the given radius on 12×12 grey
+    images, and its run config; its initial weights are zero (``_zero_init``)."""
     yy, xx = np.mgrid[0:12, 0:12]
     units = [np.exp(-((yy - 4 - u % 4) ** 2 + (xx - 5) ** 2) / (2 * radius ** 2)).ravel() for u in range(8)]
     W = torch.tensor(np.array(units))
-    return SimpleNamespace(stem=SimpleNamespace(weight=W), cfg=SimpleNamespace(image_size=12, in_chans=1)), None
+    cfg = SimpleNamespace(image_size=12, in_chans=1)
+    return SimpleNamespace(stem=SimpleNamespace(weight=W), cfg=cfg), SimpleNamespace(run=SimpleNamespace(seed=seed))
+
+
+def _zero_init(model, seed):
+    return SimpleNamespace(stem=SimpleNamespace(weight=torch.zeros_like(model.stem.weight)), cfg=model.cfg)
 
 
 def test_weights_analysis_decides_on_r_half(monkeypatch):
     from mlplab.experiments import tasks
+    from mlplab.experiments.specs import scaling_mlps
 
     radius = {"no DA": 4.0, "DA": 1.5, "DA, fewer images": 3.0}
     runs = [RunRecord("units", f"{c}-{s}", Path(f"{c}|{s}"), {"meta.condition": c, "run.seed": s},
@@ -207,9 +235,10 @@ def test_weights_analysis_decides_on_r_half(monkeypatch):
 
     def load(run_dir):
         c, s = str(run_dir).split("|")
-        return _fake_model(radius[c] * (1 + 0.03 * int(s)))
+        return _fake_model(radius[c] * (1 + 0.03 * int(s)), int(s))
 
     monkeypatch.setattr(tasks, "load_trained_model", load)
+    monkeypatch.setattr(scaling_mlps, "initial_model", _zero_init)
     an = _analyse_weights(runs, MANIFEST)
     assert {c.claim: c.held for c in an.claims} == {CLAIM_W_DA: True, CLAIM_W_DATA: True}
     radius.update({"DA": 5.0})  # DA spreads the units out: both claims fail

@@ -29,7 +29,7 @@ from ..sweep import Sweep, product
 from ..verdicts import ALPHA, MIN_SEEDS, Verdict, compare, holm
 from .common import TRAIN_COLUMNS, TRAIN_METRICS, err_rows, seed_table, trained
 
-__all__ = ["table1_models", "holm_over_claims", "LOCALISED_BELOW", "stem_unit_images", "half_energy_radius", "uniform_half_energy_radius"]
+__all__ = ["table1_models", "holm_over_claims", "LOCALISED_BELOW", "initial_model", "stem_unit_images", "half_energy_radius", "uniform_half_energy_radius"]
 
 MLP, INV = "MLP", "MLP-Inv"
 
@@ -108,6 +108,17 @@ def stem_unit_images(model) -> np.ndarray:
     cfg = model.cfg
     side, ch = int(cfg.image_size), int(cfg.in_chans)
     return W.reshape(W.shape[0], ch, side, side).transpose(0, 2, 3, 1)
+
+
+def initial_model(model, seed: int):
+    """The model as the trainer built it before its first step: the same class and config, built
+    right after ``torch.manual_seed(run.seed)`` (``train.loop``: the model's weights are the first
+    draws after seeding). The global random state is left as it was."""
+    import torch
+
+    with torch.random.fork_rng():
+        torch.manual_seed(int(seed))
+        return type(model)(model.cfg)
 
 
 def half_energy_radius(images: np.ndarray) -> np.ndarray:
@@ -349,7 +360,7 @@ CONDITIONS = ("no DA", "DA", "DA, fewer images")  # (meta.condition)
 # median r½ is at least this fraction of an even spread's, no condition has localised units (a unit
 # confined to a disc of a quarter of the image has about 0.5) and the claims are not testable
 LOCALISED_BELOW = 0.9
-CLAIM_W_DA = "first-layer units are more localised with DA: smaller r½ with DA than without"
+CLAIM_W_DA = "first-layer units are more localised with DA: smaller r½ of ΔW^(1) with DA than without"
 CLAIM_W_DATA = "first-layer units are more localised with more data: smaller r½ on the larger pre-training set"
 
 
@@ -364,19 +375,21 @@ def _analyse_weights(runs: list[RunRecord], manifest: dict[str, Any]) -> Analysi
     units = int(manifest.get("settings", {}).get("units drawn", 16))
     for r in runs:
         try:
-            model, _ = load_trained_model(r.run_dir)
+            model, cfg = load_trained_model(r.run_dir)
         except (OSError, ValueError) as e:
             rows.append({"condition": r.get("meta.condition"), "seed": r.get("run.seed"), "problem": str(e)})
             continue
-        imgs = stem_unit_images(model)
+        trained_units = stem_unit_images(model)
+        imgs = trained_units - stem_unit_images(initial_model(model, cfg.run.seed))  # ΔW^(1): what training added
         side = imgs.shape[1]
         rh = half_energy_radius(imgs)
         cond, seed = str(r.get("meta.condition")), int(r.get("run.seed", 0))
         r_half.setdefault(cond, {})[seed] = float(np.nanmedian(rh))
         rows.append({"condition": cond, "seed": seed, "train_images": r.get("data.train_subset"),
                      "epochs": r.get("schedule.epochs"), "r_half_median": float(np.nanmedian(rh)),
-                     "r_half_mean": float(np.nanmean(rh)), "r_half_q10": float(np.nanpercentile(rh, 10)),
-                     "r_half_q90": float(np.nanpercentile(rh, 90)), "test_error": test_error(r)})
+                     "r_half_q10": float(np.nanpercentile(rh, 10)), "r_half_q90": float(np.nanpercentile(rh, 90)),
+                     "r_half_W_median": float(np.nanmedian(half_energy_radius(trained_units))),
+                     "test_error": test_error(r)})
         if cond not in pictures or seed == 0:
             order = np.argsort(rh)[:units]  # the most localised units first, as the paper's figures pick clear ones
             pictures[cond] = imgs[order]
@@ -400,7 +413,7 @@ def _analyse_weights(runs: list[RunRecord], manifest: dict[str, Any]) -> Analysi
     panels: list[Any] = []
     for cond in CONDITIONS:
         if cond in pictures:
-            im, title = pictures[cond], f"{cond}: W^(1) units (seed 0, most localised first)"
+            im, title = pictures[cond], f"{cond}: ΔW^(1) units (seed 0, most localised first)"
             if im.shape[-1] == 3:  # colour units: each min–max scaled to [0, 1]
                 lo = im.reshape(len(im), -1).min(1)[:, None, None, None]
                 hi = im.reshape(len(im), -1).max(1)[:, None, None, None]
@@ -419,14 +432,16 @@ def _analyse_weights(runs: list[RunRecord], manifest: dict[str, Any]) -> Analysi
                   "ours": "; ".join(f"{c}: r½ {m:.2f} px" for c, m in zip(CONDITIONS, means) if math.isfinite(m))}]
     notes = [f"r½: radius (pixels) of the smallest disc about a unit's energy centre of mass holding half of Σ w²; "
              f"energy spread evenly over the {side}×{side} image gives {ref:.2f} px (no localisation)",
-             "W^(1) is the embedding of the flattened image (ch·H·W → m); its units are drawn as H×W images, each "
-             "on its own symmetric colour scale"]
+             "W^(1) is the embedding of the flattened image (ch·H·W → m); r½ and the pictures are of ΔW^(1) = "
+             "W^(1) − its initial value (rebuilt from run.seed, initial_model): what training added, without the "
+             "random initial weights, which a short training leaves a large part of (r_half_W_median: r½ of "
+             "W^(1) itself); units drawn as H×W images, each on its own symmetric colour scale"]
     if side:
         notes.append("median r½ relative to the even spread: " + ", ".join(
             f"{c} {m / ref:.3f}" for c, m in zip(CONDITIONS, means) if math.isfinite(m))
             + " (1 = no localisation; a unit confined to a disc of a quarter of the image's area is about 0.5)")
-    return Analysis(table, ["condition", "seed", "train_images", "epochs", "r_half_median", "r_half_mean",
-                            "r_half_q10", "r_half_q90", "test_error"],
+    return Analysis(table, ["condition", "seed", "train_images", "epochs", "r_half_median", "r_half_q10",
+                            "r_half_q90", "r_half_W_median", "test_error"],
                     {"sm-weights": draw(panels, "Scaling MLPs Figs. 10–11: first-layer units", ncols=2)}, claims,
                     published, notes=notes)
 
