@@ -8,11 +8,12 @@ from mlplab.experiments.specs.common import fair_width
 
 SPEC_IDS = ["fig2a-c", "fig2d", "fig4", "fig5", "fig6", "fig7", "figS1", "figS2-S3", "figS4", "figS5",
             "figS6-S8", "figS9", "table1", "tableS3", "implicit-bias", "scaling",
-            "sm-batch-size", "sm-transfer", "sm-inference", "mixer-ablations", "mixer-weights", "mixer-cost"]
+            "figS6-S8", "figS9", "table1", "tableS3", "implicit-bias", "scaling",
+            "sm-table1", "sm-batch-size", "sm-transfer", "sm-weights", "sm-inference", "mixer-ablations", "mixer-weights", "mixer-cost"]
 IMAGENET_IDS = ["fig6-imagenet", "table1-imagenet"]  # smoke and paper scale only
 ALL_IDS = ["fig2a-c", "fig2d", "fig4", "fig5", "fig6", "fig6-imagenet", "fig7", "figS1", "figS2-S3", "figS4", "figS5",
            "figS6-S8", "figS9", "table1", "table1-imagenet", "tableS3", "implicit-bias", "scaling",
-           "sm-batch-size", "sm-transfer", "sm-inference", "mixer-ablations", "mixer-weights", "mixer-cost"]
+           "sm-table1", "sm-batch-size", "sm-transfer", "sm-weights", "sm-inference", "mixer-ablations", "mixer-weights", "mixer-cost"]
 
 
 def test_every_spec_id_is_registered():

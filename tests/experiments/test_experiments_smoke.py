@@ -8,7 +8,7 @@ from mlplab.experiments import list_experiments, report_experiment, reproduce
 
 IDS = ["fig2a-c", "fig2d", "fig4", "fig5", "fig6", "fig6-imagenet", "fig7", "figS1", "figS2-S3", "figS4", "figS5",
        "figS6-S8", "figS9", "table1", "table1-imagenet", "tableS3", "implicit-bias", "scaling",
-       "sm-batch-size", "sm-transfer", "sm-inference", "mixer-ablations", "mixer-weights", "mixer-cost"]
+       "sm-table1", "sm-batch-size", "sm-transfer", "sm-weights", "sm-inference", "mixer-ablations", "mixer-weights", "mixer-cost"]
 
 
 @pytest.fixture(scope="module")

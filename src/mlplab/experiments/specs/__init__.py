@@ -18,13 +18,14 @@ MODULES = ["cka",  # fig2a-c
            "runtime",  # tableS3
            "implicit_bias",  # Prop. 3.3
            "scaling",  # Scaling MLPs in miniature
+           "scaling_mlps",  # sm-table1, sm-weights: Scaling MLPs Table 1, Figs. 10–11
            "sm_transfer",  # sm-transfer, sm-batch-size: Scaling MLPs Tables 2–3, Fig. 4
            "inference",  # sm-inference, mixer-cost: Scaling MLPs Table 4, Mixer supplement Table 2
            "mixer_supplement"]  # mixer-ablations, mixer-weights: MLP-Mixer supplement
 
 ORDER = ["fig2a-c", "fig2d", "fig4", "fig5", "fig6", "fig6-imagenet", "fig7", "figS1", "figS2-S3", "figS4", "figS5",
          "figS6-S8", "figS9", "table1", "table1-imagenet", "tableS3", "implicit-bias", "scaling",
-         "sm-batch-size", "sm-transfer", "sm-inference", "mixer-ablations", "mixer-weights", "mixer-cost"]
+         "sm-table1", "sm-batch-size", "sm-transfer", "sm-weights", "sm-inference", "mixer-ablations", "mixer-weights", "mixer-cost"]
 
 for _m in MODULES:
     import_module(f"{__name__}.{_m}")
