@@ -1,0 +1,287 @@
+"""The augmentations' distributions, not only their bounds.
+
+Every test draws from a fixed seed, so it is deterministic and cannot flake; the thresholds are
+the usual p-value floors (chi-square, binomial, Kolmogorov–Smirnov), and the sample sizes are
+large enough that a biased variant — a crop that never reaches the far edge, a flip with the
+wrong probability, a box centre that skips the last row — lands far below them. Where the law
+is a geometry (random erasing, RandomResizedCrop), the oracle is the timm recipe re-implemented
+in float64 numpy with its own random numbers, compared by two-sample tests.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from scipy import stats
+
+from mlplab.data import AugmentConfig, build_augment
+from mlplab.data.augment import (_boxes, crop_flip_host, erasing_masks, mix_batch, normalize, one_hot,
+                                 random_crop, random_erasing, random_hflip, sample_beta)
+from mlplab.data.resized_crop import resized_crop_boxes
+
+P_FLOOR = 1e-4  # a fixed seed: a correct sampler is far above it, a biased one far below
+
+
+def gen(seed=0):
+    return torch.Generator().manual_seed(seed)
+
+
+# ----------------------------------------------------------------------------- crop and flip
+
+@pytest.mark.parametrize("padding", [1, 3])
+def test_crop_offsets_are_uniform_over_every_position_including_the_far_edge(padding):
+    n, k = 20000, 2 * padding + 1
+    x = torch.zeros(n, 1, 2, 3, dtype=torch.uint8)
+    _, off = random_crop(x, padding, gen(1), return_offsets=True)
+    assert off.dtype == torch.int64 and off.shape == (n, 2)
+    cells = torch.bincount(off[:, 0] * k + off[:, 1], minlength=k * k).numpy()
+    assert len(cells) == k * k and cells.min() > 0  # every (dy, dx), the far corner (2p, 2p) too
+    assert stats.chisquare(cells).pvalue > P_FLOOR  # the joint law is uniform on the k x k grid
+    sd = math.sqrt((k * k - 1) / 12 / n)  # of the mean of a discrete uniform on k values
+    for axis in (0, 1):  # unbiased: the mean shift dy - p, dx - p is 0
+        assert abs(off[:, axis].double().mean().item() - padding) < 4 * sd
+
+
+def test_crop_without_padding_is_the_identity_with_zero_offsets():
+    x = torch.randint(0, 256, (5, 2, 4, 4), dtype=torch.uint8, generator=gen(0))
+    out, off = random_crop(x, 0, gen(1), return_offsets=True)
+    assert out is x and torch.equal(off, torch.zeros(5, 2, dtype=torch.long))
+    assert random_crop(x, 0, gen(1)) is x
+
+
+def test_crop_windows_read_the_padded_image_for_non_square_images():
+    x = torch.randint(1, 256, (200, 2, 5, 7), dtype=torch.uint8, generator=gen(3))
+    out, off = random_crop(x, 2, gen(4), return_offsets=True)
+    padded = np.pad(x.numpy(), ((0, 0), (0, 0), (2, 2), (2, 2)))
+    for b in range(200):
+        dy, dx = off[b].tolist()
+        np.testing.assert_array_equal(out[b].numpy(), padded[b, :, dy:dy + 5, dx:dx + 7])
+
+
+@pytest.mark.parametrize("p", [0.5, 0.2])
+def test_flip_probability_is_p(p):
+    n = 20000
+    x = torch.arange(n * 3, dtype=torch.float32).view(n, 1, 1, 3)
+    out, mask = random_hflip(x, gen(2), p, return_mask=True)
+    assert stats.binomtest(int(mask.sum()), n, p).pvalue > P_FLOOR
+    assert torch.equal(out[mask], x[mask].flip(-1)) and torch.equal(out[~mask], x[~mask])
+    host = crop_flip_host(x.to(torch.uint8).view(n, 1, 1, 3), 0, True, gen(2), p)
+    flipped = (host[:, 0, 0, 0] != x.to(torch.uint8)[:, 0, 0, 0])
+    assert torch.equal(flipped, mask)  # the host path flips the same samples with the same law
+
+
+@pytest.mark.parametrize("padding,hflip,p", [(2, True, 0.3), (3, False, 0.5), (1, True, 1.0)])
+def test_host_crop_flip_equals_the_batched_ops_on_rectangles(padding, hflip, p):
+    x = torch.randint(0, 256, (300, 2, 5, 9), dtype=torch.uint8, generator=gen(7))
+    g1, g2 = gen(8), gen(8)
+    want = random_crop(x, padding, g1)
+    if hflip:
+        want = random_hflip(want, g1, p)
+    assert torch.equal(crop_flip_host(x, padding, hflip, g2, p), want)
+
+
+# ----------------------------------------------------------------------------- mixup / cutmix
+
+def test_sample_beta_without_alpha_is_ones_of_the_dtype():
+    for alpha in (0.0, -1.0):
+        ones = sample_beta(alpha, 7, gen(0), dtype=torch.float64)
+        assert ones.dtype == torch.float64 and torch.equal(ones, torch.ones(7, dtype=torch.float64))
+    assert sample_beta(0.5, 5, gen(0)).dtype == torch.float32
+
+
+@pytest.mark.parametrize("alpha", [0.4, 1.7])
+def test_mixup_lam_is_beta_alpha_per_sample(alpha):
+    n = 8000
+    x = torch.rand(n, 1, 1, 2, generator=gen(0), dtype=torch.float64)
+    t = one_hot(torch.arange(n) % 3, 3, dtype=torch.float64)
+    out, tgt, lam = mix_batch(x, t, gen(5), mixup_alpha=alpha, mode="elem")
+    lam64 = lam.double()
+    assert stats.kstest(lam64.numpy(), stats.beta(alpha, alpha).cdf).pvalue > P_FLOOR
+    want = lam64.view(-1, 1, 1, 1) * x + (1 - lam64.view(-1, 1, 1, 1)) * x.flip(0)
+    torch.testing.assert_close(out, want, rtol=0, atol=1e-12)  # a blend with the reversed batch
+    torch.testing.assert_close(tgt, lam64[:, None] * t + (1 - lam64[:, None]) * t.flip(0), rtol=0, atol=1e-12)
+
+
+def test_mix_prob_and_switch_prob_are_the_probabilities_they_name():
+    n = 8000
+    x = torch.rand(n, 1, 4, 4, generator=gen(0), dtype=torch.float64)
+    t = one_hot(torch.arange(n) % 2, 2, dtype=torch.float64)
+    _, _, lam = mix_batch(x, t, gen(6), mixup_alpha=1.0, mix_prob=0.7, mode="elem")
+    assert stats.binomtest(int((lam == 1).sum()), n, 0.3).pvalue > P_FLOOR  # unmixed: 1 - mix_prob
+    out, _, lam = mix_batch(x, t, gen(7), mixup_alpha=1.0, cutmix_alpha=1.0, switch_prob=0.3, mode="elem")
+    partner = x.flip(0)
+    pasted = ((out == x) | (out == partner)).flatten(1).all(1)  # cutmix: every pixel from one of the two
+    assert stats.binomtest(int(pasted.sum()), n, 0.3).pvalue > P_FLOOR
+    area = (out == partner).flatten(1).double().mean(1)  # pixels taken from the partner
+    torch.testing.assert_close(lam[pasted].double(), 1 - area[pasted], rtol=0, atol=1e-6)
+    blended = ~pasted
+    want = lam.double()[blended].view(-1, 1, 1, 1) * x[blended] + (1 - lam.double()[blended].view(-1, 1, 1, 1)) * partner[blended]
+    torch.testing.assert_close(out[blended], want, rtol=0, atol=1e-12)
+    out, _, lam = mix_batch(x, t, gen(8), cutmix_alpha=1.0, mode="elem")  # cutmix alone: always cutmix
+    assert ((out == x) | (out == partner)).all()
+    # a box is empty exactly when floor(4·sqrt(1 − λ)) < 2, i.e. λ > 3/4: P(λ <= 3/4) = 3/4 for U(0, 1)
+    assert stats.binomtest(int((lam < 1).sum()), n, 0.75).pvalue > P_FLOOR
+
+
+@pytest.mark.parametrize("h,w,lam", [(16, 12, 0.75), (9, 20, 0.5), (16, 16, 0.1)])
+def test_cutmix_box_sides_and_centres(h, w, lam):
+    """timm rand_bbox: sides floor(H·sqrt(1 − λ)), floor(W·sqrt(1 − λ)), halved down; the centre
+    uniform over every pixel (the last row and column too), the box clipped to the image."""
+    n = 16000
+    boxes = _boxes(torch.full((n,), lam), h, w, gen(3))
+    y0, y1, x0, x1 = boxes.unbind(1)
+    half_h, half_w = int(h * math.sqrt(1 - lam)) // 2, int(w * math.sqrt(1 - lam)) // 2
+    assert half_h < h / 2 and half_w < w / 2
+    cy = torch.where(y1 < h, y1 - half_h, y0 + half_h)  # one side is unclipped
+    cx = torch.where(x1 < w, x1 - half_w, x0 + half_w)
+    torch.testing.assert_close(y0, (cy - half_h).clamp(min=0), rtol=0, atol=0)
+    torch.testing.assert_close(y1, (cy + half_h).clamp(max=h), rtol=0, atol=0)
+    torch.testing.assert_close(x0, (cx - half_w).clamp(min=0), rtol=0, atol=0)
+    torch.testing.assert_close(x1, (cx + half_w).clamp(max=w), rtol=0, atol=0)
+    for c, size in ((cy, h), (cx, w)):
+        counts = torch.bincount(c, minlength=size).numpy()
+        assert len(counts) == size and counts.min() > 0
+        assert stats.chisquare(counts).pvalue > P_FLOOR
+
+
+# ----------------------------------------------------------------------------- random erasing
+
+def _np_erasing(n, h, w, prob, rng, min_area=0.02, max_area=1 / 3, min_aspect=0.3, attempts=10):
+    """timm RandomErasing's geometry, float64 numpy: (erased, eh, ew, top, left)."""
+    out = []
+    for _ in range(n):
+        erase = rng.random() < prob
+        for _ in range(attempts):
+            area = rng.uniform(min_area, max_area) * h * w
+            aspect = math.exp(rng.uniform(math.log(min_aspect), math.log(1 / min_aspect)))
+            eh, ew = int(round(math.sqrt(area * aspect))), int(round(math.sqrt(area / aspect)))
+            if 0 < eh < h and 0 < ew < w:
+                out.append((erase, eh, ew, rng.integers(0, h - eh + 1), rng.integers(0, w - ew + 1)))
+                break
+        else:
+            out.append((False, 0, 0, 0, 0))
+    return np.array(out)
+
+
+def _assert_far_edge_rate(start, side, size):
+    """Given its side, a box's start is uniform over the size − side + 1 positions that fit."""
+    hits = int((start + side == size).sum())
+    assert stats.binomtest(hits, len(start), float(np.mean(1.0 / (size - side + 1)))).pvalue > P_FLOOR
+
+
+def _rectangles(mask):
+    """(erased, eh, ew, top, left) of each (H, W) mask holding one rectangle or nothing."""
+    rows, cols = mask.any(2), mask.any(1)
+    erased = rows.any(1)
+    eh, ew = rows.sum(1), cols.sum(1)
+    top = torch.where(erased, rows.long().argmax(1), 0)
+    left = torch.where(erased, cols.long().argmax(1), 0)
+    assert torch.equal(mask.sum((1, 2)), eh * ew)  # a full rectangle: rows x cols
+    return erased, eh, ew, top, left
+
+
+@pytest.mark.parametrize("h,w", [(12, 12), (10, 16)])
+def test_erasing_rectangles_follow_the_timm_law(h, w):
+    n = 6000
+    erased, eh, ew, top, left = _rectangles(erasing_masks(n, h, w, 0.4, gen(4)))
+    ref = _np_erasing(n, h, w, 0.4, np.random.default_rng(0))
+    assert stats.binomtest(int(erased.sum()), n, 0.4).pvalue > P_FLOOR
+    ref = ref[ref[:, 0] == 1]
+    ours = [t[erased].numpy() for t in (eh, ew, top, left)]
+    for got, want in zip(ours, ref[:, 1:].T):
+        assert stats.ks_2samp(got, want).pvalue > P_FLOOR
+    # the far edges are reached as often as the law says: top = h − eh with probability 1/(h − eh + 1)
+    _assert_far_edge_rate(ours[2], ours[0], h)
+    _assert_far_edge_rate(ours[3], ours[1], w)
+
+
+def test_erasing_probability_edges_and_the_noise_fill():
+    assert not erasing_masks(500, 8, 8, 0.0, gen(1)).any()
+    assert erasing_masks(500, 8, 8, 1.0, gen(1)).flatten(1).any(1).all()
+    assert not erasing_masks(50, 8, 8, 1.0, gen(1), min_area=0.99, max_area=0.99, min_aspect=0.99).any()
+    x = torch.full((400, 2, 16, 16), 100.0)
+    out = random_erasing(x, 1.0, gen(2))
+    noise = out[out != 100.0].double().numpy()
+    assert stats.kstest(noise, "norm").pvalue > P_FLOOR  # N(0, 1) noise in the erased pixels
+    assert torch.equal((out != 100.0)[:, 0], (out != 100.0)[:, 1])  # one rectangle for all channels
+    m = erasing_masks(64, 9, 9, 1.0, gen(3), device="cpu")
+    assert m.shape == (64, 9, 9) and m.dtype == torch.bool
+
+
+# ----------------------------------------------------------------------------- RandomResizedCrop
+
+def _np_rrc(n, h, w, rng, scale, ratio, attempts=10):
+    """timm RandomResizedCrop.get_params, float64 numpy: (fits, top, left, bh, bw)."""
+    out = []
+    for _ in range(n):
+        for _ in range(attempts):
+            area = h * w * rng.uniform(*scale)
+            r = math.exp(rng.uniform(math.log(ratio[0]), math.log(ratio[1])))
+            bw, bh = int(round(math.sqrt(area * r))), int(round(math.sqrt(area / r)))
+            if 0 < bw <= w and 0 < bh <= h:
+                out.append((1, rng.integers(0, h - bh + 1), rng.integers(0, w - bw + 1), bh, bw))
+                break
+        else:
+            out.append((0, 0, 0, 0, 0))
+    return np.array(out)
+
+
+@pytest.mark.parametrize("h,w,scale,ratio", [(20, 20, (0.08, 1.0), (3 / 4, 4 / 3)),
+                                             (12, 18, (0.3, 0.9), (0.5, 1.5))])
+def test_resized_crop_boxes_follow_the_timm_law(h, w, scale, ratio):
+    n = 6000
+    boxes = resized_crop_boxes(n, h, w, gen(9), scale=scale, ratio=ratio).numpy()
+    ref = _np_rrc(n, h, w, np.random.default_rng(1), scale, ratio)
+    for got, want in zip(boxes.T, ref[:, 1:].T):  # top, left, height, width
+        assert stats.ks_2samp(got, want).pvalue > P_FLOOR
+    top, left, bh, bw = boxes.T
+    assert ((bh * bw) / (h * w) >= scale[0] * 0.6).all() and (bh <= h).all() and (bw <= w).all()
+    _assert_far_edge_rate(top, bh, h)
+    _assert_far_edge_rate(left, bw, w)
+
+
+# ----------------------------------------------------------------------------- normalisation and targets
+
+def test_normalize_is_the_float64_formula_per_channel():
+    x = torch.randint(0, 256, (4, 3, 5, 5), generator=gen(0)).double()
+    mean, std = (0.1, 0.5, 0.9), (0.2, 0.3, 0.4)
+    want = (x.numpy() / 255 - np.array(mean)[None, :, None, None]) / np.array(std)[None, :, None, None]
+    np.testing.assert_allclose(normalize(x, mean, std).numpy(), want, rtol=1e-13, atol=1e-13)
+    got32 = normalize(x.float(), mean, std)  # the same constants, cached per dtype and device
+    assert got32.dtype == torch.float32
+    np.testing.assert_allclose(got32.numpy(), want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("k,eps", [(3, 0.0), (5, 0.1), (10, 0.3)])
+def test_one_hot_smoothing_in_closed_form(k, eps):
+    y = torch.tensor([0, k - 1, 1])
+    t = one_hot(y, k, eps, dtype=torch.float64)
+    want = np.full((3, k), eps / k)
+    want[np.arange(3), y.numpy()] = 1 - eps + eps / k
+    np.testing.assert_allclose(t.numpy(), want, rtol=0, atol=1e-15)
+
+
+def test_augment_runs_the_steps_in_order():
+    """crop + flip on uint8, then normalise, then erasing, then mixup, each from one generator:
+    the pipeline equals the steps called by hand with the same generator."""
+    mean, std = (0.4, 0.5), (0.2, 0.25)
+    x = torch.randint(0, 256, (24, 2, 6, 6), dtype=torch.uint8, generator=gen(0))
+    y = torch.arange(24) % 4
+    cfg = AugmentConfig(crop_padding=2, hflip=True, random_erasing=0.5, mixup=0.6, label_smoothing=0.2)
+    aug = build_augment(cfg, num_classes=4, mean=mean, std=std)
+    got_x, got_y = aug(x, y, gen(3))
+    g = gen(3)
+    want = random_hflip(random_crop(x, 2, g), g).float()
+    want = random_erasing(normalize(want, mean, std), 0.5, g)
+    want_x, want_y, _ = mix_batch(want, one_hot(y, 4, 0.2), g, mixup_alpha=0.6)
+    assert torch.equal(got_x, want_x) and torch.equal(got_y, want_y)
+    float_x, _ = aug(x.float(), y, gen(3))  # a float batch takes the batched ops: the same numbers
+    assert torch.equal(float_x, got_x)
+    other_x, _ = aug(x, y, gen(3), mean=(0.0, 0.0), std=(1.0, 1.0))  # per-call statistics
+    assert not torch.equal(other_x, got_x)
+    plain = build_augment(AugmentConfig(hflip=True), num_classes=4, mean=mean, std=std)
+    g = gen(5)
+    px, py = plain(x, y, gen(5))
+    assert torch.equal(px, normalize(random_hflip(x, g).float(), mean, std)) and torch.equal(py, y)
