@@ -196,3 +196,13 @@ def test_image_folder_sizes_and_classes(tmp_path):
     (wide / "0.png").write_bytes(png_bytes(rng.integers(0, 256, (3, 4, 8), dtype=np.uint8)))
     with pytest.raises(BadData, match=r"0\.png is 8x4; set data\.image_size=N to stream the images at one square size"):
         ImageFolderDataset(tmp_path / "wide", "train", None)
+
+
+def test_a_host_dataset_for_a_cuda_run_stays_on_the_host():
+    """Host-staged: building the loader moves nothing to the GPU (this runs without one)."""
+    idx = torch.tensor([3, 1])
+    lo = DeviceLoader(IMAGES, LABELS.int(), 2, device="cuda", indices=idx)
+    assert lo.device == torch.device("cuda") and lo.images.device.type == "cpu" and lo.images is IMAGES
+    assert lo.labels.dtype == torch.int64 and lo.labels.device.type == "cpu" and lo.indices.device.type == "cpu"
+    stream = StreamingLoader(InMemory(), 2, device="cuda", indices=idx.int(), num_workers=0)
+    assert stream.indices.dtype == torch.int64 and stream.num_workers == 0

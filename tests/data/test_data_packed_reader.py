@@ -176,3 +176,9 @@ def test_sha256_file_reads_in_chunks(tmp_path, size):
     path = tmp_path / "f"
     path.write_bytes(data)
     assert sha256_file(path, chunk=8) == hashlib.sha256(data).hexdigest() == sha256_file(path)
+
+
+def test_a_pack_path_may_start_with_the_home_folder(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    write_pack(tmp_path / "p")
+    assert Pack("~/p").root == tmp_path / "p" and len(Pack("~/p").split("train")) == 11

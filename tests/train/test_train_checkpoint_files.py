@@ -196,3 +196,26 @@ def test_plain_modules_are_checked_by_names_and_shapes(tmp_path):
     shared = nn.Linear(2, 2)
     tied = nn.Sequential(shared, shared)  # shared storage is saved as separate tensors
     load_weights(nn.Sequential(nn.Linear(2, 2), nn.Linear(2, 2)), save_weights(tied, tmp_path / "t.safetensors"))
+
+
+def test_refusals_name_the_first_few_differences_only(tmp_path):
+    path = save_weights(create_model("s_mixer", **SMALL), tmp_path / "w.safetensors")
+    other = create_model("s_mixer", image_size=16, patch_size=8, hidden_dim=16, depth=2, num_classes=5)
+    with pytest.raises(BadInput) as e:
+        load_weights(other, path)
+    detail = str(e.value).split("(mlp_mixer): ", 1)[1].split("; build", 1)[0]
+    assert detail == ("depth: checkpoint 1, model 2, hidden_dim: checkpoint 8, model 16, image_size: checkpoint 8, "
+                      "model 16, num_classes: checkpoint 3, model 5")  # 4 of the 5 differences, sorted
+    with pytest.raises(BadInput, match=r"holds a 's_mixer' \(mlp_mixer\) model, not this 'mlp' \(mlp\)"):
+        load_weights(create_model("mlp", image_size=8, num_classes=3), path)
+    with pytest.raises(BadInput, match="does not match the model: missing"):  # plain weights, registry model
+        load_weights(create_model("s_mixer", **SMALL), save_weights(nn.Linear(3, 2), tmp_path / "plain.safetensors"))
+    many = nn.Sequential(*[nn.Linear(2, 2) for _ in range(3)])
+    wide = nn.Sequential(*[nn.Linear(3, 3) for _ in range(3)])
+    with pytest.raises(BadInput) as e:
+        load_weights(wide, save_weights(many, tmp_path / "many.safetensors"))
+    assert str(e.value).count(" vs (") == 5  # 6 tensors differ: 5 are named
+    with pytest.raises(BadInput) as e:
+        load_weights(nn.Linear(2, 2), save_weights(many, tmp_path / "many.safetensors"))
+    assert str(e.value).split("missing ")[1].startswith("['bias', 'weight']; unexpected ['0.bias', '0.weight', "
+                                                        "'1.bias', '1.weight', '2.bias']; build")
