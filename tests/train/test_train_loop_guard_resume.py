@@ -231,3 +231,82 @@ def test_rng_state_round_trip():
     loop._set_rng_state(st, torch.device("cpu"))
     assert torch.equal(torch.rand(3), want)
     assert [set(s) for s in loop._gather_rng(torch.device("cpu"), DistInfo())] == [{"torch"}]
+
+
+# ----------------------------------------------------------------------------- CUDA and other processes, faked
+
+@pytest.fixture
+def fake_cuda_rng(monkeypatch):
+    calls = []
+    monkeypatch.setattr(torch.cuda, "get_rng_state", lambda device: (calls.append(("get", device)), "cuda-state")[1])
+    monkeypatch.setattr(torch.cuda, "set_rng_state", lambda st, device: calls.append(("set", st, device)))
+    return calls
+
+
+def test_a_cuda_run_saves_and_restores_the_device_generator_too(fake_cuda_rng):
+    cuda = SimpleNamespace(type="cuda")
+    st = loop._rng_state(cuda)
+    assert st["cuda"] == "cuda-state" and torch.equal(st["torch"], torch.get_rng_state())
+    assert fake_cuda_rng == [("get", cuda)]
+    loop._set_rng_state(st, cuda)
+    assert fake_cuda_rng[1:] == [("set", "cuda-state", cuda)]
+    loop._set_rng_state({"torch": st["torch"]}, cuda)  # a CPU run's checkpoint resumed on a GPU
+    loop._set_rng_state(st, torch.device("cpu"))
+    assert len(fake_cuda_rng) == 2
+
+
+class FakeCollectives:
+    """torch.distributed's collectives as the other process (rank 1 of 2) would answer them."""
+
+    def __init__(self, monkeypatch, other_code=0, other_first=2 ** 62):
+        self.other_code, self.other_first, self.barriers = other_code, other_first, 0
+        td = torch.distributed
+        monkeypatch.setattr(td, "all_gather_object", self.all_gather_object)
+        monkeypatch.setattr(td, "all_reduce", self.all_reduce)
+        monkeypatch.setattr(td, "barrier", self.barrier)
+
+    def all_gather_object(self, out, obj):
+        out[0], out[1] = obj, {"torch": torch.Generator().manual_seed(77).get_state()}
+
+    def all_reduce(self, t, op):
+        other = self.other_code if op == torch.distributed.ReduceOp.MAX else self.other_first
+        t.copy_((torch.maximum if op == torch.distributed.ReduceOp.MAX else torch.minimum)(t, torch.full_like(t, other)))
+
+    def barrier(self):
+        self.barriers += 1
+
+
+def test_the_guard_combines_the_flags_of_every_process(monkeypatch):
+    run = _run(None, 10, steps_per_epoch=5)
+    run.dist = DistInfo(rank=0, world_size=2)
+    FakeCollectives(monkeypatch, other_code=2, other_first=11)  # the other process went bad at step 12
+    g = loop._Guard(run, 10, Path("r"))
+    g.fold(_t(0.1), None)
+    with pytest.raises(NonFiniteError, match=r"^non-finite loss or gradient at step 12 \(epoch 3\) of run r;"):
+        g.check(None)
+    FakeCollectives(monkeypatch, other_code=1)  # bad elsewhere, its step unknown here
+    with pytest.raises(NonFiniteError, match=r"^diverged .* at a step on another process of run r;"):
+        loop._Guard(run, 0, Path("r")).check(None)
+    FakeCollectives(monkeypatch)  # everyone fine
+    loop._Guard(run, 0, Path("r")).check(None)
+
+
+def test_only_the_main_process_writes_and_every_process_resumes_its_own_stream(tmp_path, monkeypatch):
+    fake = FakeCollectives(monkeypatch)
+    run = _run()
+    run.dist = DistInfo(rank=1, world_size=2)
+    state = RunState(epoch=1, step=4)
+    loop._save_checkpoint(run, state, tmp_path, loop._Guard(run, 4, tmp_path), 0.0)
+    assert not (tmp_path / "checkpoint").exists() and state.checkpoint_epoch == 1 and fake.barriers == 1
+    run.dist = DistInfo(rank=0, world_size=2)
+    loop._save_checkpoint(run, state, tmp_path, loop._Guard(run, 4, tmp_path), 0.0)
+    assert len(_saved_state(tmp_path)["rng"]) == 2 and fake.barriers == 2
+    _metrics(tmp_path, [1, 2])
+    other = _run()
+    other.dist = DistInfo(rank=1, world_size=2)
+    before = torch.get_rng_state()
+    resumed = loop._resume(other, SimpleNamespace(path=tmp_path, continuing=True))
+    assert resumed.epoch == 1 and fake.barriers == 3
+    assert torch.equal(torch.rand(3), torch.rand(3, generator=torch.Generator().manual_seed(77)))  # rank 1's
+    assert len((tmp_path / "metrics.jsonl").read_text().splitlines()) == 2  # rank 1 leaves the log alone
+    torch.set_rng_state(before)
