@@ -3,6 +3,7 @@ float64 numpy from their papers (SGD with Nesterov momentum and coupled L2 decay
 it, AdamW of Loshchilov & Hutter, LION of Chen et al.), and the schedule's closed forms at its
 edges. The torch optimisers run on float64 parameters, so the comparison is to ~1e-12."""
 import math
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -230,3 +231,25 @@ def test_schedule_is_the_closed_form_everywhere(total, warmup, frac, peak, lo_fr
         want = _cosine(step, total, warmup, peak, lo_frac * peak)
     assert got == pytest.approx(want, rel=1e-12, abs=1e-15)
     assert min(start_frac * peak, lo_frac * peak) - 1e-12 <= got <= peak + 1e-12
+
+
+def test_defaults_are_the_papers_and_the_configs_peak_lr():
+    assert Lion([nn.Parameter(torch.zeros(1))]).defaults == {"lr": 1e-4, "betas": (0.9, 0.99), "weight_decay": 0.0}
+    for name in ("sgd", "adamw", "lion"):  # a group added later starts at the peak lr
+        assert build_optimizer(_net(), OptimSection(name=name, lr=0.37)).defaults["lr"] == 0.37
+
+
+def test_set_lr_on_groups_without_a_scale_sets_the_lr_itself():
+    opt = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=1.0)
+    set_lr(opt, 0.3)
+    assert opt.param_groups[0]["lr"] == 0.3
+
+
+def test_fused_kernels_on_cuda_parameters_too():
+    on_gpu = SimpleNamespace(is_floating_point=lambda: True, device=torch.device("cuda", 0))
+    assert fused_update([{"params": [on_gpu]}]) == {"fused": True}
+
+
+def test_one_decay_step_reaches_the_floor():
+    s = ScheduleSection(steps=3, warmup_steps=1, min_lr=0.5)
+    assert [lr_at(i, 3, 1, 4.0, s) for i in range(3)] == [0.0, 4.0, 0.5]
