@@ -206,3 +206,68 @@ def test_a_host_dataset_for_a_cuda_run_stays_on_the_host():
     assert lo.labels.dtype == torch.int64 and lo.labels.device.type == "cpu" and lo.indices.device.type == "cpu"
     stream = StreamingLoader(InMemory(), 2, device="cuda", indices=idx.int(), num_workers=0)
     assert stream.indices.dtype == torch.int64 and stream.num_workers == 0
+
+
+def test_streaming_hands_the_epochs_rows_to_one_data_loader(monkeypatch):
+    made = []
+    real = torch.utils.data.DataLoader
+
+    def spy(dataset, **kw):
+        made.append(kw)
+        return real(dataset, **kw)
+
+    monkeypatch.setattr(torch.utils.data, "DataLoader", spy)
+    lo = StreamingLoader(InMemory(), B, shuffle=False, drop_last=True, num_workers=0, mean=MEAN, std=STD)
+    assert len(take(lo, 2)) == 2
+    lo2 = StreamingLoader(InMemory(), B, shuffle=False, drop_last=True, num_workers=0, mean=MEAN, std=STD)
+    lo2.load_state_dict(lo.state_dict())
+    assert len(list(lo2)) == 1
+    assert made[0] == {"batch_size": B, "sampler": list(range(9)), "num_workers": 0, "pin_memory": False,
+                       "drop_last": False, "persistent_workers": False}
+    assert made[1]["sampler"] == [6, 7, 8]  # resumed: only the rest of the epoch is decoded
+
+
+def test_streaming_labels_come_back_int64():
+    class Int32Labels(InMemory):
+        def __getitem__(self, i):
+            return IMAGES[i], torch.tensor(int(LABELS[i]), dtype=torch.int32)
+
+    _, y = next(iter(StreamingLoader(Int32Labels(), 4, shuffle=False, num_workers=0)))
+    assert y.dtype == torch.int64 and torch.equal(y, LABELS[:4])
+
+
+def test_packed_reads_stay_prefetch_batches_ahead(tmp_path, monkeypatch):
+    import concurrent.futures as cf
+
+    pools, submitted = [], []
+
+    class Pool(cf.ThreadPoolExecutor):
+        def __init__(self, workers):
+            pools.append(workers)
+            super().__init__(workers)
+
+        def submit(self, fn, *args):
+            submitted.append(args[0].tolist())
+            return super().submit(fn, *args)
+
+    monkeypatch.setattr(cf, "ThreadPoolExecutor", Pool)
+    images = Pack(write_pack(tmp_path / "p")).split("train")
+    lo = PackedLoader(images, LABELS, 2, shuffle=False, threads=3, prefetch=2, mean=MEAN, std=STD)
+    seen = [len(submitted) for _ in lo]
+    assert pools == [3] and len(seen) == 6
+    assert seen == [3, 4, 5, 6, 6, 6]  # 2 ahead at the start, one more per batch used, 6 batches in all
+    assert submitted == [[0, 1], [2, 3], [4, 5], [6, 7], [8, 9], [10]]
+    assert (lo.threads, lo.prefetch) == (3, 2)
+    lo = PackedLoader(images, LABELS, 2, threads=0, prefetch=0)
+    assert (lo.threads, lo.prefetch) == (1, 1)
+
+
+def test_packed_batches_are_pinned_for_a_cuda_run(tmp_path, monkeypatch):
+    pinned = []
+    monkeypatch.setattr(torch.Tensor, "pin_memory", lambda self: (pinned.append(self.dtype), self)[1])
+    images = Pack(write_pack(tmp_path / "p")).split("train")
+    x, y = PackedLoader(images, LABELS, 2, device="cuda")._read(torch.tensor([4, 0]))
+    assert torch.equal(x, IMAGES[[4, 0]]) and torch.equal(y, LABELS[[4, 0]])
+    assert pinned == [torch.uint8, torch.int64]
+    PackedLoader(images, LABELS, 2)._read(torch.tensor([1]))
+    assert len(pinned) == 2  # not on the CPU
