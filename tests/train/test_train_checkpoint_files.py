@@ -71,8 +71,9 @@ def test_each_save_keeps_exactly_the_one_before_in_prev(tmp_path):
     assert sorted(p.name for p in (tmp_path / "checkpoint").iterdir()) == [MODEL_FILE, STATE_FILE]
 
 
-@pytest.mark.parametrize("fail_on", [MODEL_FILE, EMA_FILE, STATE_FILE])
-def test_a_write_that_fails_half_way_leaves_both_checkpoints_untouched(tmp_path, monkeypatch, fail_on):
+@pytest.mark.parametrize("fail_on,error", [(MODEL_FILE, OSError), (EMA_FILE, OSError), (STATE_FILE, OSError),
+                                           (STATE_FILE, KeyboardInterrupt)])
+def test_a_write_that_fails_half_way_leaves_both_checkpoints_untouched(tmp_path, monkeypatch, fail_on, error):
     model = _linear(0)
     save_checkpoint(tmp_path, model, _state(1), ema=model)
     save_checkpoint(tmp_path, model, _state(2), ema=model)
@@ -81,11 +82,11 @@ def test_a_write_that_fails_half_way_leaves_both_checkpoints_untouched(tmp_path,
 
     def failing(path, writer):
         if Path(path).name == fail_on:
-            raise OSError(28, "No space left on device")
+            raise error(28, "No space left on device") if error is OSError else error()
         return real(path, writer)
 
     monkeypatch.setattr(ckpt, "atomic_save", failing)
-    with pytest.raises(OSError, match="No space left"):
+    with pytest.raises(error):  # a Ctrl-C half-way too
         save_checkpoint(tmp_path, _linear(9), _state(3), ema=_linear(9))
     after = {p.relative_to(tmp_path): p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
     assert after == before and not (tmp_path / "checkpoint.new").exists()
@@ -169,7 +170,7 @@ def test_weights_carry_the_model_metadata_and_load_strictly(tmp_path):
         meta = f.metadata()
     assert meta["mlplab_model"] == "s_mixer" and meta["note"] == "x"
     assert json.loads(meta["mlplab_config"])["hidden_dim"] == 8
-    other_seed = create_model("s_mixer", **SMALL, seed=3, drop_path_rate=0.1)  # loads across these
+    other_seed = create_model("s_mixer", **SMALL, seed=3, drop_path_rate=0.1, drop_rate=0.2)  # loads across these
     load_weights(other_seed, path)
     assert all(torch.equal(a, b) for a, b in zip(other_seed.state_dict().values(), model.state_dict().values()))
     wider = create_model("s_mixer", **{**SMALL, "hidden_dim": 12})
@@ -219,3 +220,25 @@ def test_refusals_name_the_first_few_differences_only(tmp_path):
         load_weights(nn.Linear(2, 2), save_weights(many, tmp_path / "many.safetensors"))
     assert str(e.value).split("missing ")[1].startswith("['bias', 'weight']; unexpected ['0.bias', '0.weight', "
                                                         "'1.bias', '1.weight', '2.bias']; build")
+
+
+def test_the_run_folder_is_synced_after_the_swap(tmp_path, monkeypatch):
+    synced, real = [], os.fsync
+
+    def spy(fd):
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        return real(fd)
+
+    monkeypatch.setattr(os, "fsync", spy)
+    save_checkpoint(tmp_path, _linear(0), _state(1))
+    assert synced[-1] == str(tmp_path)  # the renames are durable once save_checkpoint returns
+    assert sum(p.startswith(str(tmp_path / "checkpoint.new")) for p in synced) == 2  # model, state
+
+    def failing(fd):
+        raise OSError(22, "fsync not supported")
+
+    open_fds = len(os.listdir("/proc/self/fd"))
+    monkeypatch.setattr(os, "fsync", failing)
+    ckpt._fsync_dir(tmp_path)  # a file system without directory fsync: ignored, the descriptor closed
+    ckpt._fsync_dir(tmp_path / "missing")
+    assert len(os.listdir("/proc/self/fd")) == open_fds
