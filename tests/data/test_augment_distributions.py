@@ -285,3 +285,33 @@ def test_augment_runs_the_steps_in_order():
     g = gen(5)
     px, py = plain(x, y, gen(5))
     assert torch.equal(px, normalize(random_hflip(x, g).float(), mean, std)) and torch.equal(py, y)
+
+
+def test_augment_passes_every_mixing_setting_and_the_resized_crop_on():
+    from mlplab.data.resized_crop import random_resized_crop
+
+    mean, std = (0.3,), (0.2,)
+    x = torch.randint(0, 256, (16, 1, 8, 8), dtype=torch.uint8, generator=gen(0))
+    y = torch.arange(16) % 3
+    cfg = AugmentConfig(random_resized_crop=True, rrc_scale=(0.3, 0.6), rrc_ratio=(0.5, 2.0), hflip=True,
+                        mixup=0.4, cutmix=2.0, mix_switch_prob=0.7, mix_prob=0.6, mix_mode="elem")
+    got_x, got_y = build_augment(cfg, num_classes=3, mean=mean, std=std)(x, y, gen(4))
+    g = gen(4)
+    want = random_hflip(random_resized_crop(x, g, scale=(0.3, 0.6), ratio=(0.5, 2.0)), g)
+    want_x, want_y, _ = mix_batch(normalize(want, mean, std), one_hot(y, 3), g, mixup_alpha=0.4, cutmix_alpha=2.0,
+                                  switch_prob=0.7, mix_prob=0.6, mode="elem")
+    assert torch.equal(got_x, want_x) and torch.equal(got_y, want_y)
+
+
+def test_resized_crop_stays_on_the_batchs_device_and_dtype():
+    from mlplab.data.resized_crop import random_resized_crop, resized_crop
+
+    boxes = torch.tensor([[0, 1, 3, 2], [1, 0, 2, 4]])
+    out = resized_crop(torch.empty(2, 1, 4, 4, device="meta"), boxes, (5, 3))  # boxes follow the batch
+    assert out.device.type == "meta" and out.shape == (2, 1, 5, 3)
+    x = torch.rand(2, 1, 4, 4, generator=gen(0), dtype=torch.float64)
+    got = resized_crop(x, boxes, 6)
+    assert got.dtype == torch.float64
+    torch.testing.assert_close(got.float(), resized_crop(x.float(), boxes, 6), rtol=0, atol=1e-6)
+    assert random_resized_crop(x, gen(1)).dtype == torch.float64  # a float batch keeps its precision
+    assert random_resized_crop((x * 255).to(torch.uint8), gen(1)).dtype == torch.float32
