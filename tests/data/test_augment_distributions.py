@@ -47,8 +47,10 @@ def test_crop_offsets_are_uniform_over_every_position_including_the_far_edge(pad
 def test_crop_without_padding_is_the_identity_with_zero_offsets():
     x = torch.randint(0, 256, (5, 2, 4, 4), dtype=torch.uint8, generator=gen(0))
     out, off = random_crop(x, 0, gen(1), return_offsets=True)
-    assert out is x and torch.equal(off, torch.zeros(5, 2, dtype=torch.long))
+    assert out is x and off.dtype == torch.int64 and torch.equal(off, torch.zeros(5, 2, dtype=torch.long))
     assert random_crop(x, 0, gen(1)) is x
+    _, off = random_crop(torch.empty(3, 1, 2, 2, device="meta"), 0, gen(1), return_offsets=True)
+    assert off.device.type == "meta" and off.dtype == torch.int64  # on the batch's device
 
 
 def test_crop_windows_read_the_padded_image_for_non_square_images():
@@ -195,6 +197,22 @@ def test_erasing_rectangles_follow_the_timm_law(h, w):
     # the far edges are reached as often as the law says: top = h − eh with probability 1/(h − eh + 1)
     _assert_far_edge_rate(ours[2], ours[0], h)
     _assert_far_edge_rate(ours[3], ours[1], w)
+
+
+def test_an_erased_rectangle_is_strictly_smaller_than_the_image():
+    """timm keeps a draw only if h_e < H and w_e < W: with area H·W/4 and aspects around 1 many
+    draws give a side equal to the short side, and every one of them is rejected."""
+    for h, w in ((4, 16), (16, 4)):
+        _, eh, ew, _, _ = _rectangles(erasing_masks(3000, h, w, 1.0, gen(6), min_area=0.25, max_area=0.25))
+        assert eh.max() < h and ew.max() < w
+        assert ((eh == h - 1) if h < w else (ew == w - 1)).any()  # the short side is reached, not passed
+
+
+def test_the_erasing_noise_has_the_batchs_precision():
+    x = torch.zeros(8, 1, 8, 8, dtype=torch.float64)
+    out = random_erasing(x, 1.0, gen(3))
+    noise = out[out != 0]
+    assert out.dtype == torch.float64 and (noise != noise.float().double()).all()  # not float32 draws
 
 
 def test_erasing_probability_edges_and_the_noise_fill():
