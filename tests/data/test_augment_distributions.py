@@ -297,8 +297,17 @@ def test_augment_runs_the_steps_in_order():
     assert torch.equal(got_x, want_x) and torch.equal(got_y, want_y)
     float_x, _ = aug(x.float(), y, gen(3))  # a float batch takes the batched ops: the same numbers
     assert torch.equal(float_x, got_x)
-    other_x, _ = aug(x, y, gen(3), mean=(0.0, 0.0), std=(1.0, 1.0))  # per-call statistics
-    assert not torch.equal(other_x, got_x)
+    for m, sd in (((0.0, 0.0), (1.0, 1.0)), ((0.1, 0.2), None), (None, (0.5, 0.6))):  # per-call statistics
+        g = gen(3)
+        want = random_hflip(random_crop(x, 2, g), g).float()
+        want = random_erasing(normalize(want, m or mean, sd or std), 0.5, g)
+        want_x, _, _ = mix_batch(want, one_hot(y, 4, 0.2), g, mixup_alpha=0.6)
+        assert torch.equal(aug(x, y, gen(3), mean=m, std=sd)[0], want_x)
+    mix_only = build_augment(AugmentConfig(mixup=0.5), num_classes=4, mean=mean, std=std)
+    g = gen(6)  # no erasing configured: no draws for it before the mixing
+    want_x, want_y, _ = mix_batch(normalize(x.float(), mean, std), one_hot(y, 4), g, mixup_alpha=0.5)
+    got_x, got_y = mix_only(x, y, gen(6))
+    assert torch.equal(got_x, want_x) and torch.equal(got_y, want_y)
     plain = build_augment(AugmentConfig(hflip=True), num_classes=4, mean=mean, std=std)
     g = gen(5)
     px, py = plain(x, y, gen(5))
@@ -333,3 +342,21 @@ def test_resized_crop_stays_on_the_batchs_device_and_dtype():
     torch.testing.assert_close(got.float(), resized_crop(x.float(), boxes, 6), rtol=0, atol=1e-6)
     assert random_resized_crop(x, gen(1)).dtype == torch.float64  # a float batch keeps its precision
     assert random_resized_crop((x * 255).to(torch.uint8), gen(1)).dtype == torch.float32
+
+
+@pytest.mark.parametrize("kw,dtype,host", [({"crop_padding": 2, "hflip": True}, torch.uint8, True),
+                                          ({"crop_padding": 2}, torch.uint8, True),
+                                          ({"crop_padding": 2, "hflip": True}, torch.float32, False),
+                                          ({"random_resized_crop": True, "hflip": True}, torch.uint8, False),
+                                          ({"hflip": True}, torch.uint8, False)])
+def test_a_cpu_uint8_batch_takes_the_host_crop_flip(monkeypatch, kw, dtype, host):
+    """The host fast path (the same batch as the batched ops, several times faster) is taken for
+    exactly the batches it is written for: uint8 in host memory, padded crops."""
+    from mlplab.data import augment as augment_mod
+
+    calls = []
+    real = augment_mod.crop_flip_host
+    monkeypatch.setattr(augment_mod, "crop_flip_host", lambda *a, **k: (calls.append(a[1:3]), real(*a, **k))[1])
+    aug = build_augment(AugmentConfig(**kw), num_classes=2, mean=(0.5,), std=(0.5,))
+    aug(torch.zeros(4, 1, 6, 6, dtype=dtype), torch.zeros(4, dtype=torch.long), gen(0))
+    assert calls == ([(2, kw.get("hflip", False))] if host else [])
