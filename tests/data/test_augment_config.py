@@ -81,7 +81,17 @@ def test_build_augment_from_info_or_arguments():
         build_augment({"label_smoothing": 0.1}, mean=(0.5,), std=(0.5,))
 
 
+def test_one_class_is_enough_for_soft_targets():
+    aug = build_augment({"label_smoothing": 0.1}, num_classes=1, mean=(0.5,), std=(0.5,))
+    _, y = aug(torch.zeros(2, 1, 2, 2, dtype=torch.uint8), torch.zeros(2, dtype=torch.long), torch.Generator())
+    assert torch.equal(y, torch.ones(2, 1))
+
+
 def test_policies_are_built_with_the_mean_as_fill():
+    from mlplab.data.autoaugment import AUTOAUGMENT_POLICIES
+
+    cifar = build_augment({"autoaugment": "cifar10"}, num_classes=2, mean=(0.5,), std=(1,))
+    assert cifar.policy.policy == AUTOAUGMENT_POLICIES["cifar10"] != AUTOAUGMENT_POLICIES["imagenet"]
     aa = build_augment({"autoaugment": "imagenet"}, num_classes=2, mean=(0.2, 0.4, 0.6), std=(1, 1, 1))
     assert isinstance(aa.policy, AutoAugment) and aa.policy.fill == pytest.approx(0.4 * 255)
     ra = build_augment({"randaugment": "rand-m9-n2"}, num_classes=2, mean=(0.5,), std=(1,))

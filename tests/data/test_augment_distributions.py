@@ -262,7 +262,10 @@ def test_resized_crop_boxes_follow_the_timm_law(h, w, scale, ratio):
 
 # ----------------------------------------------------------------------------- normalisation and targets
 
-def test_normalize_is_the_float64_formula_per_channel():
+def test_normalize_is_the_float64_formula_per_channel(monkeypatch):
+    from mlplab.data import augment as augment_mod
+
+    monkeypatch.setattr(augment_mod, "_CHANNEL_CONSTANTS", {})  # as in a fresh process: nothing cached yet
     x = torch.randint(0, 256, (4, 3, 5, 5), generator=gen(0)).double()
     mean, std = (0.1, 0.5, 0.9), (0.2, 0.3, 0.4)
     want = (x.numpy() / 255 - np.array(mean)[None, :, None, None]) / np.array(std)[None, :, None, None]
@@ -270,6 +273,8 @@ def test_normalize_is_the_float64_formula_per_channel():
     got32 = normalize(x.float(), mean, std)  # the same constants, cached per dtype and device
     assert got32.dtype == torch.float32
     np.testing.assert_allclose(got32.numpy(), want, rtol=1e-5, atol=1e-5)
+    on_meta = normalize(x.float().to("meta"), mean, std)  # cached per device too
+    assert on_meta.device.type == "meta" and on_meta.shape == x.shape
 
 
 @pytest.mark.parametrize("k,eps", [(3, 0.0), (5, 0.1), (10, 0.3)])
