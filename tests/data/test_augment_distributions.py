@@ -184,12 +184,15 @@ def _rectangles(mask):
     return erased, eh, ew, top, left
 
 
-@pytest.mark.parametrize("h,w", [(12, 12), (10, 16)])
-def test_erasing_rectangles_follow_the_timm_law(h, w):
+@pytest.mark.parametrize("h,w,kw", [(12, 12, {}), (10, 16, {}),
+                                    (8, 8, {"min_area": 0.5, "max_area": 0.9}),  # often no draw fits
+                                    (16, 16, {"min_area": 0.001, "max_area": 0.02})])  # sides of 0 and 1
+def test_erasing_rectangles_follow_the_timm_law(h, w, kw):
     n = 6000
-    erased, eh, ew, top, left = _rectangles(erasing_masks(n, h, w, 0.4, gen(4)))
-    ref = _np_erasing(n, h, w, 0.4, np.random.default_rng(0))
-    assert stats.binomtest(int(erased.sum()), n, 0.4).pvalue > P_FLOOR
+    erased, eh, ew, top, left = _rectangles(erasing_masks(n, h, w, 0.4, gen(4), **kw))
+    ref = _np_erasing(n, h, w, 0.4, np.random.default_rng(0), **kw)
+    table = [[int(erased.sum()), n - int(erased.sum())], [int(ref[:, 0].sum()), n - int(ref[:, 0].sum())]]
+    assert stats.chi2_contingency(table).pvalue > P_FLOOR  # as often erased as the recipe says
     ref = ref[ref[:, 0] == 1]
     ours = [t[erased].numpy() for t in (eh, ew, top, left)]
     for got, want in zip(ours, ref[:, 1:].T):
@@ -197,6 +200,8 @@ def test_erasing_rectangles_follow_the_timm_law(h, w):
     # the far edges are reached as often as the law says: top = h − eh with probability 1/(h − eh + 1)
     _assert_far_edge_rate(ours[2], ours[0], h)
     _assert_far_edge_rate(ours[3], ours[1], w)
+    if kw.get("min_area") == 0.001:
+        assert (ours[0] == 1).any() and (ours[1] == 1).any()  # one-pixel sides are kept, empty ones not
 
 
 def test_an_erased_rectangle_is_strictly_smaller_than_the_image():
@@ -247,7 +252,8 @@ def _np_rrc(n, h, w, rng, scale, ratio, attempts=10):
 
 
 @pytest.mark.parametrize("h,w,scale,ratio", [(20, 20, (0.08, 1.0), (3 / 4, 4 / 3)),
-                                             (12, 18, (0.3, 0.9), (0.5, 1.5))])
+                                             (12, 18, (0.3, 0.9), (0.5, 1.5)),
+                                             (16, 16, (0.001, 0.01), (3 / 4, 4 / 3))])  # sides of 0 and 1
 def test_resized_crop_boxes_follow_the_timm_law(h, w, scale, ratio):
     n = 6000
     boxes = resized_crop_boxes(n, h, w, gen(9), scale=scale, ratio=ratio).numpy()
@@ -258,6 +264,22 @@ def test_resized_crop_boxes_follow_the_timm_law(h, w, scale, ratio):
     assert ((bh * bw) / (h * w) >= scale[0] * 0.6).all() and (bh <= h).all() and (bw <= w).all()
     _assert_far_edge_rate(top, bh, h)
     _assert_far_edge_rate(left, bw, w)
+    # top and left are independent draws: their relative positions are uncorrelated
+    fits = (bh < h) & (bw < w)
+    rel_top, rel_left = (top + 0.5) / (h - bh + 1), (left + 0.5) / (w - bw + 1)
+    assert abs(stats.spearmanr(rel_top[fits], rel_left[fits]).statistic) < 0.06
+    if scale[1] == 0.01:
+        assert (bh == 1).any() and (bw == 1).any()
+
+
+@pytest.mark.parametrize("h,w,ratio,box", [(16, 4, (2.0, 3.0), [7, 0, 2, 4]),  # too tall: height cut to w / r_lo
+                                           (4, 16, (0.5, 2.0), [0, 4, 4, 8]),  # too wide: width cut to h · r_hi
+                                           (6, 8, (0.5, 0.6), [0, 2, 6, 4]),
+                                           (6, 8, (1.2, 1.4), [0, 0, 6, 8])])  # w / h in the range: all of it
+def test_the_fallback_box_is_centred_with_its_aspect_clamped_into_the_range(h, w, ratio, box):
+    """timm's fallback when no draw fits: the whole image, its aspect w/h clamped into ``ratio``,
+    centred (the offsets rounded down)."""
+    assert resized_crop_boxes(5, h, w, gen(0), scale=(1.0, 1.0), ratio=ratio).tolist() == [box] * 5
 
 
 # ----------------------------------------------------------------------------- normalisation and targets
