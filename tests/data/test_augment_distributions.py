@@ -387,3 +387,35 @@ def test_a_cpu_uint8_batch_takes_the_host_crop_flip(monkeypatch, kw, dtype, host
     aug = build_augment(AugmentConfig(**kw), num_classes=2, mean=(0.5,), std=(0.5,))
     aug(torch.zeros(4, 1, 6, 6, dtype=dtype), torch.zeros(4, dtype=torch.long), gen(0))
     assert calls == ([(2, kw.get("hflip", False))] if host else [])
+
+
+def _erasing_fit_rate(h, w, rng, area, aspect):
+    """Monte Carlo (float64 numpy, 10^6 draws) of the chance that one erasing draw fits."""
+    a = rng.uniform(*area, 10 ** 6) * h * w
+    r = np.exp(rng.uniform(math.log(aspect[0]), math.log(aspect[1]), 10 ** 6))
+    sh, sw = np.round(np.sqrt(a * r)), np.round(np.sqrt(a / r))
+    return float(np.mean((sh > 0) & (sh < h) & (sw > 0) & (sw < w)))
+
+
+def test_ten_attempts_before_giving_up():
+    """P(no draw fits) = (1 − q)^10 for erasing (then no rectangle) and RandomResizedCrop (then
+    the fallback box), with q the chance one draw fits, in a regime where q is small."""
+    n, rng = 20000, np.random.default_rng(5)
+    q = _erasing_fit_rate(8, 8, rng, (0.7, 0.95), (0.3, 1 / 0.3))
+    erased = int(erasing_masks(n, 8, 8, 1.0, gen(2), min_area=0.7, max_area=0.95).flatten(1).any(1).sum())
+    assert stats.binomtest(erased, n, 1 - (1 - q) ** 10).pvalue > P_FLOOR
+    # RandomResizedCrop: a fitted box may equal the fallback (10 x 8, centred), so compare the rate
+    # of that box with the numpy oracle's (fallback when none of its 10 draws fits)
+    boxes = resized_crop_boxes(n, 10, 10, gen(3), scale=(0.75, 1.0), ratio=(1.2, 2.0))
+    ours = int((boxes == torch.tensor([1, 0, 8, 10])).all(1).sum())
+    ref = _np_rrc(n, 10, 10, rng, (0.75, 1.0), (1.2, 2.0))
+    theirs = int(((ref[:, 0] == 0) | (ref[:, 1:] == [1, 0, 8, 10]).all(1)).sum())
+    assert stats.chi2_contingency([[ours, n - ours], [theirs, n - theirs]]).pvalue > P_FLOOR
+
+
+def test_cutmix_alone_is_applied_in_the_pipeline():
+    x = torch.randint(0, 256, (8, 1, 6, 6), dtype=torch.uint8, generator=gen(0))
+    y = torch.arange(8) % 2
+    got_x, got_y = build_augment(AugmentConfig(cutmix=0.5), num_classes=2, mean=(0.5,), std=(0.5,))(x, y, gen(1))
+    want_x, want_y, _ = mix_batch(normalize(x.float(), (0.5,), (0.5,)), one_hot(y, 2), gen(1), cutmix_alpha=0.5)
+    assert torch.equal(got_x, want_x) and torch.equal(got_y, want_y)
