@@ -271,3 +271,33 @@ def test_packed_batches_are_pinned_for_a_cuda_run(tmp_path, monkeypatch):
     assert pinned == [torch.uint8, torch.int64]
     PackedLoader(images, LABELS, 2)._read(torch.tensor([1]))
     assert len(pinned) == 2  # not on the CPU
+
+
+def test_streaming_pins_host_memory_for_a_cuda_run(monkeypatch):
+    made = []
+
+    class Stop(Exception):
+        pass
+
+    def spy(dataset, **kw):
+        made.append(kw)
+        raise Stop
+
+    monkeypatch.setattr(torch.utils.data, "DataLoader", spy)
+    with pytest.raises(Stop):
+        next(iter(StreamingLoader(InMemory(), B, device="cuda", num_workers=0)))
+    assert made[0]["pin_memory"] is True
+
+
+def test_a_train_class_without_images_is_refused_a_val_class_may_be_empty(tmp_path):
+    rng = np.random.default_rng(0)
+    for split, cls in (("train", "a"), ("train", "b"), ("val", "a")):
+        d = tmp_path / split / cls
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "0.png").write_bytes(png_bytes(rng.integers(0, 256, (3, 4, 4), dtype=np.uint8)))
+    (tmp_path / "val" / "b").mkdir()  # no val images of class b
+    val = ImageFolderDataset(tmp_path, "val", 4)
+    assert val.classes == ["a", "b"] and len(val) == 1
+    (tmp_path / "train" / "c").mkdir()
+    with pytest.raises(BadData, match=r"train/c: class folder holds no images"):
+        ImageFolderDataset(tmp_path, "train", 4)
