@@ -301,3 +301,14 @@ def test_a_train_class_without_images_is_refused_a_val_class_may_be_empty(tmp_pa
     (tmp_path / "train" / "c").mkdir()
     with pytest.raises(BadData, match=r"train/c: class folder holds no images"):
         ImageFolderDataset(tmp_path, "train", 4)
+
+
+def test_streaming_defaults_and_settings():
+    lo = StreamingLoader(InMemory(), B)
+    assert (lo.seed, lo.num_workers, lo.shuffle, lo.drop_last, lo.device) == (0, 4, True, False, torch.device("cpu"))
+    lo = StreamingLoader(InMemory(), B, mean=MEAN, std=STD, num_classes=7, seed=3)
+    assert (lo.mean, lo.std, lo.num_classes, lo.seed) == (MEAN, STD, 7, 3)
+    lo = DeviceLoader(IMAGES, LABELS, B)
+    assert (lo.seed, lo.shuffle, lo.drop_last) == (0, True, False)
+    lo = PackedLoader(IMAGES.numpy(), LABELS, B)
+    assert (lo.seed, lo.shuffle, lo.drop_last, lo.threads, lo.prefetch, lo.resize) == (0, True, False, 2, 4, None)
