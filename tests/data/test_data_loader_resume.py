@@ -200,10 +200,14 @@ def test_image_folder_sizes_and_classes(tmp_path):
 
 def test_a_host_dataset_for_a_cuda_run_stays_on_the_host():
     """Host-staged: building the loader moves nothing to the GPU (this runs without one)."""
-    idx = torch.tensor([3, 1])
+    idx = torch.tensor([3, 1], dtype=torch.int32)
     lo = DeviceLoader(IMAGES, LABELS.int(), 2, device="cuda", indices=idx)
     assert lo.device == torch.device("cuda") and lo.images.device.type == "cpu" and lo.images is IMAGES
     assert lo.labels.dtype == torch.int64 and lo.labels.device.type == "cpu" and lo.indices.device.type == "cpu"
+    assert lo.indices.dtype == torch.int64
+    on = DeviceLoader(IMAGES, LABELS.int(), 2, device="meta", indices=idx)  # not staged: moved to the device once
+    assert on.images.device.type == on.labels.device.type == on.indices.device.type == "meta"
+    assert on.labels.dtype == on.indices.dtype == torch.int64
     stream = StreamingLoader(InMemory(), 2, device="cuda", indices=idx.int(), num_workers=0)
     assert stream.indices.dtype == torch.int64 and stream.num_workers == 0
 
