@@ -316,3 +316,10 @@ def test_streaming_defaults_and_settings():
     assert (lo.seed, lo.shuffle, lo.drop_last) == (0, True, False)
     lo = PackedLoader(IMAGES.numpy(), LABELS, B)
     assert (lo.seed, lo.shuffle, lo.drop_last, lo.threads, lo.prefetch, lo.resize) == (0, True, False, 2, 4, None)
+
+
+def test_packed_loader_settings_pass_through():
+    lo = PackedLoader(IMAGES.numpy(), LABELS.int(), B, mean=MEAN, std=STD, num_classes=7, indices=torch.tensor(
+        [1, 2], dtype=torch.int32))
+    assert (lo.mean, lo.std, lo.num_classes) == (MEAN, STD, 7)
+    assert lo.labels.dtype == lo.indices.dtype == torch.int64
