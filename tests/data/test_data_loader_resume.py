@@ -323,3 +323,12 @@ def test_packed_loader_settings_pass_through():
         [1, 2], dtype=torch.int32))
     assert (lo.mean, lo.std, lo.num_classes) == (MEAN, STD, 7)
     assert lo.labels.dtype == lo.indices.dtype == torch.int64
+
+
+def test_the_loaders_statistics_override_the_augments_and_batches_of_one_work():
+    mean, std = (0.0, 0.1, 0.2), (1.0, 0.9, 0.8)
+    got = list(DeviceLoader(IMAGES, LABELS, B, augment=AUG, seed=5, mean=mean, std=std))
+    want = [AUG(IMAGES[r], LABELS[r], derive_generator(5, "augment", 0, i), mean, std)
+            for i, r in enumerate(torch.randperm(N, generator=derive_generator(5, "perm", 0)).split(B))]
+    same(got, want)
+    assert len(list(DeviceLoader(IMAGES, LABELS, 1))) == N
