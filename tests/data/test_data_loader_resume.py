@@ -332,3 +332,21 @@ def test_the_loaders_statistics_override_the_augments_and_batches_of_one_work():
             for i, r in enumerate(torch.randperm(N, generator=derive_generator(5, "perm", 0)).split(B))]
     same(got, want)
     assert len(list(DeviceLoader(IMAGES, LABELS, 1))) == N
+
+
+def test_host_staged_batches_cross_through_to_device_and_equal_the_unstaged_ones(monkeypatch):
+    crossed = []
+
+    def fake_to_device(t, device):
+        crossed.append((t.dtype, str(device)))
+        return t
+
+    monkeypatch.setattr(loader_mod, "to_device", fake_to_device)
+    want = list(DeviceLoader(IMAGES, LABELS, B, augment=AUG, seed=5))
+    assert crossed == [(torch.int64, "cpu")]  # only the epoch's order, to where the images are
+    staged = DeviceLoader(IMAGES, LABELS, B, augment=AUG, seed=5)
+    staged.device = torch.device("cuda")  # as built for a GPU run; the augmentation draws on the CPU here
+    monkeypatch.setattr(loader_mod, "derive_generator", lambda *key, device=None: derive_generator(*key))
+    crossed.clear()
+    same(list(staged), want)
+    assert crossed == [(torch.int64, "cpu")] + [(torch.uint8, "cuda"), (torch.int64, "cuda")] * len(want)
