@@ -3,7 +3,7 @@ that fails half-way, damaged files, and the strict weight checks (fast: tiny mod
 import json
 import os
 import re
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import pytest
 import torch
@@ -158,9 +158,18 @@ def test_a_damaged_model_file_is_refused_naming_it(tmp_path):
 
 def test_a_run_with_an_ema_needs_the_ema_file(tmp_path):
     save_checkpoint(tmp_path, _linear(0), _state(1))
-    with pytest.raises(CheckpointError, match=f"^checkpoint {re.escape(str(tmp_path / 'checkpoint'))} has no "
-                                              f"ema.safetensors although the run keeps an EMA"):
+    with pytest.raises(CheckpointError) as e:
         load_checkpoint(tmp_path / "checkpoint", _linear(1), ema=_linear(2))
+    assert str(e.value) == (f"checkpoint {tmp_path / 'checkpoint'} has no ema.safetensors although the run keeps an "
+                            "EMA of its weights (run.ema_decay); it was not written by this run's config")
+
+
+def test_a_state_file_holding_code_is_refused(tmp_path):
+    """state.pt is read weights-only: plain types and tensors, never objects whose loading runs code."""
+    save_checkpoint(tmp_path, _linear(0), _state(1))
+    torch.save({**_state(1), "path": PurePosixPath("x")}, tmp_path / "checkpoint" / STATE_FILE)
+    with pytest.raises(CheckpointError, match=r"unreadable \(it holds objects other than tensors and plain types"):
+        load_checkpoint(tmp_path / "checkpoint", _linear(1))
 
 
 def test_weights_carry_the_model_metadata_and_load_strictly(tmp_path):
