@@ -1,5 +1,6 @@
 """Checkpoint files without a training run: what is written, the checkpoint/prev swap, a write
 that fails half-way, damaged files, and the strict weight checks (fast: tiny models only)."""
+import dataclasses
 import json
 import os
 import re
@@ -251,3 +252,51 @@ def test_the_run_folder_is_synced_after_the_swap(tmp_path, monkeypatch):
     ckpt._fsync_dir(tmp_path)  # a file system without directory fsync: ignored, the descriptor closed
     ckpt._fsync_dir(tmp_path / "missing")
     assert len(os.listdir("/proc/self/fd")) == open_fds
+
+
+def test_the_write_error_is_the_one_reported_even_if_the_cleanup_fails(tmp_path, monkeypatch):
+    def failing_save(path, writer):
+        raise OSError(28, "No space left on device")
+
+    def rmtree(path, ignore_errors=False):
+        if not ignore_errors:
+            raise PermissionError(13, "cannot delete", str(path))
+
+    monkeypatch.setattr(ckpt, "atomic_save", failing_save)
+    monkeypatch.setattr(ckpt.shutil, "rmtree", rmtree)
+    with pytest.raises(OSError, match="No space left on device"):
+        save_checkpoint(tmp_path, _linear(0), _state(1))
+
+
+def _with_metadata(path, **changes):
+    """The weights file at ``path`` rewritten with its metadata changed."""
+    from safetensors.torch import save_file
+
+    with safe_open(str(path), framework="pt") as f:
+        meta = {**f.metadata(), **changes}
+    save_file(load_file(str(path)), str(path), metadata=meta)
+    return path
+
+
+def test_config_fields_on_one_side_only_differ_and_another_family_is_named_alone(tmp_path):
+    model = create_model("s_mixer", **SMALL)
+    config = json.dumps({**dataclasses.asdict(model.config), "extra": 1})  # a field this model does not have
+    path = _with_metadata(save_weights(model, tmp_path / "w.safetensors"), mlplab_config=config)
+    with pytest.raises(BadInput, match=r": extra: checkpoint 1, model None; build the model"):
+        load_weights(create_model("s_mixer", **SMALL), path)
+    path = _with_metadata(save_weights(model, tmp_path / "m.safetensors"), mlplab_model="mlp")
+    with pytest.raises(BadInput) as e:  # the same config under another family: nothing else to list
+        load_weights(create_model("s_mixer", **SMALL), path)
+    assert str(e.value) == (f"checkpoint {path} holds a 'mlp' (mlp) model, not this 's_mixer' (mlp_mixer); "
+                            "build the model the checkpoint was saved from")
+
+
+def test_missing_names_alone_and_at_most_five(tmp_path):
+    path = save_weights(nn.Linear(3, 2, bias=False), tmp_path / "w.safetensors")
+    with pytest.raises(BadInput) as e:
+        load_weights(nn.Linear(3, 2), path)
+    assert str(e.value) == (f"checkpoint {path} does not match the model: missing ['bias']; build the model with the "
+                            "config the checkpoint was saved from")
+    with pytest.raises(BadInput, match=r"missing \['0\.bias', '0\.weight', '1\.bias', '1\.weight', '2\.bias'\]; "
+                                       r"unexpected \['weight'\]; build"):
+        load_weights(nn.Sequential(*[nn.Linear(3, 2) for _ in range(3)]), path)
