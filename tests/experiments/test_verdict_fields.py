@@ -552,3 +552,11 @@ def test_quadratic_minimum_reads_none_as_a_missing_run():
     est, _ = V.quadratic_minimum(x, y, resamples=1, seed=1)  # seed 1 draws both seeds: no empty column
     means = np.array([14.1, 11.0, 10.05, 11.1, 13.9])  # seed means over the finite values
     assert same(est, parabola_argmin(np.array(x), means))
+
+
+def test_paired_t_small_samples_and_the_kind_check():
+    assert V.paired_t([0.5, 0.5, 0.5]) == (math.inf, 1.0, 0.0, (0.5, 0.5))  # a mean between 0 and 1
+    assert V.paired_t([-0.5, -0.5]) == (-math.inf, 0.0, 1.0, (-0.5, -0.5))
+    assert same(V.paired_t([1.0, 2.0]), t_test([1.0, 2.0]))  # two values have a spread
+    with pytest.raises(ValueError, match=r"^Verdict kind must be one of test, interval, deterministic, not 'guess'$"):
+        Verdict(held=None, kind="guess")
