@@ -19,6 +19,7 @@ import argparse
 import fnmatch
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -133,21 +134,40 @@ def prepare(target: Target, fresh: bool) -> Path:
         if not link.exists():
             link.symlink_to(ROOT / name, target_is_directory=True)
     (ws / "pyproject.toml").write_text((ROOT / "pyproject.toml").read_text() + mutmut_config(target))
+    drop_stale_copies(target, ws)
     return ws
 
 
-def run_mutmut(target: Target, ws: Path, jobs: int, names: list[str]) -> float:
+def drop_stale_copies(target: Target, ws: Path) -> None:
+    """mutmut copies the unmutated files into mutants/src once; drop the copies whose source has
+    changed since (copies keep the source's mtime), so that a --survivors run sees today's code."""
+    copies = ws / "mutants" / "src"
+    mutated = {f"{PACKAGE}/{f}" for f in target.files}
+    for copy in copies.rglob("*.py") if copies.is_dir() else []:
+        rel = copy.relative_to(copies).as_posix()
+        source = ROOT / "src" / rel
+        if rel not in mutated and (not source.exists() or source.stat().st_mtime != copy.stat().st_mtime):
+            copy.unlink()
+
+
+def run_mutmut(target: Target, ws: Path, jobs: int, names: list[str]) -> tuple[float, float]:
+    """Run mutmut in the workspace; returns (wall seconds, CPU seconds of mutmut and its children).
+    The CPU time does not depend on what else the machine runs: CPU / cores ≈ the wall time on a
+    quiet machine."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # mutmut puts mutants/src first
     env.setdefault("OMP_NUM_THREADS", "1")
-    mutmut = shutil.which("mutmut") or str(Path(sys.executable).parent / "mutmut")
+    mutmut = shutil.which("mutmut", path=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}")
+    if mutmut is None:
+        raise SystemExit("mutmut is not installed in this environment: pip install -e '.[dev]'")
     cmd = [mutmut, "run", "--max-children", str(jobs), *names]
-    t0 = time.monotonic()
+    t0, r0 = time.monotonic(), resource.getrusage(resource.RUSAGE_CHILDREN)
     with open(ws / "mutmut.log", "w") as log:
         rc = subprocess.call(cmd, cwd=ws, env=env, stdout=log, stderr=subprocess.STDOUT)
+    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     if rc != 0:
         tail = (ws / "mutmut.log").read_text(errors="replace")[-3000:]
         raise SystemExit(f"mutmut failed on {target.name} (exit {rc}); the end of {ws / 'mutmut.log'}:\n{tail}")
-    return time.monotonic() - t0
+    return time.monotonic() - t0, (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
 
 
 def status_of(code: int | None) -> str:
@@ -248,14 +268,22 @@ def module_report(target: Target, mutants: list[Mutant], stale: list[dict], c: d
     return "\n".join(lines)
 
 
+def minutes(seconds: float | None) -> str:
+    return "–" if seconds is None else f"{seconds / 60:.1f} min"
+
+
+def num(x: float | None) -> str:
+    return "–" if x is None else f"{x:.1f}"
+
+
 def summary_table(rows: dict[str, dict]) -> str:
-    head = "| module | mutants | killed | timeout | equivalent | survived | kill rate | wall (load) |"
-    lines = [head, "|---|--:|--:|--:|--:|--:|--:|--:|"]
+    head = "| module | mutants | killed | timeout | equivalent | survived | kill rate | wall (load) | CPU |"
+    lines = [head, "|---|--:|--:|--:|--:|--:|--:|--:|--:|"]
     for name, r in rows.items():
         survived = r["survived"] + r["no tests"] + r["other"]
         rate = "–" if r["kill_rate"] is None else f"{r['kill_rate']:.1f} %"
         lines.append(f"| `{name}` | {r['mutants']} | {r['killed']} | {r['timeout']} | {r['equivalent']} | "
-                     f"{survived} | {rate} | {r['wall_s'] / 60:.1f} min ({r.get('load', float('nan')):.1f}) |")
+                     f"{survived} | {rate} | {minutes(r['wall_s'])} ({num(r.get('load'))}) | {minutes(r.get('cpu_s'))} |")
     return "\n".join(lines) + "\n"
 
 
@@ -286,6 +314,8 @@ def main(argv: list[str] | None = None) -> int:
     for name in args.modules or list(targets):
         t = targets[name]
         wall = rows.get(name, {}).get("wall_s", 0.0)
+        cpu = rows.get(name, {}).get("cpu_s")
+        load = rows.get(name, {}).get("load")
         if not args.report_only:
             ws = prepare(t, fresh=not args.survivors)
             names = key_globs(t)
@@ -296,19 +326,20 @@ def main(argv: list[str] | None = None) -> int:
                     continue
                 names = last
             print(f"{name}: mutmut over {', '.join(t.files)} with {len(t.tests)} test files ...", flush=True)
-            took = run_mutmut(t, ws, args.jobs, names)
-            wall = took if not args.survivors else wall
+            took, used = run_mutmut(t, ws, args.jobs, names)
+            if not args.survivors:  # the table keeps the full run's times
+                wall, cpu, load = took, used, os.getloadavg()[1]
         ws = WORK / t.slug
         mutants = collect(t, ws)
         stale = mark_equivalent(t, mutants, entries)
         write_atomic(ws / "survivors.json",
                      json.dumps([m.key for m in mutants if m.status in ("survived", "no tests", "other")]))
         c = counts(mutants)
-        rows[name] = {**c, "wall_s": round(wall, 1), "load": os.getloadavg()[0]}
+        rows[name] = {**c, "wall_s": round(wall, 1), "cpu_s": None if cpu is None else round(cpu, 1), "load": load}
         write_atomic(REPORT / f"{t.slug}.md", module_report(t, mutants, stale, c, wall))
         print(f"{name}: {c['mutants']} mutants, {c['killed']} killed, {c['timeout']} timeout, "
               f"{c['equivalent']} equivalent, {c['survived'] + c['no tests'] + c['other']} survived "
-              f"({c['kill_rate']}% killed); {wall / 60:.1f} min; report {REPORT / (t.slug + '.md')}", flush=True)
+              f"({c['kill_rate']}% killed); {minutes(wall)} wall, {minutes(cpu)} CPU; report {REPORT / (t.slug + '.md')}", flush=True)
     write_atomic(summary_path, json.dumps(rows, indent=1) + "\n")
     write_atomic(REPORT / "summary.md", summary_table(rows))
     return 0

@@ -86,3 +86,31 @@ def test_extract_features_reads_the_pre_logits():
     _, inter = model.forward_intermediates(x)
     np.testing.assert_allclose(feats, inter["pre_logits"].detach().double().numpy(), rtol=1e-6, atol=1e-6)
     np.testing.assert_array_equal(labels, y.numpy())
+
+
+def test_linear_probe_is_the_numpy_ridge_at_the_lambda_the_holdout_chose():
+    """The probe refits on every training example at the λ that won on the held-out part; its
+    test accuracy is that of the numpy least-squares solution at that λ."""
+    from mlplab.analysis.fewshot import linear_probe
+
+    rng = np.random.default_rng(5)
+    xtr, ytr = _clusters(60, spread=2.5)
+    xte, yte = _clusters(40, spread=2.5, seed=2)
+    res = linear_probe(xtr, ytr, xte, yte, l2_grid=(0.01, 10.0, 1000.0), holdout_fraction=0.2, seed=3)
+    assert res.l2 in (0.01, 10.0, 1000.0) and res.holdout == 60 and res.train == 300
+    w, b = _numpy_ridge(xtr, ytr, 5, res.l2)
+    assert res.acc == float(np.mean(np.argmax(xte @ w + b, 1) == yte))
+    # λ is chosen on the held-out rows only: relabelling the test set cannot change it
+    assert linear_probe(xtr, ytr, xte, rng.permutation(yte), l2_grid=(0.01, 10.0, 1000.0),
+                        holdout_fraction=0.2, seed=3).l2 == res.l2
+
+
+def test_linear_probe_separates_clusters_and_refuses_bad_settings():
+    from mlplab.analysis.fewshot import linear_probe
+
+    xtr, ytr = _clusters(30)
+    xte, yte = _clusters(30, seed=4)
+    assert linear_probe(xtr, ytr, xte, yte).acc == 1.0
+    for bad in (dict(l2_grid=()), dict(l2_grid=(0.0,)), dict(holdout_fraction=0.0), dict(holdout_fraction=1.0)):
+        with pytest.raises(ValueError):
+            linear_probe(xtr, ytr, xte, yte, **bad)

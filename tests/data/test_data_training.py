@@ -107,3 +107,35 @@ def test_bad_image_folders_are_one_message_and_no_run_folder(folder, tmp_path, c
     assert cli.main(tiny(tmp_path / "runs", "a", **{"data.dataset": "packed", "data.root": str(folder)})) == 2
     assert "not a packed dataset" in capsys.readouterr().err
     assert not (tmp_path / "runs" / "a").exists()
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_data_classes_keeps_those_classes_relabelled_in_the_order_given(folder, tmp_path, stream):
+    """``data.classes=[2,0]``: only classes 2 and 0, as labels 0 and 1, in every split, in memory
+    and streamed from a pack; the model's head has 2 outputs."""
+    pack(folder, tmp_path / "pk", 8, workers=1, shard_size=5, progress="none")
+    base = {"data.dataset": "packed", "data.root": str(tmp_path / "pk"), "data.stream": stream}
+    full = load_run_data(make_config(None, base), torch.device("cpu"))
+    got = load_run_data(make_config(None, {**base, "data.classes": [2, 0]}), torch.device("cpu"))
+    assert got.info.num_classes == 2 and got.info.classes == (full.info.classes[2], full.info.classes[0])
+
+    def examples(split):  # (label, image bytes) of every example the split uses, via the loader's path
+        rows = (split.rows if split.rows is not None else torch.arange(len(split.labels))) if split.streamed else None
+        imgs = split.images.take(rows) if split.streamed else split.images
+        labels = split.labels[rows] if split.streamed else split.labels
+        return sorted((int(y), bytes(x.numpy().tobytes())) for x, y in zip(torch.as_tensor(imgs), labels))
+
+    for name in ("train", "test"):
+        want = [(0 if y == 2 else 1, x) for y, x in examples(getattr(full, name)) if y in (2, 0)]
+        assert examples(getattr(got, name)) == sorted(want) and len(want) > 0
+    assert cli.main(tiny(tmp_path / "runs", "c", **{**base, "data.classes": [2, 0]})) == 0
+    assert head_rows(tmp_path / "runs" / "c") == 2
+    assert json.loads((tmp_path / "runs" / "c" / "results.json").read_text())["train_examples"] == 12
+
+
+@pytest.mark.parametrize("bad,says", [([], "non-empty list"), ([1, 1], "distinct"), ([-1], ">= 0"),
+                                      ([0, 12], "names class 12 but synthetic has classes 0..9")])
+def test_bad_data_classes_is_one_sentence(tmp_path, capsys, bad, says):
+    assert cli.main(tiny(tmp_path, "b", **{"data.classes": bad, "data.dataset": "synthetic", "data.image_size": 8})) == 2
+    err = capsys.readouterr().err.strip()
+    assert says in err and err.count("\n") == 0 and "Traceback" not in err, err

@@ -79,13 +79,36 @@ def test_paper_scale_keeps_the_published_settings():
     assert sw_widths == [fair_width(m, 64) for m in (540, 612, 724, 935, 1619)]
 
 
-def test_cpu_scale_falls_back_to_fashion_mnist():
-    _, sc, plan = plan_experiment("fig7", "cpu", check_available=True)
+@pytest.fixture
+def empty_data_cache(tmp_path, monkeypatch):
+    """The dataset cache pointed at an empty folder (CIFAR-10 has no system folder), the
+    availability answers forgotten before and after."""
     from mlplab.experiments.recipes import dataset_available
 
-    if not dataset_available("cifar10"):
-        assert sc.dataset == "fashion_mnist" and sc.notes
-        assert expand(plan.sweeps[0])[0].overrides["model.kwargs.patch_size"] == 4  # 28×28: S0 = 49
+    monkeypatch.setenv("MLPLAB_DATA", str(tmp_path))
+    dataset_available.cache_clear()
+    yield
+    dataset_available.cache_clear()
+
+
+def test_cpu_scale_falls_back_to_fashion_mnist(empty_data_cache):
+    from mlplab.experiments.recipes import dataset_available
+
+    assert dataset_available("cifar10") is False and dataset_available("synthetic") is True
+    _, sc, plan = plan_experiment("fig7", "cpu", check_available=True)
+    assert sc.dataset == "fashion_mnist" and sc.requested_dataset == "cifar10"
+    assert sc.notes[0] == "cifar10 is not on this machine: ran on fashion_mnist instead"
+    assert (sc.image_size, sc.in_chans) == (28, 1)
+    assert expand(plan.sweeps[0])[0].overrides["model.kwargs.patch_size"] == 4  # 28×28: S0 = 49
+
+
+def test_cpu_scale_keeps_cifar10_where_it_is(monkeypatch):
+    from mlplab.experiments import recipes
+
+    monkeypatch.setattr(recipes, "dataset_available", lambda name: name == "cifar10")
+    _, sc, plan = plan_experiment("fig7", "cpu", check_available=True)
+    assert (sc.dataset, sc.notes, sc.image_size, sc.in_chans) == ("cifar10", [], 32, 3)
+    assert expand(plan.sweeps[0])[0].overrides["data.dataset"] == "cifar10"
 
 
 def test_list_shows_every_id_with_cost():

@@ -273,3 +273,14 @@ def test_best_is_interior_reads_the_sweep_the_same_both_ways(groups):
     means = [np.mean(list(groups[k].values())) for k in order]
     if len(set(means)) == len(means):  # a tie goes to the first listed
         assert w.extra["best"] == v.extra["best"] == order[int(np.argmin(means))]
+
+
+@PROPS
+@given(seed_tables(min_seeds=3))
+def test_lowest_of_negated_is_highest_of(groups):
+    """Negating every value turns "the lowest" into "the highest" with the same verdict and p."""
+    v = lowest_of(groups, "g0")
+    w = lowest_of({k: {s: -x for s, x in g.items()} for k, g in groups.items()}, "g0", higher=True)
+    assert w.held is v.held and w.n == v.n and w.extra.get("closest") == v.extra.get("closest")
+    if v.held is not None:
+        assert w.p == pytest.approx(v.p, rel=1e-9, abs=1e-15) and w.effect == pytest.approx(v.effect, rel=1e-9)

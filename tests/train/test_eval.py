@@ -129,3 +129,40 @@ def test_eval_few_shot_on_data_with_other_classes_uses_the_features_only(tmp_pat
     assert "acc" not in got and got["images"] == 40 and set(got["few_shot"]) == {"1", "2"}
     assert all(0.0 <= r["mean"] <= 1.0 for r in got["few_shot"].values())
     assert "has 5 classes but synthetic has 10" in _refused(capsys, str(five), "data.dataset=synthetic")
+
+
+@pytest.fixture(scope="module")
+def first_half(tmp_path_factory):
+    """A run trained on the first 5 of the synthetic set's 10 classes (data.classes)."""
+    from mlplab.train import make_config
+    from train_helpers import tiny_overrides
+
+    out = tmp_path_factory.mktemp("classes")
+    return train(make_config(None, tiny_overrides(out / "runs", "c04", **{"data.classes": [0, 1, 2, 3, 4],
+                                                                          "schedule.epochs": 1})))
+
+
+def test_eval_probe_and_few_shot_on_classes_the_run_never_saw(first_half, capsys):
+    """A model trained on classes 0-4 evaluated on 5-9: its 5-way head would fit in size but
+    predicts other classes, so only the linear accuracies are reported, and they are the
+    library's on the relabelled classes' features."""
+    from mlplab.analysis.fewshot import extract_features, linear_probe
+    from mlplab.train.config import eval_batch_size
+    from mlplab.train.data import eval_loader
+    from mlplab.train.distributed import DistInfo
+    from mlplab.train.evaluation import load_for_eval
+
+    other = ["data.classes=[5,6,7,8,9]", "data.train_subset=null"]
+    got = _eval_json(capsys, first_half["run_dir"], *other, "--probe", "--few-shot", "2", "--draws", "2")
+    assert "acc" not in got and set(got["few_shot"]) == {"2"} and 0.0 <= got["probe"]["acc"] <= 1.0
+    setup = load_for_eval(first_half["run_dir"], other, head=False)
+    assert not setup.head_fits and set(setup.data.train.labels.tolist()) == {0, 1, 2, 3, 4}
+    batch = eval_batch_size(setup.cfg.run)
+    feats = [extract_features(setup.model, eval_loader(s, setup.data, batch, DistInfo()), autocast=setup.autocast)
+             for s in (setup.data.train, setup.split)]
+    assert got["probe"]["acc"] == linear_probe(*feats[0], *feats[1]).acc
+    assert got["train_examples"] == len(feats[0][1]) and got["features"] == feats[0][0].shape[1]
+    # the head alone on other classes of the same dataset is refused in one sentence
+    assert "add --few-shot K or --probe" in _refused(capsys, first_half["run_dir"], "data.classes=[5,6,7,8,9]")
+    # on its own classes the head is evaluated as usual
+    assert _eval_json(capsys, first_half["run_dir"])["acc"] == first_half["test_acc"]

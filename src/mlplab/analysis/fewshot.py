@@ -18,8 +18,8 @@ from typing import Iterable, Sequence
 import numpy as np
 import torch
 
-__all__ = ["FewShotResult", "DEFAULT_L2_GRID", "ridge_fit", "ridge_predict", "linear_few_shot",
-           "extract_features"]
+__all__ = ["FewShotResult", "ProbeResult", "DEFAULT_L2_GRID", "ridge_fit", "ridge_predict", "linear_few_shot",
+           "linear_probe", "extract_features"]
 
 #: λ candidates: powers of two from 2^-10 to 2^10 (features are not normalised, so the grid is wide).
 DEFAULT_L2_GRID: tuple[float, ...] = tuple(2.0 ** e for e in range(-10, 11, 2))
@@ -107,6 +107,41 @@ def linear_few_shot(train_features: np.ndarray, train_labels: np.ndarray, test_f
         out[int(k)] = FewShotResult(int(k), float(a.mean()), float(a.std(ddof=1)) if len(a) > 1 else 0.0,
                                     tuple(accs), tuple(chosen), held)
     return out
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    """Test accuracy of the ridge classifier fitted on every training example."""
+
+    acc: float
+    l2: float  # the λ chosen on the held-out part of the training examples
+    holdout: int  # training examples held out to choose λ
+    train: int  # training examples of the final fit (all of them)
+
+
+def linear_probe(train_features: np.ndarray, train_labels: np.ndarray, test_features: np.ndarray,
+                 test_labels: np.ndarray, *, l2_grid: Iterable[float] = DEFAULT_L2_GRID,
+                 holdout_fraction: float = 0.1, seed: int = 0) -> ProbeResult:
+    """The linear probe of frozen features in closed form: the ±1 ridge fit of the module
+    docstring on all training examples, λ chosen by accuracy on a random ``holdout_fraction`` of
+    them (fitted on the rest), then refitted on all of them with that λ."""
+    train_labels, test_labels = np.asarray(train_labels), np.asarray(test_labels)
+    grid = tuple(float(v) for v in l2_grid)
+    if not grid or min(grid) <= 0:
+        raise ValueError(f"l2_grid must hold positive values, got {grid}")
+    if not 0.0 < holdout_fraction < 1.0:
+        raise ValueError(f"holdout_fraction must be in (0, 1), got {holdout_fraction}")
+    k_classes = int(max(train_labels.max(), test_labels.max())) + 1
+    order = np.random.default_rng([seed, 1]).permutation(len(train_labels))
+    n_hold = max(1, int(round(holdout_fraction * len(order))))
+    hold, fit_idx = order[:n_hold], order[n_hold:]
+    hold_acc = {lam: float(np.mean(ridge_predict(ridge_fit(train_features[fit_idx], train_labels[fit_idx], k_classes,
+                                                           lam), train_features[hold]) == train_labels[hold]))
+                for lam in grid}
+    lam = max(grid, key=lambda v: (hold_acc[v], v))  # ties: the stronger regulariser
+    fit = ridge_fit(train_features, train_labels, k_classes, lam)
+    acc = float(np.mean(ridge_predict(fit, test_features) == test_labels))
+    return ProbeResult(acc, lam, n_hold, len(train_labels))
 
 
 @torch.no_grad()

@@ -1,4 +1,4 @@
-"""``mlplab eval CHECKPOINT_OR_RUN [data.KEY=VALUE ...] [--split test] [--ema] [--few-shot K,...] [--json]``
+"""``mlplab eval CHECKPOINT_OR_RUN [data.KEY=VALUE ...] [--split test] [--ema] [--few-shot K,...] [--probe] [--json]``
 
 Evaluates a run folder (its last checkpoint, under the run's own config: on a finished run this
 reproduces ``test_acc`` of its ``results.json``) or any checkpoint file that
@@ -8,6 +8,7 @@ reproduces ``test_acc`` of its ``results.json``) or any checkpoint file that
     mlplab eval runs/fmnist_fast --ema --json
     mlplab eval model.safetensors data.dataset=cifar10 data.root=~/data --split test
     mlplab eval runs/fmnist_fast --few-shot 1,5,10,25     # linear few-shot on frozen features
+    mlplab eval runs/pretrain04 data.classes=[5,6,7,8,9] --few-shot 5 --probe   # on classes it never saw
 """
 from __future__ import annotations
 
@@ -26,19 +27,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--few-shot", default=None, metavar="K[,K...]",
                         help="also the linear K-shot accuracy of the frozen pre-logit features (closed-form "
                              "ridge; shots from the training split), e.g. 1,5,10,25")
+    parser.add_argument("--probe", action="store_true",
+                        help="also the accuracy of a closed-form ridge linear probe of the frozen pre-logit features "
+                             "on the whole training split (λ chosen on a held-out 10%% of it)")
     parser.add_argument("--draws", type=int, default=5, help="random draws of the shots per K (default 5)")
     parser.add_argument("--json", action="store_true", help="print the result as one JSON object")
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..experiments.linear_eval import linear_eval
     from ..train.evaluation import evaluate_setup, load_for_eval
 
-    shots = _shots(args.few_shot) if args.few_shot is not None else None
-    setup = load_for_eval(args.checkpoint, args.overrides, split=args.split, ema=args.ema, head=not shots)
-    # few-shot on data with other classes than the model's head: the features only, no head metrics
+    shots = _shots(args.few_shot) if args.few_shot is not None else ()
+    linear = bool(shots) or args.probe
+    setup = load_for_eval(args.checkpoint, args.overrides, split=args.split, ema=args.ema, head=not linear)
+    # linear evaluation on data with other classes than the model's head: the features only, no head metrics
     res = evaluate_setup(setup) if setup.head_fits else setup.describe()
-    if shots:
-        res["few_shot"] = few_shot_setup(setup, shots, draws=args.draws)
+    if linear:
+        res.update(linear_eval(setup, shots, probe=args.probe, draws=args.draws))
     if args.json:
         print(json.dumps(res))
     else:
@@ -49,6 +55,10 @@ def run(args: argparse.Namespace) -> int:
               f"{head} ({res['device']}, {res['precision']})")
         for k, r in res.get("few_shot", {}).items():
             print(f"linear {k}-shot: {100 * r['mean']:.2f} ± {100 * r['sd']:.2f}% over {len(r['accuracies'])} draws")
+        if "probe" in res:
+            p = res["probe"]
+            print(f"linear probe: {100 * p['acc']:.2f}% (ridge λ = {p['l2']:g} chosen on {p['holdout']} held-out "
+                  f"training examples, refitted on {p['train']})")
     return 0
 
 
@@ -60,23 +70,3 @@ def _shots(text: str) -> tuple[int, ...]:
     if not shots or min(shots) < 1:
         raise ValueError(f"--few-shot takes positive shot counts like 1,5,10,25, not {text!r}")
     return shots
-
-
-def few_shot_setup(setup, shots: tuple[int, ...], *, draws: int = 5, seed: int = 0) -> dict:
-    """Linear k-shot accuracy (mean ± sd over ``draws`` draws of the shots) of ``setup.model``'s
-    frozen pre-logit features (``mlplab.analysis.fewshot``): shots and the held-out examples that
-    choose the regulariser from the config's training split, accuracy on the evaluated split."""
-    from ..analysis.fewshot import extract_features, linear_few_shot
-    from ..train.config import eval_batch_size
-    from ..train.data import eval_loader
-    from ..train.distributed import DistInfo
-
-    if setup.split_name == "train":
-        raise ValueError("--few-shot draws its shots from the training split; evaluate on --split test or val")
-    batch = eval_batch_size(setup.cfg.run)
-    train = extract_features(setup.model, eval_loader(setup.data.train, setup.data, batch, DistInfo()),
-                             autocast=setup.autocast)
-    test = extract_features(setup.model, eval_loader(setup.split, setup.data, batch, DistInfo()), autocast=setup.autocast)
-    results = linear_few_shot(*train, *test, shots=shots, draws=draws, seed=seed)
-    return {str(k): {"mean": r.mean, "sd": r.sd, "accuracies": list(r.accuracies), "l2": list(r.l2),
-                     "holdout": r.holdout} for k, r in results.items()}

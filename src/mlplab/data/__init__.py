@@ -6,7 +6,7 @@
     loader = DeviceLoader(train.images, train.labels, 128, augment=aug, device="cuda", seed=0)
     for x, y in loader: ...                              # x float normalised, y int64 or (B, K)
 """
-from .table import DATASETS, DataFile, DatasetInfo, FASHION_MNIST_DEBIAN_DIR, get_info
+from .table import DATASETS, DataFile, DatasetInfo, FASHION_MNIST_DEBIAN_DIR, get_info, restrict_classes
 from .download import BadData, ChecksumError, DataError, cache_dir, download_file, safe_extract, verify_checksum
 from .datasets import ImageData, holdout_split, load_dataset, make_synthetic, resize_images
 from .augment import Augment, AugmentConfig, build_augment
@@ -16,7 +16,7 @@ from .packed import Pack, PackedImages, verify_pack
 from .packing import pack
 
 __all__ = [
-    "DATASETS", "DataFile", "DatasetInfo", "FASHION_MNIST_DEBIAN_DIR", "get_info",
+    "DATASETS", "DataFile", "DatasetInfo", "FASHION_MNIST_DEBIAN_DIR", "get_info", "restrict_classes",
     "BadData", "ChecksumError", "DataError", "cache_dir", "download_file", "safe_extract", "verify_checksum",
     "ImageData", "holdout_split", "load_dataset", "make_synthetic", "resize_images",
     "Augment", "AugmentConfig", "build_augment", "AutoAugment", "RandAugment", "parse_randaugment",

@@ -19,11 +19,11 @@ Mean/std are per-channel statistics of the training split in [0, 1] units
 from __future__ import annotations
 
 import difflib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ..errors import BadInput
 
-__all__ = ["DataFile", "DatasetInfo", "DATASETS", "get_info", "FASHION_MNIST_DEBIAN_DIR"]
+__all__ = ["DataFile", "DatasetInfo", "DATASETS", "get_info", "restrict_classes", "FASHION_MNIST_DEBIAN_DIR"]
 
 #: Where Debian's ``dataset-fashion-mnist`` package installs its IDX files (``dpkg -L``).
 FASHION_MNIST_DEBIAN_DIR = "/usr/share/datasets/fashion-mnist"
@@ -232,3 +232,18 @@ def get_info(name: str) -> DatasetInfo:
         hint = f"did you mean {close[0]!r}? " if close else ""
         raise BadInput(f"unknown dataset {name!r}; {hint}known datasets: {', '.join(sorted(DATASETS))}")
     return DATASETS[name]
+
+
+def restrict_classes(info: DatasetInfo, classes) -> DatasetInfo:
+    """``info`` for the data restricted to ``classes`` (``data.classes``), relabelled 0..k-1 in
+    the order given: k classes, named as the dataset names them. ``classes=None`` -> ``info``.
+    A class the dataset does not have is an error (checked where the class count is known: image
+    folders and packs know theirs once opened)."""
+    if classes is None:
+        return info
+    classes = [int(c) for c in classes]
+    if info.num_classes and max(classes) >= info.num_classes:
+        raise BadInput(f"data.classes={classes} names class {max(classes)} but {info.name} has classes "
+                       f"0..{info.num_classes - 1}; give indices below {info.num_classes}")
+    names = tuple(info.classes[c] for c in classes) if 0 < info.num_classes == len(info.classes) else ()
+    return replace(info, num_classes=len(classes), classes=names)

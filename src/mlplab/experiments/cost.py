@@ -221,6 +221,14 @@ def cka_task_s(o: dict[str, Any], machine: Machine) -> float:
     return task_unit_s("cka") * int(o.get("batches", 10)) * int(o.get("batch_size", 256))
 
 
+def linear_eval_task_s(o: dict[str, Any], machine: Machine) -> float:
+    """``linear_eval``: the features of every training and test example of the evaluated data
+    (``data.train_subset`` / ``data.test_subset`` when given, else the dataset's split sizes)."""
+    ds = str(o.get("data.dataset", "fashion_mnist"))
+    n = int(o.get("data.train_subset") or TRAIN_SIZES.get(ds, 60000)) + int(o.get("data.test_subset") or TEST_SIZES.get(ds, 10000))
+    return task_unit_s("linear_eval") * n
+
+
 def pictures_task_s(o: dict[str, Any], machine: Machine) -> float:
     return task_unit_s("pictures")
 
@@ -246,7 +254,7 @@ def cost_task_s(o: dict[str, Any], machine: Machine) -> float:
 
 # the estimate of each registered task (``mlplab.experiments.tasks.TASKS``), by its name
 TASK_S = {"spectrum": spectrum_task_s, "normalised_spectrum": normalised_spectrum_task_s, "cka": cka_task_s,
-          "pictures": pictures_task_s, "implicit_bias": implicit_bias_task_s, "cost": cost_task_s,
+          "pictures": pictures_task_s, "linear_eval": linear_eval_task_s, "implicit_bias": implicit_bias_task_s, "cost": cost_task_s,
           "echo": echo_task_s}
 
 

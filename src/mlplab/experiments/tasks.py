@@ -185,19 +185,14 @@ def cost_task(o: dict[str, Any], run_dir: Path) -> dict[str, Any]:
 def load_trained_model(run_dir: str | Path):
     """Rebuild a trained model from its run folder: ``config.json`` + ``checkpoint/model.safetensors``."""
     from ..models.registry import create_model
-    from ..data.table import get_info
     from ..train.checkpoint import find_checkpoint, load_weights
     from ..train.config import from_dict
-    from ..train.loop import resolve_model_kwargs
+    from ..train.runplan import dataset_info, resolve_model_kwargs
     from ..utils.io import read_json
 
     run_dir = Path(run_dir)
     cfg = from_dict(read_json(run_dir / "config.json", "run config"))
-    info = get_info(cfg.data.dataset)
-    if cfg.data.image_size:
-        from dataclasses import replace
-
-        info = replace(info, image_size=(cfg.data.image_size, cfg.data.image_size))
+    info = dataset_info(cfg)  # data.image_size and data.classes as the run trained
     model = create_model(cfg.model.name, **resolve_model_kwargs(cfg, info))
     ck = find_checkpoint(run_dir)
     if ck is None:
@@ -232,6 +227,30 @@ def cka_task(o: dict[str, Any], run_dir: Path) -> dict[str, Any]:
     with torch.no_grad():
         res = cka_matrix(ma, mb, batches)
     return {**res.to_dict(), "a": o["a"], "b": o["b"]}
+
+
+@task("linear_eval")
+def linear_eval_task(o: dict[str, Any], run_dir: Path) -> dict[str, Any]:
+    """Linear few-shot accuracy and a ridge linear probe of a trained run's frozen pre-logit
+    features (docs/science.md §7b; :func:`mlplab.experiments.linear_eval.linear_eval`).
+
+    ``run``: the trained run's folder relative to the experiment folder (``run_dir/../..``, as
+    ``cka``'s ``a``). The data is the run's own data config with the task's ``data.*`` keys
+    replaced, e.g. ``data.classes=[5,6,7,8,9]`` for classes the run never saw (set
+    ``data.train_subset=null`` too when the run trained on a subset and the evaluation should
+    not). ``shots``: list of k for linear k-shot (mean ± sd over ``draws``, default 5; empty: none);
+    ``probe`` (default true): the ridge probe on the whole training split; ``seed`` (default 0)
+    draws the shots and the probe's held-out examples. Accuracy is on the test split.
+    Returns ``{"run", "features", "train_examples", "test_examples", "few_shot": {"k": {"mean",
+    "sd", "accuracies", "l2", "holdout"}}, "probe": {"acc", "l2", "holdout", "train"}}``."""
+    from ..train.evaluation import load_for_eval
+    from .linear_eval import linear_eval
+
+    data = {k: v for k, v in o.items() if k.startswith("data.")}
+    setup = load_for_eval(Path(run_dir).parent.parent / o["run"], data, split="test", head=False)
+    res = linear_eval(setup, [int(k) for k in o.get("shots", [])], probe=bool(o.get("probe", True)),
+                      draws=int(o.get("draws", 5)), seed=int(o.get("seed", 0)))
+    return {"run": o["run"], **res}
 
 
 @task("implicit_bias")

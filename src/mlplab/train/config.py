@@ -82,6 +82,7 @@ class DataSection:
     train_subset: int | None = None  # use only N training examples (quick runs)
     test_subset: int | None = None  # use only N test examples
     subset: Literal["first", "random"] = "first"  # which N: the first N, or a seeded random N
+    classes: list[int] | None = None  # keep only these classes (train, val, test), relabelled 0..k-1 in this order; None -> all
     on_device: bool | Literal["auto"] = "auto"  # keep the uint8 dataset on the run device
     num_workers: int = not_semantic(0)  # streamed image folders: decoding processes (0: in the run's process); packs: reader threads (0: 2)
     stream: bool | Literal["auto"] = "auto"  # image folders / packs: read from disk each epoch instead of holding them in memory (auto: above 1 GiB decoded)
@@ -353,6 +354,9 @@ def validate(cfg: RunConfig) -> RunConfig:
         raise ValueError(f"run.ema_decay must be in (0, 1) (e.g. 0.9999) or null, got {r.ema_decay}")
     if not 0.0 <= d.val_fraction < 1.0:
         raise ValueError(f"data.val_fraction must be in [0, 1), got {d.val_fraction}")
+    if d.classes is not None and (not d.classes or len(set(d.classes)) != len(d.classes) or min(d.classes) < 0):
+        raise ValueError(f"data.classes must be a non-empty list of distinct class indices >= 0 "
+                         f"(e.g. data.classes=[0,1,2,3,4]), got {d.classes}")
     for name, v in (("data.train_subset", d.train_subset), ("data.test_subset", d.test_subset),
                     ("data.image_size", d.image_size), ("run.threads", r.threads)):
         if v is not None and v < 1:

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from ..data import (DeviceLoader, ImageFolderDataset, Pack, PackedImages, PackedLoader, StreamingLoader, build_augment,
-                    get_info, holdout_split, load_dataset)
+                    get_info, holdout_split, load_dataset, restrict_classes)
 from ..data.datasets import search_dirs
 from ..errors import BadInput
 from ..utils.seeds import derive_seed
@@ -74,6 +74,21 @@ def _subset(split: Split, n: int | None, mode: str, seed: int) -> Split:
     return Split(split.images[idx], split.labels[idx])
 
 
+def _keep_classes(split: Split | None, classes: list[int] | None) -> Split | None:
+    """``split`` restricted to the examples of ``classes`` (``data.classes``), their labels
+    relabelled to the position of their class in ``classes``."""
+    if split is None or classes is None:
+        return split
+    lut = torch.full((max(int(split.labels.max()), max(classes)) + 1,), -1, dtype=torch.int64)
+    lut[torch.tensor(classes)] = torch.arange(len(classes))
+    labels = lut[split.labels.cpu()].to(split.labels.device)
+    if split.streamed:
+        rows = split.rows if split.rows is not None else torch.arange(len(labels))
+        return Split(split.images, labels, rows[labels[rows.to(labels.device)] >= 0])
+    keep = labels >= 0
+    return Split(split.images[keep], labels[keep])
+
+
 def load_run_data(cfg: RunConfig, device: torch.device) -> RunData:
     d = cfg.data
     streamed = _streamed_source(cfg)
@@ -84,12 +99,14 @@ def load_run_data(cfg: RunConfig, device: torch.device) -> RunData:
     te = load_dataset(d.dataset, "test", **kw)
     va = load_dataset(d.dataset, "val", val_fraction=d.val_fraction, seed=SPLIT_SEED, **kw) \
         if d.val_fraction > 0 else None
-    train = _subset(Split(tr.images, tr.labels), d.train_subset, d.subset, cfg.run.seed)
-    test = _subset(Split(te.images, te.labels), d.test_subset, d.subset, cfg.run.seed)
-    val = Split(va.images, va.labels) if va is not None else None
+    info = restrict_classes(tr.info, d.classes)
+    keep = lambda s: _keep_classes(s, d.classes)  # noqa: E731
+    train = _subset(keep(Split(tr.images, tr.labels)), d.train_subset, d.subset, cfg.run.seed)
+    test = _subset(keep(Split(te.images, te.labels)), d.test_subset, d.subset, cfg.run.seed)
+    val = keep(Split(va.images, va.labels)) if va is not None else None
     store = device if _on_device(d.on_device, train, device) else torch.device("cpu")
     move = lambda s: None if s is None else Split(s.images.to(store), s.labels.to(store))  # noqa: E731
-    return RunData(move(train), move(val), move(test), tr.info, build_augment(cfg.augment, tr.info), device,
+    return RunData(move(train), move(val), move(test), info, build_augment(cfg.augment, info), device,
                    d.num_workers)
 
 
@@ -136,9 +153,12 @@ def _streamed_run_data(cfg: RunConfig, device: torch.device, train_images, test_
     if d.val_fraction > 0:
         tr_idx, va_idx = holdout_split(len(train), d.val_fraction, SPLIT_SEED)
         train, val = Split(train_images, train_images.labels, tr_idx), Split(train_images, train_images.labels, va_idx)
-    train = _subset(train, d.train_subset, d.subset, cfg.run.seed)
-    test = _subset(Split(test_images, test_images.labels), d.test_subset, d.subset, cfg.run.seed)
-    return RunData(train, val, test, info, build_augment(cfg.augment, info), device, d.num_workers)
+    info = restrict_classes(info, d.classes)
+    train = _subset(_keep_classes(train, d.classes), d.train_subset, d.subset, cfg.run.seed)
+    test = _subset(_keep_classes(Split(test_images, test_images.labels), d.classes), d.test_subset, d.subset,
+                   cfg.run.seed)
+    return RunData(train, _keep_classes(val, d.classes), test, info, build_augment(cfg.augment, info), device,
+                   d.num_workers)
 
 
 def _on_device(flag: bool | str, train: Split, device: torch.device) -> bool:

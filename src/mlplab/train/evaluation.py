@@ -56,6 +56,9 @@ class EvalSetup:
     data: RunData  # the run's data, loaded as training loads it
     device: torch.device
     precision: str
+    # False when the overrides chose other data.classes of the dataset the run trained on: a head
+    # of the same size then predicts other classes
+    trained_classes: bool = True
 
     def describe(self) -> dict[str, Any]:
         """What is evaluated on what (the part of a result that is not a measurement)."""
@@ -67,7 +70,8 @@ class EvalSetup:
     @property
     def head_fits(self) -> bool:
         """The model's classifier predicts the data's classes (top-1, top-5 and loss mean something)."""
-        return getattr(getattr(self.model, "config", None), "num_classes", None) in (None, self.data.info.num_classes)
+        return self.trained_classes and getattr(getattr(self.model, "config", None), "num_classes", None) in \
+            (None, self.data.info.num_classes)
 
     def autocast(self):  # as the training loop's (loop._Run.autocast)
         if self.precision == "bf16":
@@ -167,7 +171,12 @@ def load_for_eval(checkpoint: str | Path, overrides: dict[str, Any] | list[str] 
     data = load_run_data(cfg, device)  # the run's own splits: holdout, subsets, storage (train.data)
     _check_model_fits(model, data.info, cfg, weights, head)
     on = {"train": data.train, "val": data.val, "test": data.test}[split]
-    return EvalSetup(model.to(device).eval(), cfg, weights, run_dir, split, on, data, device, precision)
+    trained = make_config(run_dir / "config.json").data if run_dir is not None else d
+    same = trained.dataset != cfg.data.dataset or trained.classes == cfg.data.classes
+    if head and not same:
+        raise BadInput(f"the model was trained on data.classes={trained.classes} and its head predicts those, not "
+                       f"data.classes={cfg.data.classes}; add --few-shot K or --probe to evaluate its features on them")
+    return EvalSetup(model.to(device).eval(), cfg, weights, run_dir, split, on, data, device, precision, same)
 
 
 def evaluate_setup(setup: EvalSetup, progress: bool | None = None) -> dict[str, Any]:

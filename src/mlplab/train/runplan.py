@@ -22,7 +22,7 @@ import torch
 import torch.nn as nn
 from torch.overrides import TorchFunctionMode
 
-from ..data.table import DatasetInfo, get_info
+from ..data.table import DatasetInfo, get_info, restrict_classes
 from ..errors import BadInput
 from ..models.registry import create_model, get_model_entry
 from ..utils.cpu import cpu_has_native_bf16
@@ -159,8 +159,9 @@ def resolve_model_kwargs(cfg: RunConfig, info: Any) -> dict[str, Any]:
 
 
 def dataset_info(cfg: RunConfig) -> DatasetInfo:
-    """The table's record for ``data.dataset``, with the size ``data.image_size`` resizes to."""
-    info = get_info(cfg.data.dataset)
+    """The table's record for ``data.dataset``, with the size ``data.image_size`` resizes to and
+    the classes ``data.classes`` keeps."""
+    info = restrict_classes(get_info(cfg.data.dataset), cfg.data.classes)
     if cfg.data.image_size is not None:
         info = dataclasses.replace(info, image_size=(cfg.data.image_size, cfg.data.image_size))
     return info
