@@ -269,8 +269,10 @@ class FakeCollectives:
         out[0], out[1] = obj, {"torch": torch.Generator().manual_seed(77).get_state()}
 
     def all_reduce(self, t, op):
-        other = self.other_code if op == torch.distributed.ReduceOp.MAX else self.other_first
-        t.copy_((torch.maximum if op == torch.distributed.ReduceOp.MAX else torch.minimum)(t, torch.full_like(t, other)))
+        """Element-wise with the other process's [code, first step] flag, at t's place in it."""
+        other = torch.tensor([self.other_code, self.other_first])[t.storage_offset():t.storage_offset() + len(t)]
+        reduce = {torch.distributed.ReduceOp.MAX: torch.maximum, torch.distributed.ReduceOp.MIN: torch.minimum}[op]
+        t.copy_(reduce(t, other))
 
     def barrier(self):
         self.barriers += 1
@@ -289,6 +291,19 @@ def test_the_guard_combines_the_flags_of_every_process(monkeypatch):
         loop._Guard(run, 0, Path("r")).check(None)
     FakeCollectives(monkeypatch)  # everyone fine
     loop._Guard(run, 0, Path("r")).check(None)
+    FakeCollectives(monkeypatch, other_code=1, other_first=7)  # both bad: the earlier step is reported
+    g = loop._Guard(run, 3, Path("r"))
+    g.fold(_t(float("nan")), None)
+    with pytest.raises(NonFiniteError, match=r"^non-finite loss or gradient at step 4 \(epoch 1\) of run r;"):
+        g.check(None)
+
+
+@pytest.mark.parametrize("start,epoch", [(0, 1), (200, 41)])
+def test_the_first_and_a_late_bad_step_are_named(start, epoch):
+    g = loop._Guard(_run(None, 10, steps_per_epoch=5), start, Path("r"))
+    g.fold(_t(float("nan")), None)
+    with pytest.raises(NonFiniteError, match=rf"^non-finite loss or gradient at step {start + 1} \(epoch {epoch}\)"):
+        g.check(None)
 
 
 def test_only_the_main_process_writes_and_every_process_resumes_its_own_stream(tmp_path, monkeypatch):
@@ -300,7 +315,8 @@ def test_only_the_main_process_writes_and_every_process_resumes_its_own_stream(t
     assert not (tmp_path / "checkpoint").exists() and state.checkpoint_epoch == 1 and fake.barriers == 1
     run.dist = DistInfo(rank=0, world_size=2)
     loop._save_checkpoint(run, state, tmp_path, loop._Guard(run, 4, tmp_path), 0.0)
-    assert len(_saved_state(tmp_path)["rng"]) == 2 and fake.barriers == 2
+    rng = _saved_state(tmp_path)["rng"]
+    assert len(rng) == 2 and fake.barriers == 2 and torch.equal(rng[0]["torch"], torch.get_rng_state())
     _metrics(tmp_path, [1, 2])
     other = _run()
     other.dist = DistInfo(rank=1, world_size=2)
