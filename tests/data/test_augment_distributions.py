@@ -289,7 +289,7 @@ def test_normalize_is_the_float64_formula_per_channel(monkeypatch):
 
     monkeypatch.setattr(augment_mod, "_CHANNEL_CONSTANTS", {})  # as in a fresh process: nothing cached yet
     x = torch.randint(0, 256, (4, 3, 5, 5), generator=gen(0)).double()
-    mean, std = (0.1, 0.5, 0.9), (0.2, 0.3, 0.4)
+    mean, std = (0.123, 0.456, 0.789), (0.271, 0.314, 0.159)  # 255·mean is not a float32: float64 constants
     want = (x.numpy() / 255 - np.array(mean)[None, :, None, None]) / np.array(std)[None, :, None, None]
     np.testing.assert_allclose(normalize(x, mean, std).numpy(), want, rtol=1e-13, atol=1e-13)
     got32 = normalize(x.float(), mean, std)  # the same constants, cached per dtype and device
