@@ -127,7 +127,8 @@ def test_mix_prob_and_switch_prob_are_the_probabilities_they_name():
     assert stats.binomtest(int((lam < 1).sum()), n, 0.75).pvalue > P_FLOOR
 
 
-@pytest.mark.parametrize("h,w,lam", [(16, 12, 0.75), (9, 20, 0.5), (16, 16, 0.1)])
+@pytest.mark.parametrize("h,w,lam", [(16, 12, 0.75), (9, 20, 0.5), (16, 16, 0.1),
+                                     (2, 40, 0.5)])  # no rows (half-height 0) but many columns: empty boxes
 def test_cutmix_box_sides_and_centres(h, w, lam):
     """timm rand_bbox: sides floor(H·sqrt(1 − λ)), floor(W·sqrt(1 − λ)), halved down; the centre
     uniform over every pixel (the last row and column too), the box clipped to the image."""
