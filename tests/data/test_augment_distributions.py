@@ -420,3 +420,39 @@ def test_cutmix_alone_is_applied_in_the_pipeline():
     got_x, got_y = build_augment(AugmentConfig(cutmix=0.5), num_classes=2, mean=(0.5,), std=(0.5,))(x, y, gen(1))
     want_x, want_y, _ = mix_batch(normalize(x.float(), (0.5,), (0.5,)), one_hot(y, 2), gen(1), cutmix_alpha=0.5)
     assert torch.equal(got_x, want_x) and torch.equal(got_y, want_y)
+
+
+@pytest.mark.parametrize("alpha", [0.3, 1.0, 2.5, 12.0])
+def test_gamma_draws_follow_the_gamma_law(alpha):
+    """The Marsaglia–Tsang sampler itself (sample_beta only sees differences of two of its draws,
+    which hide a sign or a factor common to both): exp of the log draws is Gamma(alpha, 1)."""
+    from mlplab.data.augment import _gamma_log
+
+    g = _gamma_log(alpha, 50000, gen(8), torch.device("cpu"))
+    assert g.dtype == torch.float64
+    assert stats.kstest(g.exp().numpy(), stats.gamma(alpha).cdf).pvalue > P_FLOOR
+
+
+def test_empty_erasing_draws_are_rejected():
+    """Sides that round to 0 do not fit: with areas of a pixel or less many draws do, and a sample
+    is erased (a non-empty rectangle) with probability 1 − (1 − q)^10, q the chance one draw fits."""
+    n = 20000
+    q = _erasing_fit_rate(16, 16, np.random.default_rng(6), (0.0005, 0.004), (0.3, 1 / 0.3))
+    masks = erasing_masks(n, 16, 16, 1.0, gen(9), min_area=0.0005, max_area=0.004)
+    assert stats.binomtest(int(masks.flatten(1).any(1).sum()), n, 1 - (1 - q) ** 10).pvalue > P_FLOOR
+
+
+def test_mixing_defaults_switch_half_the_time():
+    n = 4000
+    x = torch.rand(n, 1, 4, 4, generator=gen(0), dtype=torch.float64)
+    out, _, _ = mix_batch(x, one_hot(torch.arange(n) % 2, 2, dtype=torch.float64), gen(1), mixup_alpha=1.0,
+                          cutmix_alpha=1.0, mode="elem")
+    pasted = ((out == x) | (out == x.flip(0))).flatten(1).all(1)
+    assert stats.binomtest(int(pasted.sum()), n, 0.5).pvalue > P_FLOOR
+
+
+def test_a_full_square_resized_crop_is_the_image():
+    from mlplab.data.resized_crop import random_resized_crop
+
+    x = torch.randint(0, 256, (6, 2, 5, 5), dtype=torch.uint8, generator=gen(0))
+    assert torch.equal(random_resized_crop(x, gen(1), scale=(1.0, 1.0), ratio=(1.0, 1.0)), x.float())
