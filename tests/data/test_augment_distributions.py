@@ -128,7 +128,7 @@ def test_mix_prob_and_switch_prob_are_the_probabilities_they_name():
 
 
 @pytest.mark.parametrize("h,w,lam", [(16, 12, 0.75), (9, 20, 0.5), (16, 16, 0.1),
-                                     (2, 40, 0.5)])  # no rows (half-height 0) but many columns: empty boxes
+                                     (2, 40, 0.5), (40, 2, 0.5)])  # a half-side of 0 on one axis: empty boxes
 def test_cutmix_box_sides_and_centres(h, w, lam):
     """timm rand_bbox: sides floor(H·sqrt(1 − λ)), floor(W·sqrt(1 − λ)), halved down; the centre
     uniform over every pixel (the last row and column too), the box clipped to the image."""
@@ -456,3 +456,5 @@ def test_a_full_square_resized_crop_is_the_image():
 
     x = torch.randint(0, 256, (6, 2, 5, 5), dtype=torch.uint8, generator=gen(0))
     assert torch.equal(random_resized_crop(x, gen(1), scale=(1.0, 1.0), ratio=(1.0, 1.0)), x.float())
+    x = torch.randint(0, 256, (6, 2, 4, 6), dtype=torch.uint8, generator=gen(0))  # and a 3:2 one at ratio 3/2
+    assert torch.equal(random_resized_crop(x, gen(1), scale=(1.0, 1.0), ratio=(1.5, 1.5)), x.float())
