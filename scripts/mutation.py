@@ -310,8 +310,12 @@ def main(argv: list[str] | None = None) -> int:
     entries = load_equivalents()
     REPORT.mkdir(exist_ok=True)
     summary_path = REPORT / "summary.json"
-    rows = json.loads(summary_path.read_text()) if summary_path.exists() else {}
+
+    def read_rows() -> dict[str, dict]:  # re-read before each write: another module's run may have written
+        return json.loads(summary_path.read_text()) if summary_path.exists() else {}
+
     for name in args.modules or list(targets):
+        rows = read_rows()
         t = targets[name]
         wall = rows.get(name, {}).get("wall_s", 0.0)
         cpu = rows.get(name, {}).get("cpu_s")
@@ -335,13 +339,14 @@ def main(argv: list[str] | None = None) -> int:
         write_atomic(ws / "survivors.json",
                      json.dumps([m.key for m in mutants if m.status in ("survived", "no tests", "other")]))
         c = counts(mutants)
+        rows = read_rows()
         rows[name] = {**c, "wall_s": round(wall, 1), "cpu_s": None if cpu is None else round(cpu, 1), "load": load}
+        write_atomic(summary_path, json.dumps(rows, indent=1) + "\n")
+        write_atomic(REPORT / "summary.md", summary_table(rows))
         write_atomic(REPORT / f"{t.slug}.md", module_report(t, mutants, stale, c, wall))
         print(f"{name}: {c['mutants']} mutants, {c['killed']} killed, {c['timeout']} timeout, "
               f"{c['equivalent']} equivalent, {c['survived'] + c['no tests'] + c['other']} survived "
               f"({c['kill_rate']}% killed); {minutes(wall)} wall, {minutes(cpu)} CPU; report {REPORT / (t.slug + '.md')}", flush=True)
-    write_atomic(summary_path, json.dumps(rows, indent=1) + "\n")
-    write_atomic(REPORT / "summary.md", summary_table(rows))
     return 0
 
 
