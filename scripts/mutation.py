@@ -256,12 +256,13 @@ def module_report(target: Target, mutants: list[Mutant], stale: list[dict], c: d
         chosen = [m for m in mutants if m.status in keep]
         lines += [f"## {title} ({len(chosen)})", ""]
         for m in chosen:
-            lines += [f"### {m.key} ({m.status}{': ' + m.reason if m.reason else ''})", "",
-                      "```toml", "[[equivalent]]", f"module = {json.dumps(target.name)}",
-                      f"function = {json.dumps(m.function, ensure_ascii=False)}",
-                      f"before = {json.dumps(m.before, ensure_ascii=False)}",
-                      f"after = {json.dumps(m.after, ensure_ascii=False)}", 'reason = ""', "```", "",
-                      "```diff", m.diff.strip(), "```", ""]
+            lines += [f"### {m.key} ({m.status}{': ' + m.reason if m.reason else ''})", ""]
+            if not m.reason:  # ready to paste into the equivalents file, should it be one
+                lines += ["```toml", "[[equivalent]]", f"module = {json.dumps(target.name)}",
+                          f"function = {json.dumps(m.function, ensure_ascii=False)}",
+                          f"before = {json.dumps(m.before, ensure_ascii=False)}",
+                          f"after = {json.dumps(m.after, ensure_ascii=False)}", 'reason = ""', "```", ""]
+            lines += ["```diff", m.diff.strip(), "```", ""]
     if stale:
         lines += ["## Stale equivalents (match no survivor: delete them or update them)", ""]
         lines += [f"- {e['function']}: `{e['before']}` → `{e['after']}`" for e in stale] + [""]
