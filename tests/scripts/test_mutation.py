@@ -32,7 +32,7 @@ def test_the_table_covers_the_core_with_files_and_tests_that_exist(mutation):
     targets = mutation.load_targets()
     assert sorted(targets) == sorted(CORE)
     assert "data/packed.py" in targets["data/loader.py"].files
-    assert targets["theory"].files == ["theory/__init__.py", "theory/budget.py", "theory/effective.py"]
+    assert {"theory/budget.py", "theory/effective.py"} <= set(targets["theory"].files)  # a folder: its files
     for t in targets.values():
         assert t.files and t.tests, t.name
         for f in t.files:
