@@ -256,12 +256,13 @@ def module_report(target: Target, mutants: list[Mutant], stale: list[dict], c: d
         chosen = [m for m in mutants if m.status in keep]
         lines += [f"## {title} ({len(chosen)})", ""]
         for m in chosen:
-            lines += [f"### {m.key} ({m.status}{': ' + m.reason if m.reason else ''})", "",
-                      "```toml", "[[equivalent]]", f"module = {json.dumps(target.name)}",
-                      f"function = {json.dumps(m.function, ensure_ascii=False)}",
-                      f"before = {json.dumps(m.before, ensure_ascii=False)}",
-                      f"after = {json.dumps(m.after, ensure_ascii=False)}", 'reason = ""', "```", "",
-                      "```diff", m.diff.strip(), "```", ""]
+            lines += [f"### {m.key} ({m.status}{': ' + m.reason if m.reason else ''})", ""]
+            if not m.reason:  # ready to paste into the equivalents file, should it be one
+                lines += ["```toml", "[[equivalent]]", f"module = {json.dumps(target.name)}",
+                          f"function = {json.dumps(m.function, ensure_ascii=False)}",
+                          f"before = {json.dumps(m.before, ensure_ascii=False)}",
+                          f"after = {json.dumps(m.after, ensure_ascii=False)}", 'reason = ""', "```", ""]
+            lines += ["```diff", m.diff.strip(), "```", ""]
     if stale:
         lines += ["## Stale equivalents (match no survivor: delete them or update them)", ""]
         lines += [f"- {e['function']}: `{e['before']}` → `{e['after']}`" for e in stale] + [""]
@@ -310,8 +311,12 @@ def main(argv: list[str] | None = None) -> int:
     entries = load_equivalents()
     REPORT.mkdir(exist_ok=True)
     summary_path = REPORT / "summary.json"
-    rows = json.loads(summary_path.read_text()) if summary_path.exists() else {}
+
+    def read_rows() -> dict[str, dict]:  # re-read before each write: another module's run may have written
+        return json.loads(summary_path.read_text()) if summary_path.exists() else {}
+
     for name in args.modules or list(targets):
+        rows = read_rows()
         t = targets[name]
         wall = rows.get(name, {}).get("wall_s", 0.0)
         cpu = rows.get(name, {}).get("cpu_s")
@@ -335,13 +340,14 @@ def main(argv: list[str] | None = None) -> int:
         write_atomic(ws / "survivors.json",
                      json.dumps([m.key for m in mutants if m.status in ("survived", "no tests", "other")]))
         c = counts(mutants)
+        rows = read_rows()
         rows[name] = {**c, "wall_s": round(wall, 1), "cpu_s": None if cpu is None else round(cpu, 1), "load": load}
+        write_atomic(summary_path, json.dumps(rows, indent=1) + "\n")
+        write_atomic(REPORT / "summary.md", summary_table(rows))
         write_atomic(REPORT / f"{t.slug}.md", module_report(t, mutants, stale, c, wall))
         print(f"{name}: {c['mutants']} mutants, {c['killed']} killed, {c['timeout']} timeout, "
               f"{c['equivalent']} equivalent, {c['survived'] + c['no tests'] + c['other']} survived "
               f"({c['kill_rate']}% killed); {minutes(wall)} wall, {minutes(cpu)} CPU; report {REPORT / (t.slug + '.md')}", flush=True)
-    write_atomic(summary_path, json.dumps(rows, indent=1) + "\n")
-    write_atomic(REPORT / "summary.md", summary_table(rows))
     return 0
 
 

@@ -537,3 +537,26 @@ def test_quadratic_minimum_bootstrap_is_seeded():
 
     est, ci = V.quadratic_minimum(x, y, resamples=400)
     assert same(est, parabola_argmin(x, Y.mean(0))) and same(ci, boot(0)) and not same(ci, boot(1))
+
+
+def test_holm_decision_at_exactly_alpha_is_undecided():
+    claim, against, held, p = V.holm_decision([0.05, 0.01], [0.9, 0.9])  # adjusted: 0.05 and 0.02
+    assert claim == [0.05, 0.02] and held is None and p == 0.05
+    _, against, held, p = V.holm_decision([0.9, 0.9], [0.025, 0.9])  # adjusted: 0.05 and 0.9
+    assert against == [0.05, 0.9] and held is None and p == 1.0
+
+
+def test_quadratic_minimum_reads_none_as_a_missing_run():
+    x = [-2.0, -1.0, 0.0, 1.0, 2.0]
+    y = {0: [14.0, 11.0, 10.0, 11.0, 14.0], 1: [14.2, None, 10.1, 11.2, 13.8]}
+    est, _ = V.quadratic_minimum(x, y, resamples=1, seed=1)  # seed 1 draws both seeds: no empty column
+    means = np.array([14.1, 11.0, 10.05, 11.1, 13.9])  # seed means over the finite values
+    assert same(est, parabola_argmin(np.array(x), means))
+
+
+def test_paired_t_small_samples_and_the_kind_check():
+    assert V.paired_t([0.5, 0.5, 0.5]) == (math.inf, 1.0, 0.0, (0.5, 0.5))  # a mean between 0 and 1
+    assert V.paired_t([-0.5, -0.5]) == (-math.inf, 0.0, 1.0, (-0.5, -0.5))
+    assert same(V.paired_t([1.0, 2.0]), t_test([1.0, 2.0]))  # two values have a spread
+    with pytest.raises(ValueError, match=r"^Verdict kind must be one of test, interval, deterministic, not 'guess'$"):
+        Verdict(held=None, kind="guess")

@@ -305,13 +305,14 @@ class Augment:
     def __call__(self, x: Tensor, y: Tensor, generator: torch.Generator, mean: Sequence[float] | None = None,
                  std: Sequence[float] | None = None) -> tuple[Tensor, Tensor]:
         c = self.cfg
-        if x.device.type == "cpu" and x.dtype == torch.uint8 and c.crop_padding and not c.random_resized_crop:
+        host = x.device.type == "cpu" and x.dtype == torch.uint8 and c.crop_padding and not c.random_resized_crop
+        if host:
             x = crop_flip_host(x, c.crop_padding, c.hflip, generator)  # the same batch, several times faster
         elif c.crop_padding:  # geometry on the uint8 batch: a quarter of the memory traffic
             x = random_crop(x, c.crop_padding, generator)
         if c.random_resized_crop:
             x = random_resized_crop(x, generator, scale=c.rrc_scale, ratio=c.rrc_ratio)
-        if c.hflip and not (x.device.type == "cpu" and c.crop_padding and not c.random_resized_crop):
+        if c.hflip and not host:
             x = random_hflip(x, generator)
         x = x.float()
         if self.policy is not None:

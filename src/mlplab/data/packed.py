@@ -106,7 +106,7 @@ class Pack:
             for entry in self.splits.values():
                 for sh in entry["shards"]:
                     _ = sh["images"], sh["labels"], int(sh["count"])
-        except (KeyError, TypeError, ValueError) as e:
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise BadData(f"{path}: missing or malformed field ({type(e).__name__}: {e}); pack again") from e
         self.index = index
 
@@ -160,6 +160,8 @@ class PackedImages:
     def take(self, rows: np.ndarray | torch.Tensor, out: np.ndarray | None = None) -> np.ndarray:
         rows = rows.numpy() if isinstance(rows, torch.Tensor) else np.asarray(rows)
         out = np.empty((len(rows), *self.shape[1:]), np.uint8) if out is None else out
+        if len(rows) == 0:
+            return out
         order = np.argsort(rows, kind="stable")
         sorted_rows = rows[order]
         shard = np.searchsorted(self.starts, sorted_rows, side="right") - 1
