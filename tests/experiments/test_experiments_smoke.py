@@ -1,6 +1,7 @@
 """Every experiment id runs at smoke scale and writes its report (report.md with a verdict
 line, results.csv, the figure as PNG and PDF). One module-scoped run of all ids, inline."""
 import json
+import re
 
 import pytest
 
@@ -73,6 +74,22 @@ PINNED = {
     "scaling": [("UNDECIDED", None, "the interval reaches the fit's bound", None),
                 ("UNDECIDED", 8, "published 0.35 inside the interval; it excludes 0, 1; " + FRONTIER, None),
                 ("UNDECIDED", 8, "published 0.65 inside the interval; it excludes 0, 1; " + FRONTIER, None)],
+    # the issue-26 ids: where the detail carries trained or timed numbers, the reason is pinned
+    # (a pattern matched at the start of the detail) and the numbers are not
+    "sm-table1": [("UNDECIDED", 1, re.compile(r"fewer than 3 paired seeds for some comparison: no test; "
+                                              r".*\(no test\); Holm over 0 comparisons of 3 claims$"), None)] * 3,
+    "sm-batch-size": [("UNDECIDED", 1, re.compile(r"no test at 1 epochs \(fewer than 3 seeds\); "), None)],
+    "sm-transfer": [("UNDECIDED", 1, FEW_PAIRED, None)]
+    + [("UNDECIDED", 1, re.compile(r"no test at N = 32, N = 64 \(fewer than 3 seeds\); "), None)] * 2
+    + [("UNDECIDED", 1, FEW_PAIRED, None)] * 2,
+    "sm-weights": [("UNDECIDED", 1, re.compile(r"not testable at this scale: no condition has localised units .*"
+                                               r"fewer than 3 paired seeds for some comparison: no test"), None)] * 2,
+    "sm-inference": [("UNDECIDED", 0, "not testable: the run built other models than Table 4's", None)]
+    + [("UNDECIDED", 2, "fewer than 3 measurements of each: no interval", None)] * 6,
+    "mixer-ablations": [("UNDECIDED", 1, FEW_PAIRED, None)] * 2 + [("UNDECIDED", None, "shared: top-1 ", None)],
+    "mixer-weights": [("UNDECIDED", 1, FEW_PAIRED, None)] * 3 + [("UNDECIDED", None, "see the figure", None)],
+    "mixer-cost": [("UNDECIDED", 2, re.compile(r"Mixer-S/32 / Mixer-B/16 images/s .*\(fewer than 3 measurements "
+                                               r"of each: no interval\) UNDECIDED$"), None)] * 2,
 }
 
 
@@ -91,7 +108,9 @@ def test_smoke_verdicts_are_pinned(smoke_runs, id):
         if stats is None:  # decided outside the verdict rules: the reason is in the claim's detail
             assert n is None and detail in c["detail"], (id, c["detail"])
             continue
-        assert stats["n"] == n and stats["detail"] == detail, (id, stats)
+        assert stats["n"] == n, (id, stats)
+        assert (detail.match(stats["detail"]) if isinstance(detail, re.Pattern) else stats["detail"] == detail), \
+            (id, stats["detail"])
         if value is None:
             assert stats["value"] is None or stats["kind"] == "interval", (id, stats["value"])
         else:
