@@ -40,6 +40,9 @@ KILLED = {1, 3}
 TIMEOUT = {36, -24, 24, 152, 255}
 SURVIVED = {0}
 NO_TESTS = {5, 33}  # no selected test calls the function: a survivor
+# the tests' process died of SIGILL, SIGABRT, SIGBUS, SIGFPE or SIGSEGV (a mutant that hands the C
+# kernels a wrong size or pointer): detected, by a crash rather than an assertion
+CRASHED = {-4, -6, -7, -8, -11}
 
 
 @dataclass
@@ -48,6 +51,7 @@ class Target:
     files: list[str]  # under src/mlplab/
     tests: list[str]
     functions: list[str] = field(default_factory=list)  # globs on "f" / "Class.method"; empty: all
+    deselect: list[str] = field(default_factory=list)  # pytest node ids left out under mutmut
 
     @property
     def slug(self) -> str:
@@ -59,7 +63,7 @@ class Mutant:
     key: str  # mutmut's name, e.g. mlplab.experiments.verdicts.x_compare__mutmut_7
     file: str  # under src/mlplab/
     function: str  # "compare", "Verdict.summary"
-    status: str  # killed, timeout, survived, no tests, other (suspicious, segfault, not checked)
+    status: str  # killed, timeout, crashed, survived, no tests, other (suspicious, not checked)
     diff: str = ""
     before: str = ""
     after: str = ""
@@ -73,7 +77,8 @@ def load_targets(path: Path = TARGETS) -> dict[str, Target]:
         src = ROOT / "src" / PACKAGE / name
         files = t.get("files") or ([name] if name.endswith(".py") else
                                    sorted(str(p.relative_to(ROOT / "src" / PACKAGE)) for p in src.glob("*.py")))
-        out[name] = Target(name, files, list(t["tests"]), list(t.get("functions", [])))
+        out[name] = Target(name, files, list(t["tests"]), list(t.get("functions", [])),
+                           list(t.get("deselect", [])))
     return out
 
 
@@ -114,11 +119,12 @@ def key_globs(target: Target) -> list[str]:
 def mutmut_config(target: Target) -> str:
     def arr(xs):
         return "[" + ", ".join(json.dumps(x) for x in xs) + "]"
+    deselect = [arg for node in target.deselect for arg in ("--deselect", node)]
     return ("\n[tool.mutmut]\n"
             'source_paths = ["src"]\n'
             f"only_mutate = {arr(f'src/{PACKAGE}/{f}' for f in target.files)}\n"
             f"pytest_add_cli_args_test_selection = {arr(target.tests)}\n"
-            'pytest_add_cli_args = ["-p", "no:cacheprovider"]\n'
+            f"pytest_add_cli_args = {arr(['-p', 'no:cacheprovider', *deselect])}\n"
             "use_git_change_detection = false\n")
 
 
@@ -175,6 +181,8 @@ def status_of(code: int | None) -> str:
         return "killed"
     if code in TIMEOUT:
         return "timeout"
+    if code in CRASHED:
+        return "crashed"
     if code in SURVIVED:
         return "survived"
     if code in NO_TESTS:
@@ -203,7 +211,7 @@ def collect(target: Target, ws: Path) -> list[Mutant]:
             if globs and not any(fnmatch.fnmatchcase(key, g) for g in globs):
                 continue
             mutants.append(Mutant(key, f, function_of(key, f), status_of(code)))
-    todo = [m for m in mutants if m.status not in ("killed", "timeout")]
+    todo = [m for m in mutants if m.status not in ("killed", "timeout", "crashed")]
     if todo:
         for m, diff in zip(todo, diffs(ws, [(m.key, f"src/{PACKAGE}/{m.file}") for m in todo])):
             m.diff = diff
@@ -238,10 +246,10 @@ def mark_equivalent(target: Target, mutants: list[Mutant], entries: list[dict]) 
 
 
 def counts(mutants: list[Mutant]) -> dict[str, int | float | None]:
-    c = {s: sum(m.status == s for m in mutants) for s in ("killed", "timeout", "equivalent", "survived", "no tests",
-                                                           "other")}
+    c = {s: sum(m.status == s for m in mutants) for s in ("killed", "timeout", "crashed", "equivalent", "survived",
+                                                           "no tests", "other")}
     live = len(mutants) - c["equivalent"]
-    detected = c["killed"] + c["timeout"]
+    detected = c["killed"] + c["timeout"] + c["crashed"]
     return {"mutants": len(mutants), **c, "kill_rate": round(100 * detected / live, 1) if live else None}
 
 
@@ -249,7 +257,8 @@ def module_report(target: Target, mutants: list[Mutant], stale: list[dict], c: d
     lines = [f"# Mutation report: {target.name}", "",
              f"files: {', '.join(target.files)}; tests: {', '.join(target.tests)}"
              + (f"; functions: {', '.join(target.functions)}" if target.functions else ""), "",
-             f"{c['mutants']} mutants: {c['killed']} killed, {c['timeout']} timeout, {c['equivalent']} equivalent, "
+             f"{c['mutants']} mutants: {c['killed']} killed, {c['timeout']} timeout, {c['crashed']} crashed, "
+             f"{c['equivalent']} equivalent, "
              f"{c['survived']} survived, {c['no tests']} without a covering test, {c['other']} other; "
              f"kill rate {c['kill_rate']}% of the non-equivalent; mutmut wall time {wall:.0f} s", ""]
     for title, keep in (("Survivors", ("survived", "no tests", "other")), ("Equivalent", ("equivalent",))):
@@ -278,12 +287,13 @@ def num(x: float | None) -> str:
 
 
 def summary_table(rows: dict[str, dict]) -> str:
-    head = "| module | mutants | killed | timeout | equivalent | survived | kill rate | wall (load) | CPU |"
-    lines = [head, "|---|--:|--:|--:|--:|--:|--:|--:|--:|"]
+    head = "| module | mutants | killed | timeout | crashed | equivalent | survived | kill rate | wall (load) | CPU |"
+    lines = [head, "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|"]
     for name, r in rows.items():
         survived = r["survived"] + r["no tests"] + r["other"]
         rate = "–" if r["kill_rate"] is None else f"{r['kill_rate']:.1f} %"
-        lines.append(f"| `{name}` | {r['mutants']} | {r['killed']} | {r['timeout']} | {r['equivalent']} | "
+        lines.append(f"| `{name}` | {r['mutants']} | {r['killed']} | {r['timeout']} | {r.get('crashed', 0)} | "
+                     f"{r['equivalent']} | "
                      f"{survived} | {rate} | {minutes(r['wall_s'])} ({num(r.get('load'))}) | {minutes(r.get('cpu_s'))} |")
     return "\n".join(lines) + "\n"
 
@@ -345,7 +355,7 @@ def main(argv: list[str] | None = None) -> int:
         write_atomic(summary_path, json.dumps(rows, indent=1) + "\n")
         write_atomic(REPORT / "summary.md", summary_table(rows))
         write_atomic(REPORT / f"{t.slug}.md", module_report(t, mutants, stale, c, wall))
-        print(f"{name}: {c['mutants']} mutants, {c['killed']} killed, {c['timeout']} timeout, "
+        print(f"{name}: {c['mutants']} mutants, {c['killed']} killed, {c['timeout']} timeout, {c['crashed']} crashed, "
               f"{c['equivalent']} equivalent, {c['survived'] + c['no tests'] + c['other']} survived "
               f"({c['kill_rate']}% killed); {minutes(wall)} wall, {minutes(cpu)} CPU; report {REPORT / (t.slug + '.md')}", flush=True)
     return 0

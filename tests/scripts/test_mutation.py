@@ -61,7 +61,9 @@ def test_names_diffs_and_counts(mutation):
     assert mutation.key_globs(t) == ["mlplab.train.loop.x__resume__mutmut_*", "mlplab.train.loop.xǁ_Guardǁ*__mutmut_*"]
     diff = "--- a\n+++ b\n@@ -1,3 +1,3 @@\n def f():\n-    return x > 0\n+    return x >= 0\n"
     assert mutation.changed_lines(diff) == ("return x > 0", "return x >= 0")
-    ms = [mutation.Mutant(f"k{i}", f, "f", s) for i, s in enumerate(["killed"] * 7 + ["timeout", "survived", "survived"])]
+    statuses = [mutation.status_of(code) for code in (1, 3, 1, 1, 1, 1, 1, 36, 0, 0, -11, 33, None)]
+    assert statuses[-3:] == ["crashed", "no tests", "other"]
+    ms = [mutation.Mutant(f"k{i}", f, "f", s) for i, s in enumerate(statuses)]
     ms[8].before, ms[8].after = "return x > 0", "return x >= 0"
     stale = mutation.mark_equivalent(mutation.Target(f, [f], []), ms, [
         {"module": f, "function": "f", "before": " return x > 0", "after": "return x >= 0", "reason": "r"},
@@ -69,11 +71,20 @@ def test_names_diffs_and_counts(mutation):
         {"module": "other.py", "function": "f", "before": "a", "after": "b", "reason": "r"}])
     assert ms[8].status == "equivalent" and ms[8].reason == "r" and [e["before"] for e in stale] == ["gone"]
     c = mutation.counts(ms)
-    assert (c["mutants"], c["killed"], c["timeout"], c["equivalent"], c["survived"]) == (10, 7, 1, 1, 1)
-    assert c["kill_rate"] == round(100 * 8 / 9, 1)
+    assert (c["mutants"], c["killed"], c["timeout"], c["crashed"], c["equivalent"], c["survived"], c["no tests"],
+            c["other"]) == (13, 7, 1, 1, 1, 1, 1, 1)
+    assert c["kill_rate"] == round(100 * 9 / 12, 1)  # a crash is detected; no tests and other are not
 
 
 def test_an_unknown_module_is_refused_in_one_sentence(mutation, capsys):
     assert mutation.main(["experiments/verdict.py"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("unknown module experiments/verdict.py: give one of experiments/verdicts.py")
+
+
+def test_deselected_tests_reach_pytest(mutation):
+    t = mutation.load_targets()["layers/fused.py"]
+    assert t.deselect == ["tests/models/test_mixer_fused.py::test_compiled_fused_model_matches_eager"]
+    config = tomllib.loads(mutation.mutmut_config(t))["tool"]["mutmut"]
+    assert config["pytest_add_cli_args"] == ["-p", "no:cacheprovider", "--deselect", t.deselect[0]]
+    assert config["only_mutate"] == ["src/mlplab/layers/fused.py"]

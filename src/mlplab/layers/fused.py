@@ -34,7 +34,9 @@ float32, and, under CPU autocast, bfloat16 t and h with the residual kept in flo
 GELU uses a rational erf (absolute error ≤ 4.5e-7 against libm) so that it vectorises; its
 gradient an exp polynomial (relative error < 2e-7).
 """
-from __future__ import annotations
+# No `from __future__ import annotations` here: torch.library.custom_op infers the ops' schemas
+# from their annotations, and string annotations are evaluated in the globals of the function it
+# is given, which for a wrapped function (mutmut's trampolines, scripts/mutation.sh) lack torch.
 
 import ctypes
 import functools
