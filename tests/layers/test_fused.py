@@ -121,8 +121,9 @@ def test_eager_calls_skip_the_custom_ops(monkeypatch):
 @pytest.mark.parametrize("act", ["identity", "gelu"])
 @pytest.mark.parametrize("unused", ["u", "h"])
 def test_an_output_left_unused_is_exact_in_float64(act, unused, route):
-    """Only u (the last seam: the head reads the residual) or only h used downstream; the unused
-    output's gradient never exists (None, not zeros) and the kernels take it as zero."""
+    """Only u (the last seam: the head reads the residual) or only h used downstream: the eager
+    Function passes the unused output's gradient as None (the custom op as zeros), and the
+    kernels take None as zero."""
     ln = _norm(12)
     x = torch.randn(3, 5, 12, dtype=torch.float64, requires_grad=True)
     t = (3 * torch.randn(3, 5, 12, dtype=torch.float64)).requires_grad_()
@@ -152,7 +153,8 @@ def test_layer_norm_rows_gathers_a_token_major_residual_by_default(route):
 def test_the_eager_function_is_the_custom_op_without_its_dispatch(monkeypatch):
     """_eager_function makes an autograd.Function of an op's implementation, setup and gradient:
     the same values and gradients as the custom op, mean and rstd not differentiable, an unused
-    output's gradient None (as the op passes it), and the backward straight to the kernels."""
+    output's gradient None (not a tensor of zeros, which the op materializes), and the backward
+    straight to the kernels."""
     ln = _norm(6)
     x = torch.randn(4, 6, dtype=torch.float64, requires_grad=True)
     t = torch.randn(4, 6, dtype=torch.float64, requires_grad=True)
