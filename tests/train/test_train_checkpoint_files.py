@@ -173,6 +173,21 @@ def test_a_state_file_holding_code_is_refused(tmp_path):
         load_checkpoint(tmp_path / "checkpoint", _linear(1))
 
 
+def test_the_state_file_is_read_weights_only_where_torch_defaults_to_unsafe_loading(tmp_path, monkeypatch):
+    """torch 2.1–2.5 (the project allows torch >= 2.1) load everything unless told weights_only=True
+    (None means False there): with that default, a state file holding code is still refused."""
+    real_load = torch.load
+
+    def torch_before_2_6_load(*args, weights_only=None, **kwargs):
+        return real_load(*args, weights_only=bool(weights_only), **kwargs)
+
+    save_checkpoint(tmp_path, _linear(0), _state(1))
+    torch.save({**_state(1), "path": PurePosixPath("x")}, tmp_path / "checkpoint" / STATE_FILE)
+    monkeypatch.setattr(torch, "load", torch_before_2_6_load)
+    with pytest.raises(CheckpointError, match=r"unreadable \(it holds objects other than tensors and plain types"):
+        load_checkpoint(tmp_path / "checkpoint", _linear(1))
+
+
 def test_weights_carry_the_model_metadata_and_load_strictly(tmp_path):
     model = create_model("s_mixer", **SMALL)
     path = save_weights(model, tmp_path / "w.safetensors", metadata={"note": "x"})
