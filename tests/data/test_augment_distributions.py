@@ -285,22 +285,6 @@ def test_the_fallback_box_is_centred_with_its_aspect_clamped_into_the_range(h, w
 
 # ----------------------------------------------------------------------------- normalisation and targets
 
-def test_resized_crop_boxes_are_drawn_on_the_generators_device(monkeypatch):
-    """Every draw names the generator's device: a CUDA generator draws on the GPU, so no box is made
-    on the host (where torch's default device would put it, and a CUDA generator cannot draw)."""
-    devices, real_rand = [], torch.rand
-
-    def recording_rand(*args, **kwargs):
-        devices.append(kwargs.get("device", "not given"))
-        return real_rand(*args, **kwargs)
-
-    g = gen(3)
-    monkeypatch.setattr(torch, "rand", recording_rand)
-    boxes = resized_crop_boxes(5, 12, 16, g)
-    monkeypatch.undo()
-    assert devices and all(d == g.device for d in devices) and boxes.shape == (5, 4)
-
-
 def test_normalize_is_the_float64_formula_per_channel(monkeypatch):
     from mlplab.data import augment as augment_mod
 
