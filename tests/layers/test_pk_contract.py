@@ -296,3 +296,53 @@ def test_permute_entries_double_backward_and_default_grouping():
     assert torch.autograd.gradgradcheck(lambda t: permute_entries(t, p) ** 2, (x,))
     pk = PKMixing(nn.Linear(4, 4), (4, 3), (4, 3))  # groups default to the columns: token mixing
     assert pk.groups == "columns" and pk.arrangement == "columns" and pk.n1 == 3
+
+
+def test_derived_indices_are_made_on_the_permutations_device(monkeypatch):
+    """On a GPU an index made on the host cannot gather a GPU tensor: every index the layer derives
+    (re-derived on load) names the device of its permutations. No GPU here, so the device each
+    ``torch.arange`` is asked for is recorded: the natural rows and columns arrangements and a
+    gather, whose derivations between them reach every index."""
+    S, C = 4, 3
+    g = torch.Generator().manual_seed(0)
+    layers = {"rows": PKMixing(nn.Linear(C, C), (S, C), (S, C), "rows", commutation_perm(S, C),
+                               invert_perm(commutation_perm(S, C))),
+              "columns": PKMixing(nn.Linear(S, S), (S, C), (S, C), "columns", torch.arange(S * C),
+                                  torch.arange(S * C)),
+              "gather": PKMixing(nn.Linear(C, C), (S, C), (S, C), "rows", torch.randperm(S * C, generator=g),
+                                 torch.randperm(S * C, generator=g))}
+    asked, arange = [], torch.arange
+
+    def recording_arange(*args, **kwargs):
+        asked.append(kwargs.get("device", "not given"))
+        return arange(*args, **kwargs)
+
+    for natural, layer in layers.items():
+        asked.clear()
+        monkeypatch.setattr(torch, "arange", recording_arange)
+        layer.load_state_dict(layer.state_dict())
+        monkeypatch.undo()
+        assert layer._natural == natural and len(asked) >= 4 and set(asked) == {torch.device("cpu")}, (natural, asked)
+
+
+@pytest.mark.parametrize("free", [True, False])
+def test_effective_weight_is_built_on_the_weights_device(free, monkeypatch):
+    """J2 (I ⊗ W) J1 where W lives (``meta`` stands in for a GPU: shapes without data), both
+    permutations moved there (recorded: a matmul with ``meta`` does not check its other side)."""
+    g = torch.Generator().manual_seed(0)
+    perms = (torch.randperm(12, generator=g), torch.randperm(6, generator=g)) if free else (None, None)
+    layer = PKLayer(3, 4, 2, *perms).double()
+    want = layer.effective_weight()
+    layer.to("meta")
+    moves, to = [], torch.Tensor.to
+
+    def recording_to(self, *args, **kwargs):
+        if self.dtype == torch.long:  # a permutation
+            moves.append(args[0] if args else kwargs.get("device"))
+        return to(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.Tensor, "to", recording_to)
+    got = layer.effective_weight()
+    monkeypatch.undo()
+    assert got.device.type == "meta" and got.shape == want.shape == (6, 12) and got.dtype == torch.float64
+    assert moves == [torch.device("meta")] * 2

@@ -281,3 +281,23 @@ def test_every_matrix_is_valid_csr():
         crow = A.crow_indices()
         assert crow.dtype == torch.int64 and crow.numel() == A.shape[0] + 1
         torch.sparse_csr_tensor(crow, A.col_indices(), A.values(), A.shape, check_invariants=True)
+
+
+def test_images_are_brought_to_the_host_in_the_effective_mlps_dtype(monkeypatch):
+    """The effective MLP's operators live on the host in float64: images from any device are copied
+    there first (recorded: no GPU here), and the logits agree with the model's."""
+    model = _small()
+    eff = effective_mlp(model)
+    x = torch.randn(2, 3, 4, 4)  # float32, as a data loader gives them
+    copies, to = [], torch.Tensor.to
+
+    def recording_to(self, *args, **kwargs):
+        if self.data_ptr() == x.data_ptr():  # x, or a view of it (x.detach())
+            copies.append((args, kwargs))
+        return to(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.Tensor, "to", recording_to)
+    got = eff(x)
+    monkeypatch.undo()
+    assert copies == [((), {"device": "cpu", "dtype": D})]
+    torch.testing.assert_close(got, model(x.double()), rtol=0, atol=1e-12)
