@@ -3,6 +3,7 @@
 float64: exact (libm erf/exp) to 1e-12, forward and every gradient; float32 and bfloat16 (the
 vectorised erf/exp, bf16 rounding) to their precision; NaN passes through; the build is cached
 and a machine without a compiler reports why; the C prototypes come from one signature table."""
+import ctypes
 import os
 import re
 import subprocess
@@ -117,6 +118,103 @@ def test_eager_calls_skip_the_custom_ops(monkeypatch):
     assert x.grad is not None and torch.isfinite(x.grad).all()
 
 
+@pytest.mark.parametrize("act", ["identity", "gelu"])
+@pytest.mark.parametrize("unused", ["u", "h"])
+def test_an_output_left_unused_is_exact_in_float64(act, unused, route):
+    """Only u (the last seam: the head reads the residual) or only h used downstream: the eager
+    Function passes the unused output's gradient as None (the custom op as zeros), and the
+    kernels take None as zero."""
+    ln = _norm(12)
+    x = torch.randn(3, 5, 12, dtype=torch.float64, requires_grad=True)
+    t = (3 * torch.randn(3, 5, 12, dtype=torch.float64)).requires_grad_()
+    g = torch.randn(3, 5, 12, dtype=torch.float64)
+    wrt = [x, t] if unused == "h" else [x, t, ln.weight, ln.bias]  # without h, the LayerNorm takes no part
+    grads = []
+    for fn in (fused.residual_norm, _reference):
+        u, h = fn(x, t, ln, act)
+        grads.append(torch.autograd.grad(((h if unused == "u" else u) * g).sum(), wrt))
+    for a, b in zip(*grads):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-12)
+
+
+def test_layer_norm_rows_gathers_a_token_major_residual_by_default(route):
+    S, B, C = 5, 3, 4
+    ln = _norm(C)
+    p = torch.randperm(S * C, generator=torch.Generator().manual_seed(0))
+    x = torch.randn(S, B, C, dtype=torch.float64, requires_grad=True)
+    h1 = fused.layer_norm_rows(x, ln, h_maps=(p, torch.argsort(p)))
+    h2 = ln(x).transpose(0, 1).reshape(B, S * C)[:, p]
+    g = torch.randn(B, S * C, dtype=torch.float64)
+    for a, b in zip((h1,) + torch.autograd.grad((h1 * g).sum(), [x, ln.weight, ln.bias]),
+                    (h2,) + torch.autograd.grad((h2 * g).sum(), [x, ln.weight, ln.bias])):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-12)
+
+
+def test_the_eager_function_is_the_custom_op_without_its_dispatch(monkeypatch):
+    """_eager_function makes an autograd.Function of an op's implementation, setup and gradient:
+    the same values and gradients as the custom op, mean and rstd not differentiable, an unused
+    output's gradient None (not a tensor of zeros, which the op materializes), and the backward
+    straight to the kernels."""
+    ln = _norm(6)
+    x = torch.randn(4, 6, dtype=torch.float64, requires_grad=True)
+    t = torch.randn(4, 6, dtype=torch.float64, requires_grad=True)
+    gh = torch.randn(4, 6, dtype=torch.float64)
+    seam = (x, t, ln.weight, ln.bias, 1e-5, 1, None, None, None, None, False, None, 0)
+    rows = (x, ln.weight, ln.bias, 1e-5, torch.float64, None, None, False)
+    wrt = [x, t, ln.weight, ln.bias]
+    op_seam = fused._residual_norm(*seam)
+    op_seam_grads = torch.autograd.grad((op_seam[1] * gh).sum(), wrt)
+    op_rows = fused._layer_norm_rows(*rows)
+    op_rows_grads = torch.autograd.grad((op_rows[0] * gh).sum(), [x, ln.weight, ln.bias])
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("custom op called by the eager Function")
+
+    for op in ("_residual_norm", "_residual_norm_backward", "_layer_norm_rows"):
+        monkeypatch.setattr(fused, op, refuse)
+    seen = []
+
+    def recorded(grad):
+        def wrapped(ctx, *grads):
+            seen.append([g is None for g in grads])
+            return grad(ctx, *grads)
+        return wrapped
+
+    Seam = fused._eager_function("Seam", fused._residual_norm_impl, fused._residual_norm_setup,
+                                 recorded(fused._residual_norm_grad))
+    Rows = fused._eager_function("Rows", fused._layer_norm_rows_impl, fused._layer_norm_rows_setup,
+                                 recorded(fused._layer_norm_rows_grad))
+    assert (Seam.__name__, Rows.__name__) == ("Seam", "Rows") and issubclass(Seam, torch.autograd.Function)
+    out = Seam.apply(*seam)
+    assert [o.requires_grad for o in out] == [True, True, False, False]
+    for a, b in zip(out + torch.autograd.grad((out[1] * gh).sum(), wrt), op_seam + op_seam_grads):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    out = Rows.apply(*rows)
+    assert [o.requires_grad for o in out] == [True, False, False]
+    for a, b in zip(out + torch.autograd.grad((out[0] * gh).sum(), [x, ln.weight, ln.bias]), op_rows + op_rows_grads):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    assert seen == [[True, False, True, True], [False, True, True]]  # u, mean, rstd unused: None
+
+
+def test_compiled_graphs_reach_the_kernels_through_the_custom_ops(monkeypatch):
+    """Under torch.compile (pretended here) both seams and their backward are the custom ops,
+    which AOTAutograd can trace, rather than the eager Function's ctypes calls."""
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+    calls = []
+    for name in ("_residual_norm", "_layer_norm_rows", "_residual_norm_backward"):
+        def spy(*args, _op=getattr(fused, name), _name=name):
+            calls.append(_name)
+            return _op(*args)
+        monkeypatch.setattr(fused, name, spy)
+    ln = _norm(6)
+    x = torch.randn(4, 6, dtype=torch.float64, requires_grad=True)
+    u, h = fused.residual_norm(x, x.detach() ** 2, ln, "gelu")
+    (u.sum() + h.sum()).backward()
+    assert calls == ["_residual_norm", "_residual_norm_backward"]
+    fused.layer_norm_rows(x, ln).sum().backward()
+    assert calls[2:] == ["_layer_norm_rows", "_residual_norm_backward"]
+
+
 def test_float32_and_bfloat16_agree_with_the_modules():
     """float32: the rational erf (|error| <= 4.5e-7) and the exp polynomial; bf16 t/h: one
     rounding of h (relative 2^-8) on top, the residual kept in float32."""
@@ -182,7 +280,11 @@ def test_a_signature_that_disagrees_with_the_c_source_fails_the_build_once(tmp_p
 
 
 def test_calls_are_checked_against_the_signatures():
-    kernels = fused._library()[0]
+    path = fused._library()[0].path
+    kernels = fused.Kernels(path)  # a second handle on the built library
+    assert kernels.path == path
+    fn = kernels.function("residual_norm_forward", "f32")
+    assert fn.restype is ctypes.c_int and len(fn.argtypes) == len(fused._arguments("residual_norm_forward", "f32"))
     e = torch.empty(0)
     args = dict(R=0, C=8, x=e, t=e, tb=None, div=0, act=0, gamma=e, beta=e, eps=1e-5, u_out=e, h=e, mean=e, rstd=e,
                 nthreads=1)
@@ -193,6 +295,10 @@ def test_calls_are_checked_against_the_signatures():
         kernels("residual_norm_forward", "f32", **args, bias=e)
     with pytest.raises(TypeError, match="x must be a contiguous torch.float32 tensor, got torch.float64"):
         kernels("residual_norm_forward", "f32", **{**args, "x": e.double()})
+    with pytest.raises(TypeError) as err:
+        kernels("residual_norm_forward", "f32", **{**args, "x": torch.empty(4, 2).t()})
+    assert str(err.value) == ("residual_norm_forward_f32: x must be a contiguous torch.float32 tensor, got a "
+                              "non-contiguous torch.float32")
     # a buffer the kernel cannot allocate (a 2**40-entry row) is an exception, not a crash
     with pytest.raises(MemoryError, match="could not allocate"):
         kernels("residual_norm_forward", "f32", **{**args, "C": 2 ** 40})
@@ -252,7 +358,7 @@ def test_both_builds_compute_the_same_seam(monkeypatch, C):
 def test_no_compiler_is_reported(monkeypatch):
     monkeypatch.setattr(fused, "_c_compiler", lambda: None)
     path, why = fused._build()
-    assert path is None and "no C compiler" in why
+    assert (path, why) == (None, "no C compiler (cc/gcc/clang, or $CC) found")
 
 
 @pytest.mark.parametrize("batch_major", [False, True])

@@ -1,5 +1,10 @@
 """The Python side of the fused seams: the generated C prototypes, the custom ops' registrations
 (opcheck: fake kernels, autograd, schema), the build's failure reports and each refusal's sentence."""
+import os
+import re
+import subprocess
+from pathlib import Path
+
 import pytest
 import torch
 import torch.nn as nn
@@ -25,17 +30,23 @@ def test_prototypes_are_written_from_the_signature_table():
     assert fused._arguments("residual_norm_forward", "f32")[9] == ("double", "eps", False)  # not a variant type
 
 
+def test_argument_names_lose_only_their_pointer_star(monkeypatch):
+    monkeypatch.setattr(fused, "SIGNATURES", {"k": "int64_t X, const XT *Xs, ACC *acc"})
+    assert fused._arguments("k", "bf16") == [("int64_t", "X", False), ("const float *", "Xs", True),
+                                             ("float *", "acc", True)]
+
+
 def test_small_helpers():
     x = torch.zeros(5, 3, 4)
     assert fused._sb(x, False) == (5, 3) and fused._sb(x, True) == (3, 5)
-    assert fused._bias_len(None, 0, 10) == 0 and fused._bias_len(torch.zeros(4), 0, 10) == 4
-    assert fused._bias_len(torch.zeros(4), 5, 10) == 2
+    assert fused._bias_len(None) == 0 and fused._bias_len(torch.zeros(4)) == 4
     assert fused._acc(torch.zeros(1, dtype=D)) == D and fused._acc(torch.zeros(1)) == torch.float32
     assert fused._variant(torch.zeros(1), torch.bfloat16) == "bf16" and fused._variant(torch.zeros(1, dtype=D), D) == "f64"
     with pytest.raises(TypeError) as e:
         fused._variant(torch.zeros(1, dtype=torch.float16), torch.float16)
-    assert str(e.value).startswith("fused residual_norm has no kernel for residual torch.float16 with torch.float16 "
-                                   "activations; supported: [")
+    assert str(e.value) == ("fused residual_norm has no kernel for residual torch.float16 with torch.float16 "
+                            "activations; supported: [('torch.float32', 'torch.bfloat16'), ('torch.float32', "
+                            "'torch.float32'), ('torch.float64', 'torch.float64')]")
     assert fused.ACTS == {"identity": 0, "gelu": 1} and fused.WIDE_ROW == 16
     h = fused._h_empty(torch.zeros(3, 2, 4), torch.bfloat16, None, False)
     assert h.shape == (3, 2, 4) and h.dtype == torch.bfloat16
@@ -85,6 +96,122 @@ def test_refusals_say_what_to_change():
     fused._check(x, ln)
 
 
+def _executable(path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("#!/bin/sh\nexit 0\n")
+    path.chmod(0o755)
+    return path
+
+
+def test_the_compiler_is_cc_else_the_first_of_cc_gcc_clang_on_the_path(tmp_path, monkeypatch):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    monkeypatch.setenv("PATH", str(bin_dir))
+    monkeypatch.delenv("CC", raising=False)
+    assert fused._c_compiler() is None
+    assert fused._build() == (None, "no C compiler (cc/gcc/clang, or $CC) found")
+    for name in ("clang", "gcc", "cc"):  # each one found takes precedence over those after it
+        _executable(bin_dir / name)
+        assert fused._c_compiler() == str(bin_dir / name)
+    mine = _executable(tmp_path / "tools" / "mycc")
+    monkeypatch.setenv("CC", str(mine))
+    assert fused._c_compiler() == str(mine)
+
+
+class FakeCompiler:
+    """subprocess.run for _build: records each command with its keyword arguments and the header
+    found beside it, and writes the library the command names (or fails with ``stderr``)."""
+
+    def __init__(self, returncode=0, stderr=""):
+        self.calls, self.returncode, self.stderr = [], returncode, stderr
+
+    def __call__(self, cmd, **kwargs):
+        include = Path(cmd[cmd.index("-I") + 1])
+        self.calls.append((cmd, kwargs, (include / "residual_norm_api.h").read_text()))
+        if self.returncode == 0:
+            Path(cmd[cmd.index("-o") + 1]).write_bytes(b"not a library")
+        return subprocess.CompletedProcess(cmd, self.returncode, "", self.stderr)
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    """A kernel cache whose parent folders do not exist yet, and $CC a stand-in compiler."""
+    monkeypatch.setenv("CC", str(_executable(tmp_path / "bin" / "mycc")))
+    monkeypatch.setenv("MLPLAB_KERNEL_CACHE", str(tmp_path / "home" / "cache" / "kernels"))
+    return tmp_path / "home" / "cache" / "kernels"
+
+
+def test_the_build_compiles_once_per_flags_and_cpu(cache, monkeypatch):
+    """One compiler run per key: the generated prototypes beside the source, the output written
+    in a temporary folder of the cache (renamed into place: the same file system), -lm, a
+    bounded wait; the same key again is a cache hit; the wide build and another CPU are other keys."""
+    cc = FakeCompiler()
+    monkeypatch.setattr(subprocess, "run", cc)
+    path, why = fused._build()
+    assert why == "" and path.parent == cache and re.fullmatch(r"residual_norm-[0-9a-f]{16}\.so", path.name)
+    (cmd, kwargs, header), = cc.calls
+    assert header == fused.prototypes()
+    out = Path(cmd[cmd.index("-o") + 1])
+    assert cmd[0] == os.environ["CC"] and out.name == path.name
+    assert out.parent.parent == cache and not out.parent.exists()  # the temporary folder is gone
+    assert cmd[1:len(fused._FLAGS) + 1] == fused._FLAGS and "-mprefer-vector-width=512" not in cmd
+    assert cmd[-2:] == [str(fused._KERNELS / "residual_norm.c"), "-lm"]
+    assert kwargs == {"capture_output": True, "text": True, "timeout": 300}
+    assert fused._build() == (path, "") and len(cc.calls) == 1
+    wide, _ = fused._build(True)
+    assert wide != path and "-mprefer-vector-width=512" in cc.calls[-1][0]
+    monkeypatch.setattr(fused, "cpu_info", lambda: {"vendor": "another", "flags": "sse2"})
+    other, _ = fused._build()
+    assert len(cc.calls) == 3 and other not in (path, wide)
+    assert sorted(p.name for p in cache.iterdir()) == sorted(p.name for p in (path, wide, other))
+
+
+@pytest.mark.parametrize("stderr, why", [
+    ("src.c:1: warning: unused\nsrc.c:2:5: error: bad thing\nsrc.c:9: error: other\n", "mycc failed: src.c:2:5: error: bad thing"),
+    ("ld: cannot find -lgomp\ncollect2: ld returned 1\n", "mycc failed: ld: cannot find -lgomp"),
+    ("", "mycc failed: exit 1"),
+])
+def test_a_failed_build_is_remembered_with_the_compilers_first_error(cache, monkeypatch, stderr, why):
+    cc = FakeCompiler(returncode=1, stderr=stderr)
+    monkeypatch.setattr(subprocess, "run", cc)
+    assert fused._build() == (None, why)
+    failed, = cache.iterdir()
+    assert failed.suffix == ".failed" and failed.read_text() == why + "\n"
+    assert fused._build() == (None, f"{why} (an earlier build; delete {failed} to build again)")
+    assert len(cc.calls) == 1
+
+
+def test_a_compiler_that_hangs_is_stopped_and_tried_again_next_time(cache, monkeypatch):
+    calls = []
+
+    def hang(cmd, **kwargs):
+        calls.append(cmd)
+        raise subprocess.TimeoutExpired(cmd, kwargs["timeout"])
+
+    monkeypatch.setattr(subprocess, "run", hang)
+    path, why = fused._build()
+    assert path is None and why.startswith(f"cannot build the kernels in {cache}: Command ")
+    assert why.endswith("timed out after 300 seconds") and list(cache.iterdir()) == []
+    assert fused._build()[0] is None and len(calls) == 2  # a timeout is not remembered
+
+
+def test_status_says_why_the_kernels_are_unavailable(monkeypatch):
+    monkeypatch.setattr(fused, "_library", lambda wide=False: (None, "no C compiler (cc/gcc/clang, or $CC) found"))
+    assert fused.unavailable_reason() == "no C compiler (cc/gcc/clang, or $CC) found"
+    assert fused.status() == {"available": False, "reason": "no C compiler (cc/gcc/clang, or $CC) found",
+                              "library": None}
+
+
+def test_gathered_seams_refuse_samples_of_2_31_entries():
+    """int32 maps: S·C < 2**31 for either reading of the first two dimensions, (S, B) or (B, S)."""
+    maps = (torch.arange(4), torch.arange(4))
+    for shape in ((2 ** 16, 1, 2 ** 15), (1, 2 ** 16, 2 ** 15)):  # 2**31 entries, no memory (expanded)
+        with pytest.raises(ValueError, match=r"fewer than 2\*\*31 entries per sample"):
+            fused._maps(maps, torch.zeros(1, 1, 1).expand(shape))
+    for shape in ((2 ** 16 - 1, 1, 2 ** 15), (1, 2 ** 16 - 1, 2 ** 15)):
+        assert fused._maps(maps, torch.zeros(1, 1, 1).expand(shape))[0].dtype == torch.int32
+
+
 def test_build_failures_are_reported(tmp_path, monkeypatch):
     monkeypatch.setenv("CC", "definitely-not-a-compiler")
     assert fused._c_compiler() != "definitely-not-a-compiler"  # an unknown $CC falls through to cc/gcc/clang
@@ -128,3 +255,21 @@ def test_custom_op_registrations():
     torch.library.opcheck(fused._residual_norm_backward,
                           (gh, None, u.detach(), mean, rstd, ln.weight.detach(), t.detach(), 1, None, None, False,
                            None, 0), test_utils=("test_schema", "test_faketensor"))
+    # the LayerNorm-only seam's backward (no t) under bf16 autocast: gt is an empty bf16 tensor
+    x32 = torch.randn(3, 4, generator=g)
+    ln32 = nn.LayerNorm(4)
+    h, mean, rstd = fused._layer_norm_rows(x32, ln32.weight, ln32.bias, 1e-5, torch.bfloat16, None, None, False)
+    torch.library.opcheck(fused._residual_norm_backward,
+                          (torch.randn(3, 4, generator=g).bfloat16(), None, x32, mean, rstd, ln32.weight.detach(), None,
+                           0, None, None, False, None, 0), test_utils=("test_schema", "test_faketensor"))
+
+
+@needs_kernels
+def test_meta_tensors_take_the_fake_kernels():
+    """Shapes without data (meta tensors, as when a model is built on the meta device)."""
+    ln = nn.LayerNorm(4).double().to("meta")
+    x = torch.empty(3, 2, 4, dtype=D, device="meta")
+    out = fused._residual_norm(x, x, ln.weight, ln.bias, 1e-5, 1, None, None, None, None, False, None, 0)
+    assert [(o.device.type, tuple(o.shape)) for o in out] == [("meta", (3, 2, 4))] * 2 + [("meta", (6,))] * 2
+    out = fused._layer_norm_rows(x, ln.weight, ln.bias, 1e-5, D, None, None, False)
+    assert [(o.device.type, tuple(o.shape)) for o in out] == [("meta", (3, 2, 4)), ("meta", (6,)), ("meta", (6,))]

@@ -40,6 +40,16 @@ def test_the_divergence_limit_is_factor_times_ln_k():
     assert loop._Guard(_run(None, 10), 0, Path("r")).limit == math.inf
 
 
+def test_the_guards_flags_live_on_the_runs_device():
+    """The flags are folded on the device every step and read only every nan_check_every steps:
+    on a GPU they must be GPU tensors, or each step would copy to the host (``meta`` stands in)."""
+    run = _run()
+    run.device = torch.device("meta")
+    g = loop._Guard(run, 7, Path("r"))
+    assert g.code.device == g.first.device == g.step_t.device == torch.device("meta")
+    assert g.code.dtype == g.first.dtype == g.step_t.dtype == torch.long and g.step_t.shape == ()
+
+
 def test_good_steps_pass_and_a_loss_at_the_limit_is_not_divergence():
     g = loop._Guard(_run(1.0, 10), 0, Path("r"))
     g.limit = 2.0  # a limit a float32 loss can equal exactly

@@ -220,7 +220,7 @@ def _build(wide: bool = False) -> tuple[Path | None, str]:
                                   capture_output=True, text=True, timeout=300)
             if proc.returncode != 0:
                 errors = [ln for ln in proc.stderr.splitlines() if "error" in ln] or proc.stderr.strip().splitlines()
-                why = f"{Path(cc).name} failed: {(errors[:1] or [f'exit {proc.returncode}'])[0].strip()}"
+                why = f"{Path(cc).name} failed: {(errors or [f'exit {proc.returncode}'])[0].strip()}"
                 atomic_write_text(failed, why + "\n")
                 return None, why
             os.replace(out, lib)  # atomic: another process sees the whole file or none
@@ -282,9 +282,10 @@ def _sb(x: torch.Tensor, batch_major: bool) -> tuple[int, int]:
     return (x.shape[1], x.shape[0]) if batch_major else (x.shape[0], x.shape[1])
 
 
-def _bias_len(t_bias: torch.Tensor | None, div: int, R: int) -> int:
-    """Entries of a folded bias: one per column of t (its length), or per row group (R / div)."""
-    return 0 if t_bias is None else (R // div if div else t_bias.numel())
+def _bias_len(t_bias: torch.Tensor | None) -> int:
+    """Entries of a folded bias (0 without one): C per column, S per token (the kernels' R / div:
+    :func:`_bias_div` takes div = B for S = R / B entries), n2' per column of a gathered t."""
+    return 0 if t_bias is None else t_bias.numel()
 
 
 def _forward(x, t, gamma, beta, eps, act, h_dtype, t_map, h_map, batch_major, t_bias=None, bias_div=0):
@@ -302,7 +303,7 @@ def _forward(x, t, gamma, beta, eps, act, h_dtype, t_map, h_map, batch_major, t_
     else:  # a bias here is one per column of the grouped t (t_map given; residual_norm checks)
         S, B = _sb(x, batch_major)
         kernels("residual_norm_gathered_forward", v, S=S, B=B, C=C, batch_major=int(batch_major),
-                period=_bias_len(t_bias, bias_div, R), t_map=t_map, h_map=h_map, **common)
+                period=_bias_len(t_bias), t_map=t_map, h_map=h_map, **common)
     return u, h, mean, rstd
 
 
@@ -350,7 +351,7 @@ def _(x, gamma, beta, eps, h_dtype, h_map, h_map_inv, batch_major):
 
 
 # ------------------------------------------------------------------ custom op (backward)
-def _backward(gh, gu, u, mean, rstd, gamma, t, act, t_map_inv, h_map_inv, batch_major, t_bias=None, bias_div=0):
+def _backward(gh, gu, u, mean, rstd, gamma, t, act, t_map_inv, h_map_inv, batch_major, t_bias, bias_div):
     """Both seams' backward through the kernels: (gx, gt, dgamma, dbeta, dbias); gt is empty
     without t, dbias without a bias."""
     C = u.shape[-1]
@@ -362,7 +363,7 @@ def _backward(gh, gu, u, mean, rstd, gamma, t, act, t_map_inv, h_map_inv, batch_
     gx = torch.empty_like(u)
     gt = torch.empty_like(t) if t is not None else u.new_empty(0, dtype=gh.dtype)
     dgamma, dbeta = torch.empty(nt, C, dtype=_acc(u)), torch.empty(nt, C, dtype=_acc(u))
-    dbias = torch.empty(nt, _bias_len(t_bias, bias_div, R), dtype=_acc(u)) if t_bias is not None else None
+    dbias = torch.empty(nt, _bias_len(t_bias), dtype=_acc(u)) if t_bias is not None else None
     v = _variant(u, gh.dtype)
     common = dict(gh=gh, gu=gu, u=u, mean=mean, rstd=rstd, gamma=gamma, t=t, tb=t_bias, act=act, gx=gx,
                   gt=gt if t is not None else None, dgamma=dgamma, dbeta=dbeta, dtb=dbias, nthreads=nt)
@@ -371,7 +372,7 @@ def _backward(gh, gu, u, mean, rstd, gamma, t, act, t_map_inv, h_map_inv, batch_
     else:
         S, B = _sb(u, batch_major)
         kernels("residual_norm_gathered_backward", v, S=S, B=B, C=C, batch_major=int(batch_major),
-                period=_bias_len(t_bias, bias_div, R), h_map_inv=h_map_inv, t_map_inv=t_map_inv, **common)
+                period=_bias_len(t_bias), h_map_inv=h_map_inv, t_map_inv=t_map_inv, **common)
     dbias = dbias.sum(0).to(t_bias.dtype) if t_bias is not None else gamma.new_empty(0)
     return gx, gt, dgamma.sum(0).to(gamma.dtype), dbeta.sum(0).to(gamma.dtype), dbias
 
@@ -447,7 +448,7 @@ def _eager_function(name: str, impl, setup, grad) -> type[torch.autograd.Functio
         setup(ctx, inputs, out)
         ctx.eager = True
         ctx.mark_non_differentiable(*out[-2:])  # mean, rstd
-        ctx.set_materialize_grads(False)  # an unused output's gradient stays None, as for the op
+        ctx.set_materialize_grads(False)  # an unused output's gradient stays None (the op makes zeros)
         return out
 
     def backward(ctx, *grads):
