@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import platform
 import statistics
 import sys
 import time
@@ -20,7 +19,8 @@ from typing import Any, Callable
 
 import torch
 
-from mlplab.utils.cpu import cpu_has_native_bf16, cpu_info, machine_tag
+from mlplab.utils.cpu import machine_tag
+from mlplab.utils.machine import machine_record
 
 __all__ = [
     "add_common_args",
@@ -105,27 +105,15 @@ def describe(env: dict[str, Any]) -> str:
             f"{bf16}){gpu}, load {env['loadavg']}")
 
 
+#: benchmark result files name two of :func:`mlplab.utils.machine.machine_record`'s keys their own way
+BENCHMARK_KEYS = {"cpu": "processor", "threads": "num_threads"}
+
+
 def environment(device: str = "cpu") -> dict[str, Any]:
-    """What a reader needs to judge the numbers: versions, threads, CPU (and the GPU when
-    ``device`` is cuda), load while measuring."""
-    try:
-        cap = torch.backends.cpu.get_cpu_capability()
-    except Exception:  # older torch
-        cap = "unknown"
-    return {
-        "torch": torch.__version__,
-        "python": sys.version.split()[0],
-        "platform": platform.platform(),
-        "processor": cpu_info().get("model name") or platform.processor(),
-        "cpu_capability": cap,
-        "native_bf16": cpu_has_native_bf16(),  # AVX512-BF16/AMX: decides run.precision=auto on CPU
-        "num_threads": torch.get_num_threads(),
-        "cpu_count": os.cpu_count(),
-        "loadavg": list(os.getloadavg()),
-        "time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "device": device,
-        "gpu": torch.cuda.get_device_name() if device == "cuda" and torch.cuda.is_available() else None,
-    }
+    """What a reader needs to judge the numbers (versions, threads, CPU and its bf16, the GPU when
+    ``device`` is cuda, load while measuring): ``machine_record(device)`` under the benchmark
+    files' key names (:data:`BENCHMARK_KEYS`)."""
+    return {BENCHMARK_KEYS.get(k, k): v for k, v in machine_record(device).items()}
 
 
 def interleaved(

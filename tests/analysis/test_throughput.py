@@ -7,7 +7,7 @@ import torch
 import torch.nn as nn
 
 from mlplab.analysis.throughput import (best_batch, candidate_batches, device_sync, fitting_batches, interleaved_times,
-                                        machine_record, measure_inference)
+                                        measure_inference)
 
 
 def test_interleaved_times_round_robin_with_a_sync_after_each_call():
@@ -64,12 +64,6 @@ def test_measure_inference_on_tiny_models(clock):
     none = measure_inference(models, {"small": (3, 4, 4), "big": (3, 8, 8)}, {"small": [1], "big": [1]}, reps=1,
                              latency_reps=0, search_reps=1)
     assert none["small"]["latency_s"] == []
-
-
-def test_machine_record_says_where_and_how_loaded():
-    m = machine_record("cpu")
-    assert m["device"] == "cpu" and m["gpu"] is None and len(m["loadavg"]) == 3 and m["threads"] >= 1
-    assert set(m["cpu_flags"]) <= {"avx512_bf16", "amx_bf16", "avx512f", "avx2"} and m["machine_tag"]
 
 
 def test_fitting_batches_stop_at_the_first_out_of_memory():

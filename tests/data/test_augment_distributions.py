@@ -433,6 +433,44 @@ def test_gamma_draws_follow_the_gamma_law(alpha):
     assert stats.kstest(g.exp().numpy(), stats.gamma(alpha).cdf).pvalue > P_FLOOR
 
 
+def _np_marsaglia_tsang_log(alpha, z, u, u1):
+    """float64 numpy oracle of the log Gamma(alpha) draws for given proposals: row i keeps the first
+    j with V = (1 + c·z)^3 > 0 and log u < z²/2 + d − d·V + d·log V (Marsaglia & Tsang 2000,
+    d = alpha − 1/3, c = 1/sqrt(9d); for alpha < 1, Gamma(alpha + 1) boosted by U^(1/alpha))."""
+    boost = alpha < 1
+    d = (alpha + 1 if boost else alpha) - 1 / 3
+    c = 1 / np.sqrt(9 * d)
+    out, first = np.empty(len(z)), np.zeros(len(z), dtype=int)
+    for i in range(len(z)):
+        for j in range(z.shape[1]):
+            v = (1 + c * z[i, j]) ** 3
+            if v > 0 and np.log(u[i, j]) < 0.5 * z[i, j] ** 2 + d - d * v + d * np.log(v):
+                first[i] = j
+                break
+        out[i] = np.log(d * (1 + c * z[i, first[i]]) ** 3)
+    if boost:
+        out += np.log(u1) / alpha
+    return out, first
+
+
+@pytest.mark.parametrize("alpha", [0.3, 1.0, 2.5])
+def test_gamma_draws_keep_the_first_proposal_the_squeeze_test_accepts(alpha):
+    """The acceptance rule draw by draw: replaying the sampler's normals and uniforms through the
+    numpy oracle gives the same log draws, including the rows whose first proposals are rejected
+    (a rule that accepts everything, or nothing, keeps the first proposal there)."""
+    from mlplab.data.augment import _gamma_log
+
+    n, attempts = 3000, 16  # 16 proposals per draw by default: which numbers a seed gives depends on it
+    got = _gamma_log(alpha, n, gen(9), torch.device("cpu")).numpy()
+    replay = gen(9)
+    z = torch.randn(n, attempts, generator=replay, dtype=torch.float64).numpy()
+    u = torch.rand(n, attempts, generator=replay, dtype=torch.float64).numpy()
+    u1 = torch.rand(n, generator=replay, dtype=torch.float64).numpy()
+    want, first = _np_marsaglia_tsang_log(alpha, z, u, u1)
+    assert (first > 0).sum() >= 20  # the rule decides: some first proposals are rejected
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-12)
+
+
 def test_empty_erasing_draws_are_rejected():
     """Sides that round to 0 do not fit: with areas of a pixel or less many draws do, and a sample
     is erased (a non-empty rectangle) with probability 1 − (1 − q)^10, q the chance one draw fits."""

@@ -173,6 +173,54 @@ def test_a_state_file_holding_code_is_refused(tmp_path):
         load_checkpoint(tmp_path / "checkpoint", _linear(1))
 
 
+def test_the_state_file_is_read_weights_only_where_torch_defaults_to_unsafe_loading(tmp_path, monkeypatch):
+    """torch 2.1–2.5 (the project allows torch >= 2.1) load everything unless told weights_only=True
+    (None means False there): with that default, a state file holding code is still refused."""
+    real_load = torch.load
+
+    def torch_before_2_6_load(*args, weights_only=None, **kwargs):
+        return real_load(*args, weights_only=bool(weights_only), **kwargs)
+
+    save_checkpoint(tmp_path, _linear(0), _state(1))
+    torch.save({**_state(1), "path": PurePosixPath("x")}, tmp_path / "checkpoint" / STATE_FILE)
+    monkeypatch.setattr(torch, "load", torch_before_2_6_load)
+    with pytest.raises(CheckpointError, match=r"unreadable \(it holds objects other than tensors and plain types"):
+        load_checkpoint(tmp_path / "checkpoint", _linear(1))
+
+
+def test_a_state_file_written_on_a_gpu_resumes_on_a_machine_without_one(tmp_path, monkeypatch):
+    """A GPU run's optimiser state is saved as CUDA tensors; state.pt is mapped to the CPU on
+    load, so the run resumes on a CPU-only machine (and the trainer moves the state where it runs)."""
+    import torch.serialization
+
+    state = {**_state(1), "optimizer": {"state": {0: {"momentum_buffer": torch.arange(6.0).view(2, 3)}},
+                                        "param_groups": [{"lr": 0.1, "params": [0]}]}}
+    with monkeypatch.context() as m:  # torch.save tags each storage with its device: "cuda:0" here
+        m.setattr(torch.serialization, "location_tag", lambda storage: "cuda:0")
+        save_checkpoint(tmp_path, _linear(0), state)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    back = load_checkpoint(tmp_path / "checkpoint", _linear(1))
+    buf = back["optimizer"]["state"][0]["momentum_buffer"]
+    assert buf.device == torch.device("cpu") and torch.equal(buf, torch.arange(6.0).view(2, 3))
+
+
+def test_saved_weights_are_copied_to_the_cpu_first(tmp_path, monkeypatch):
+    """On a GPU the snapshot written to model.safetensors must not take a second copy of the weights
+    in GPU memory: every tensor is moved to the CPU before it is cloned and written."""
+    moved, real_to = [], torch.Tensor.to
+
+    def recording_to(self, *args, **kwargs):
+        moved.append(args[0] if args else kwargs.get("device"))
+        return real_to(self, *args, **kwargs)
+
+    model = _linear(0)
+    monkeypatch.setattr(torch.Tensor, "to", recording_to)
+    save_weights(model, tmp_path / MODEL_FILE)
+    monkeypatch.undo()
+    assert len(moved) == len(model.state_dict()) and all(d is not None and torch.device(d).type == "cpu" for d in moved)
+    assert all(torch.equal(load_file(str(tmp_path / MODEL_FILE))[k], v) for k, v in model.state_dict().items())
+
+
 def test_weights_carry_the_model_metadata_and_load_strictly(tmp_path):
     model = create_model("s_mixer", **SMALL)
     path = save_weights(model, tmp_path / "w.safetensors", metadata={"note": "x"})

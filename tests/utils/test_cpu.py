@@ -1,30 +1,10 @@
-"""The CPU's capabilities as read from /proc/cpuinfo (a written file stands in for it)."""
+"""The CPU's capabilities as read from /proc/cpuinfo (a written file stands in for it: the
+``cpuinfo`` fixture of conftest.py)."""
 import builtins
 
 import pytest
 
 from mlplab.utils import cpu
-
-
-def _forget():
-    """Drop what cpu.py read (it reads /proc/cpuinfo once per process)."""
-    cpu.cpu_info.cache_clear()
-    cpu._flags.cache_clear()
-
-
-@pytest.fixture
-def cpuinfo(monkeypatch, tmp_path):
-    """Write the text /proc/cpuinfo reads as: two processors, only the first counts."""
-    path = tmp_path / "cpuinfo"
-    real_open = builtins.open
-    monkeypatch.setattr(builtins, "open", lambda f, *a, **k: real_open(path if f == "/proc/cpuinfo" else f, *a, **k))
-
-    def write(vendor, flags):
-        _forget()
-        block = f"processor\t: {{}}\nvendor_id\t: {vendor}\nmodel name\t: Some CPU\nflags\t\t: {flags}\n\n"
-        path.write_text(block.format(0) + block.format(1).replace(flags, "other_flag"))
-    yield write
-    _forget()  # the rest of the suite sees the real CPU
 
 
 @pytest.mark.parametrize("flags, expect", [("fpu avx2 fma", False), ("avx2 avx512f avx512_bf16 x", True),
@@ -48,7 +28,8 @@ def test_first_processor_and_unreadable_file(cpuinfo, monkeypatch):
     assert info["vendor_id"] == "GenuineIntel" and info["model name"] == "Some CPU"
     assert info["flags"] == "avx512f avx512_bf16"  # not the second processor's
     monkeypatch.setattr(builtins, "open", lambda *a, **k: (_ for _ in ()).throw(OSError("no /proc")))
-    _forget()
+    cpu.cpu_info.cache_clear()  # read again
+    cpu._flags.cache_clear()
     assert set(cpu.cpu_info()) == {"machine"} and not cpu.cpu_has_native_bf16()
 
 

@@ -12,8 +12,6 @@ device (``torch.cuda.synchronize``) before reading the clock.
 """
 from __future__ import annotations
 
-import os
-import platform
 import statistics
 import time
 from typing import Any, Callable, Mapping, Sequence
@@ -21,7 +19,7 @@ from typing import Any, Callable, Mapping, Sequence
 import torch
 import torch.nn as nn
 
-from ..utils.cpu import cpu_has_native_bf16, cpu_info, machine_tag
+from ..utils.machine import machine_record  # re-exported: the record beside every timing
 
 __all__ = ["CLOCKS", "device_sync", "interleaved_times", "candidate_batches", "fitting_batches", "best_batch",
            "measure_inference", "machine_record"]
@@ -142,16 +140,3 @@ def measure_inference(models: Mapping[str, nn.Module], input_shapes: Mapping[str
         out[k] = {"latency_s": lat[k], "search": {str(b): search[(kk, b)] for kk, b in keys if kk == k},
                   "best_batch": best[k], "throughput": [best[k] / t for t in final[k]]}
     return out
-
-
-def machine_record(device: torch.device | str = "cpu") -> dict[str, Any]:
-    """What a reader needs to judge timings: CPU model and kind (``machine_tag``), native bf16,
-    torch and its threads, the load average, and the GPU when ``device`` is CUDA."""
-    device = torch.device(device)
-    flags = set(cpu_info().get("flags", "").split())
-    return {"cpu": cpu_info().get("model name") or platform.processor(), "machine_tag": machine_tag(),
-            "cpu_flags": sorted({"avx512_bf16", "amx_bf16", "avx512f", "avx2"} & flags),
-            "native_bf16": cpu_has_native_bf16(), "torch": torch.__version__, "threads": torch.get_num_threads(),
-            "loadavg": list(os.getloadavg()), "device": str(device),
-            "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
-            "time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}

@@ -1,0 +1,61 @@
+"""The machine a timing ran on, recorded beside the numbers so that a reader can judge them.
+
+One record for every timing the project writes: the inference experiment
+(:mod:`mlplab.experiments.specs.inference`, its ``machine``) and the benchmarks
+(``benchmarks/common.environment``, which keeps its published names of two keys).
+"""
+from __future__ import annotations
+
+import os
+import platform
+import time
+from typing import Any
+
+import torch
+
+from .cpu import cpu_has_native_bf16, cpu_info, machine_tag
+
+__all__ = ["MATMUL_FLAGS", "machine_record"]
+
+#: the /proc/cpuinfo flags that decide the fastest matmul path (``cpu_flags`` lists those present)
+MATMUL_FLAGS = frozenset({"avx512_bf16", "amx_bf16", "avx512f", "avx2"})
+
+
+def _cpu_capability() -> str:
+    """The vector ISA PyTorch's CPU kernels were dispatched to (``AVX512``, ``AVX2``, ...)."""
+    try:
+        return torch.backends.cpu.get_cpu_capability()
+    except AttributeError:  # a torch without torch.backends.cpu
+        return "unknown"
+
+
+def machine_record(device: torch.device | str = "cpu") -> dict[str, Any]:
+    """What a reader needs to judge timings made on ``device``:
+
+    * ``cpu`` (model name), ``machine_tag`` (family and matmul path, as in result file names),
+      ``cpu_flags`` (those of :data:`MATMUL_FLAGS` present), ``cpu_capability`` (PyTorch's
+      dispatch), ``native_bf16`` (AVX512-BF16 or AMX: bf16 faster than fp32), ``cpu_count``;
+    * ``torch``, ``python``, ``platform``, ``threads`` (``torch.get_num_threads()``);
+    * ``loadavg`` (1, 5, 15 min) and ``time_utc`` when recorded;
+    * ``device`` and ``gpu`` (its name when ``device`` is CUDA and one is present, else None).
+    """
+    device = torch.device(device)
+    info = cpu_info()
+    flags = set(info.get("flags", "").split())
+    cuda = device.type == "cuda" and torch.cuda.is_available()
+    return {
+        "cpu": info.get("model name") or platform.processor(),
+        "machine_tag": machine_tag(),
+        "cpu_flags": sorted(MATMUL_FLAGS & flags),
+        "cpu_capability": _cpu_capability(),
+        "native_bf16": cpu_has_native_bf16(),
+        "cpu_count": os.cpu_count(),
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "threads": torch.get_num_threads(),
+        "loadavg": list(os.getloadavg()),
+        "time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "device": str(device),
+        "gpu": torch.cuda.get_device_name(device) if cuda else None,
+    }
