@@ -17,6 +17,7 @@ from mlplab.errors import RunFailure
 
 huggingface_hub = pytest.importorskip("huggingface_hub")
 hub_constants = pytest.importorskip("huggingface_hub.constants")
+errors = pytest.importorskip("huggingface_hub.errors")
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "interop"
 REPO = "timm/mixer_b16_224.goog_in21k_ft_in1k"
@@ -184,3 +185,111 @@ def test_info_lists_the_published_weights_in_the_hub_cache(hub_cache):
     from mlplab.train.machine import _cached_weights
 
     assert _cached_weights() == [REPO.partition("/")[2]]
+
+
+class _Response:  # what huggingface_hub's HTTP errors carry
+    status_code, headers, url, request = 404, {}, "https://huggingface.co", None
+
+
+def _fake_hub(monkeypatch, tmp_path, outcome):
+    """``hf_hub_download`` answering ``outcome[name]``: an exception to raise, else the text of the file;
+    returns the calls ``(repo, name, revision, local_files_only)``."""
+    calls = []
+
+    def fake_download(repo, name, revision=None, local_files_only=False):
+        calls.append((repo, name, revision, local_files_only))
+        got = outcome.get(name, errors.LocalEntryNotFoundError(f"{name} not cached"))
+        if isinstance(got, Exception):
+            raise got
+        (tmp_path / name).write_text(got)
+        return str(tmp_path / name)
+
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", fake_download)
+    return calls
+
+
+
+def test_hub_download_names_a_missing_repository_or_revision(monkeypatch, tmp_path):
+    from mlplab.interop import hub
+
+    _fake_hub(monkeypatch, tmp_path, {"model.safetensors": errors.RepositoryNotFoundError("no", response=_Response())})
+    with pytest.raises(ValueError) as e:
+        hub.download("hf-hub:me/tiny")
+    assert str(e.value) == ("there is no Hub repository 'me/tiny' (or it is private or gated: log in with "
+                            "`hf auth login` or set HF_TOKEN)")
+    _fake_hub(monkeypatch, tmp_path, {"model.safetensors": errors.RevisionNotFoundError("no", response=_Response())})
+    with pytest.raises(ValueError) as e:
+        hub.download("hf-hub:me/tiny@v9")
+    assert str(e.value) == "the Hub repository 'me/tiny' has no revision 'v9'"
+    missing = errors.RemoteEntryNotFoundError("no", response=_Response())
+    _fake_hub(monkeypatch, tmp_path, {"model.safetensors": missing, "pytorch_model.bin": missing})
+    with pytest.raises(ValueError) as e:
+        hub.download("hf-hub:me/tiny")
+    assert str(e.value) == ("the Hub repository 'me/tiny' has neither model.safetensors nor pytorch_model.bin; "
+                            "it holds no weights mlplab reads")
+
+
+@pytest.mark.parametrize("offline", [False, True])
+def test_hub_download_says_why_the_weights_are_not_there(monkeypatch, tmp_path, offline):
+    from mlplab.interop import hub
+
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(hub_constants, "HF_HUB_OFFLINE", offline)
+    _fake_hub(monkeypatch, tmp_path, {"model.safetensors": ConnectionError("unreachable")})
+    with pytest.raises(RunFailure) as e:
+        hub.download("hf-hub:me/tiny@v1")
+    assert str(e.value) == (
+        f"cannot get the weights of hf-hub:me/tiny@v1: neither model.safetensors nor pytorch_model.bin is in the cache "
+        f"({tmp_path / 'cache'}) and {'HF_HUB_OFFLINE is set' if offline else 'the Hub could not be reached'} "
+        "(model.safetensors: ConnectionError; pytorch_model.bin: LocalEntryNotFoundError); download them where there "
+        "is internet (`hf download me/tiny`) and copy the cache, or give a local file")
+
+
+def test_hub_download_takes_the_pickle_and_the_config_of_the_same_revision(monkeypatch, tmp_path):
+    from mlplab.interop import hub
+
+    missing = errors.RemoteEntryNotFoundError("no", response=_Response())
+    calls = _fake_hub(monkeypatch, tmp_path, {"model.safetensors": missing, "pytorch_model.bin": "w",
+                                              "config.json": '{"architecture": "mlp"}'})
+    assert hub.download("hf-hub:me/tiny@v1") == (tmp_path / "pytorch_model.bin", {"architecture": "mlp"})
+    assert calls == [("me/tiny", "model.safetensors", "v1", False), ("me/tiny", "pytorch_model.bin", "v1", False),
+                     ("me/tiny", "config.json", "v1", False)]
+    # the Hub unreachable: the cached pickle, and the config from the cache only
+    calls = _fake_hub(monkeypatch, tmp_path, {"pytorch_model.bin": "w", "config.json": "[1, 2]"})
+    assert hub.download("hf-hub:me/tiny") == (tmp_path / "pytorch_model.bin", {})  # a config that is not a dict
+    assert calls == [("me/tiny", "model.safetensors", None, False), ("me/tiny", "pytorch_model.bin", None, True),
+                     ("me/tiny", "config.json", None, True)]
+    _fake_hub(monkeypatch, tmp_path, {"model.safetensors": "w"})  # no config.json
+    assert hub.download("hf-hub:me/tiny") == (tmp_path / "model.safetensors", {})
+
+
+def test_push_to_hub_creates_and_uploads_a_model_repository(monkeypatch):
+    calls = {}
+
+    class CommitInfo:
+        commit_url = "https://huggingface.co/me/tiny/commit/abc"
+
+    class FakeApi:
+        def __init__(self, **kw):
+            calls["api"] = kw
+
+        def create_repo(self, *args, **kw):
+            calls["create"] = (args, kw)
+
+        def upload_folder(self, **kw):
+            folder = Path(kw["folder_path"])
+            calls["upload"] = {**kw, "files": sorted(p.name for p in folder.iterdir())}
+            calls["folder"] = folder
+            return CommitInfo()
+
+    monkeypatch.setattr(huggingface_hub, "HfApi", FakeApi)
+    model = mlplab.create_model("mlp", image_size=4, width=8, depth=1)
+    assert mlplab.push_to_hub(model, "me/tiny", token="t0k", revision="v2") == CommitInfo.commit_url
+    folder = calls.pop("folder")
+    assert calls == {"api": {"token": "t0k"},
+                     "create": (("me/tiny",), {"private": False, "exist_ok": True, "repo_type": "model"}),
+                     "upload": {"repo_id": "me/tiny", "folder_path": str(folder), "commit_message": "Upload mlplab model",
+                                "revision": "v2", "repo_type": "model",
+                                "files": ["README.md", "config.json", "model.safetensors"]}}
+    # written under a temporary folder named for mlplab, removed after the upload
+    assert folder.name == "repo" and folder.parent.name.startswith("mlplab-hub-") and not folder.parent.exists()

@@ -595,3 +595,210 @@ def test_hub_ids_pretrained_arguments_and_overrides(tmp_path):
     assert (model.config.act, model.config.norm_eps, model.config.num_classes) == ("gelu_tanh", 1e-6, 5)
     with pytest.raises(ValueError, match="^in_chans=None, image_size=5 do not match the checkpoint's input width"):
         mlplab.load_pretrained(FIX / "scaling_mlp.pth", image_size=5)  # overrides reach the converter
+
+
+def _tiny_mixer(**kw):
+    return mlplab.create_model("mlp_mixer", image_size=8, patch_size=4, hidden_dim=4, depth=1, **kw)
+
+
+def test_a_shape_mismatch_names_the_overrides_that_change_the_architecture():
+    tiny = FIX / "timm_mixer.safetensors"  # image 32, patch 8, C 16, D_S 8, D_C 32, 2 blocks, 5 classes
+    with pytest.raises(ValueError) as e:
+        mlplab.load_pretrained(tiny, hidden_dim=32, depth=2)  # depth=2 is the checkpoint's own: not named
+    assert str(e.value) == ("tensor 'stem.proj.weight' is (16, 192) in the checkpoint but (32, 192) in the model: "
+                            "the overrides {'hidden_dim': 32} change the architecture")
+    with pytest.raises(ValueError) as e:
+        mlplab.load_pretrained(tiny, image_size=64)
+    assert str(e.value) == ("tensor 'blocks.0.token_mixing.inner.fc1.weight' is (8, 16) in the checkpoint but (8, 64) "
+                            "in the model: the overrides {'image_size': 64} change the architecture; to fine-tune at "
+                            "a higher resolution use mlplab.expand_resolution(model, K)")
+    with pytest.raises(ValueError) as e:
+        mlplab.create_model("mlp_mixer", pretrained=tiny)  # the registered default sizes, no override
+    assert str(e.value) == ("tensor 'stem.proj.weight' is (16, 192) in the checkpoint but (64, 48) in the model: "
+                            "the inferred architecture does not fit")
+
+
+def test_loading_names_the_missing_and_unexpected_tensors():
+    from mlplab.interop import build_pretrained
+    from mlplab.interop.common import Imported
+
+    model = _tiny_mixer(num_classes=3)
+    names = list(model.state_dict())
+    gone = [k for k in names if k.startswith("blocks.0.")]  # 12 tensors, in the model's order
+    extra = [f"extra.{i}" for i in range(7)]
+    state = {**{k: v for k, v in model.state_dict().items() if k not in gone}, **{k: torch.zeros(1) for k in extra}}
+    kw = dict(image_size=8, patch_size=4, hidden_dim=4, depth=1, num_classes=3)
+    with pytest.raises(ValueError) as e:
+        build_pretrained(Imported("mlp_mixer", kw, state, "timm"))
+    assert str(e.value) == (f"the timm checkpoint does not fit model 'mlp_mixer': missing {gone[:5]}, "
+                            f"unexpected {extra[:5]}")
+    only_missing = {k: v for k, v in state.items() if k not in extra}
+    with pytest.raises(ValueError, match=r"^the timm checkpoint does not fit model 'mlp_mixer': missing \['blocks"):
+        build_pretrained(Imported("mlp_mixer", kw, only_missing, "timm"))
+    with pytest.raises(ValueError, match=r"missing \['blocks.0.norm1.weight'"):  # a new head excuses the head only
+        build_pretrained(Imported("mlp_mixer", kw, only_missing, "timm"), num_classes=4)
+    head_bias = {k: v for k, v in model.state_dict().items() if k != "head.bias"}
+    with pytest.raises(ValueError, match=r"missing \['head.bias'\], unexpected \[\]$"):
+        build_pretrained(Imported("mlp_mixer", kw, head_bias, "timm"))
+
+
+def test_loading_keeps_the_recorded_input_settings_only():
+    from mlplab.interop import build_pretrained
+    from mlplab.interop.common import Imported
+
+    model = _tiny_mixer(num_classes=3)
+    settings = {"mean": [0.1, 0.2, 0.3], "std": (0.4, 0.5, 0.6), "interpolation": "bilinear", "crop_pct": 0.9,
+                "tag": "t1", "hf_hub_id": "me/tiny", "license": "mit"}
+    imp = Imported("mlp_mixer", dict(image_size=8, patch_size=4, hidden_dim=4, depth=1, num_classes=3),
+                   model.state_dict(), "timm", pretrained_cfg={**settings, "architecture": "other", "extra": 1})
+    cfg = build_pretrained(imp, source="here").pretrained_cfg
+    assert {k: cfg[k] for k in settings} == {**settings, "mean": (0.1, 0.2, 0.3)}
+    assert cfg["architecture"] == "mlp_mixer" and "extra" not in cfg and cfg["source"] == "here"
+    imp.pretrained_cfg = {"crop_pct": None}  # an unknown setting keeps the model's own
+    assert build_pretrained(imp).pretrained_cfg["crop_pct"] == 1.0
+
+
+def test_format_errors_list_every_format():
+    from mlplab.interop import detect_format, read_checkpoint
+
+    with pytest.raises(ValueError) as e:
+        detect_format({"a": _z(1)})
+    assert str(e.value) == (
+        "cannot tell the checkpoint's format: it holds 1 tensor(s) named like 'a'. Expected one of "
+        f"mlplab: {native.EXPECTED}; timm: {timm.EXPECTED}; flax: {flax.EXPECTED}; scaling_mlps: {scaling_mlps.EXPECTED}")
+    with pytest.raises(ValueError) as e:
+        read_checkpoint(FIX / "timm_mixer.safetensors", format="onnx")
+    assert str(e.value) == "unknown checkpoint format 'onnx'; choose auto, mlplab, timm, flax, scaling_mlps"
+
+
+def test_a_hub_source_takes_the_published_tags_architecture_and_settings(monkeypatch):
+    from mlplab.interop import hub, read_checkpoint
+
+    asked = []
+
+    def fake_download(source, config=None):
+        asked.append(source)
+        return FIX / "timm_mixer.safetensors", dict(config or {})
+
+    monkeypatch.setattr(hub, "download", fake_download)
+    imp = read_checkpoint("hf-hub:timm/mixer_b16_224.miil_in21k@v2")  # no config.json: the registered tag's
+    assert asked == ["hf-hub:timm/mixer_b16_224.miil_in21k@v2"] and imp.model_name == "mixer_b16_224"
+    assert {k: imp.pretrained_cfg[k] for k in ("tag", "hf_hub_id", "mean", "interpolation", "license")} == {
+        "tag": "miil_in21k", "hf_hub_id": "timm/mixer_b16_224.miil_in21k", "mean": (0.0, 0.0, 0.0),
+        "interpolation": "bilinear", "license": "apache-2.0"}
+    assert read_checkpoint("hf-hub:me/tiny").model_name == "mlp_mixer"  # not a registered repository
+    monkeypatch.setattr(hub, "download", lambda s: fake_download(s, {
+        "architecture": "mixer_l16_224", "pretrained_cfg": {"mean": [0.25] * 3, "crop_pct": None}}))
+    imp = read_checkpoint("hf-hub:timm/mixer_b16_224.goog_in21k")
+    assert imp.model_name == "mixer_l16_224"  # the repository's config.json names the architecture
+    assert imp.pretrained_cfg["mean"] == [0.25] * 3 and imp.pretrained_cfg["crop_pct"] == 0.875
+    from mlplab.models import registry
+
+    monkeypatch.setattr(registry, "_PRETRAINED", dict(registry._PRETRAINED))
+    registry.register_pretrained("mixer_b16_224.in1k.v2", hf_hub_id="me/v2", num_classes=5, mean=(0.5,), std=(0.5,))
+    monkeypatch.setattr(hub, "download", fake_download)
+    assert read_checkpoint("hf-hub:me/v2").model_name == "mixer_b16_224"  # ARCH is what precedes the first dot
+
+
+def test_a_hub_layout_folder_reads_its_config(tmp_path):
+    import json
+    import shutil
+
+    from mlplab.interop import read_checkpoint
+
+    folder = tmp_path / "timm_repo"  # a timm repository copied from the Hub
+    folder.mkdir()
+    shutil.copy(FIX / "timm_mixer.safetensors", folder / "model.safetensors")
+    (folder / "config.json").write_text(json.dumps({"architecture": "mixer_b16_224",
+                                                    "pretrained_cfg": {"mean": [0.3, 0.3, 0.3]}}))
+    imp = read_checkpoint(folder)
+    assert imp.model_name == "mixer_b16_224" and imp.pretrained_cfg["mean"] == [0.3, 0.3, 0.3]
+    flax_folder = tmp_path / "flax_repo"  # the architecture renames timm's files only
+    flax_folder.mkdir()
+    shutil.copy(FIX / "flax_mixer.npz", flax_folder / "weights.npz")
+    (flax_folder / "config.json").write_text(json.dumps({"architecture": "mixer_b16_224"}))
+    assert read_checkpoint(flax_folder).model_name == "mlp_mixer"
+
+
+def test_save_pretrained_names_timms_architecture_and_the_suffix_it_needs(tmp_path):
+    import json
+
+    # an mlp_mixer of S/32's patch, width and depth is timm's mixer_s32_224
+    model = mlplab.create_model("mlp_mixer", image_size=64, patch_size=32, hidden_dim=512, depth=8, token_hidden=2,
+                                channel_hidden=64, norm_eps=1e-6, act="gelu", num_classes=5)
+    config = json.loads((mlplab.save_pretrained(model, tmp_path / "repo", hub_layout=True) / "config.json").read_text())
+    assert config["architecture"] == "mixer_s32_224" and config["model_args"]["img_size"] == 64
+    with pytest.raises(ValueError) as e:
+        mlplab.save_pretrained(model, tmp_path / "m.pth")
+    assert str(e.value) == ("save_pretrained writes safetensors; name the file *.safetensors, not 'm.pth' "
+                            "(or pass hub_layout=True to write a Hub folder)")
+
+
+def test_the_hub_config_leaves_out_the_local_source_and_a_missing_head(tmp_path):
+    import json
+
+    model = mlplab.load_pretrained(FIX / "timm_mixer.safetensors")
+    assert model.pretrained_cfg["source"] == str(FIX / "timm_mixer.safetensors")
+    config = json.loads((mlplab.save_pretrained(model, tmp_path / "a", hub_layout=True) / "config.json").read_text())
+    assert "source" not in config["pretrained_cfg"] and config["num_features"] == 16
+    model.reset_classifier(0)  # no head: pooled features out
+    config = json.loads((mlplab.save_pretrained(model, tmp_path / "b", hub_layout=True) / "config.json").read_text())
+    assert config["num_features"] is None and config["num_classes"] == 0
+    del model.pretrained_cfg  # a model without input settings saves too
+    config = json.loads((mlplab.save_pretrained(model, tmp_path / "c", hub_layout=True) / "config.json").read_text())
+    assert config["pretrained_cfg"] == {} and "mlplab_pretrained_cfg" not in native.model_metadata(model)
+
+
+@pytest.mark.parametrize("name", ["w.safetensors", "w.npz", "w.pth", "w.pt", "w.bin"])
+def test_a_folder_with_one_weights_file_resolves_to_it(tmp_path, name):
+    (tmp_path / name).write_bytes(b"")
+    (tmp_path / "notes.txt").write_text("")
+    assert resolve_weights_path(tmp_path) == tmp_path / name
+
+
+def test_native_refuses_a_file_without_its_metadata():
+    with pytest.raises(ValueError) as e:
+        native.to_mlplab({"w": _z(1)}, {"mlplab_model": "mlp"})
+    assert str(e.value) == ("this safetensors file has no 'mlplab_model'/'mlplab_config' metadata; it was not written "
+                            "by mlplab.save_pretrained (or a run checkpoint); pass its format explicitly")
+
+
+def test_timm_names_the_missing_or_misshapen_stem():
+    t = _timm_dict()
+    t["stem.proj.weight"] = _z(3, 8)
+    with pytest.raises(ValueError) as e:
+        timm.to_mlplab(t)
+    assert str(e.value) == "timm tensor 'stem.proj.weight' has shape (3, 8), expected 4 dimensions"
+    del t["stem.proj.weight"]
+    with pytest.raises(ValueError) as e:
+        timm.to_mlplab(t)
+    assert str(e.value) == "timm checkpoint lacks tensor 'stem.proj.weight'"
+
+
+def test_pytorch_files_load_on_the_cpu_with_weights_only(tmp_path, monkeypatch):
+    # torch < 2.6 (allowed) defaults to weights_only=False, and a file saved on a GPU loads there without map_location
+    seen = []
+    real_load = torch.load
+
+    def recording_load(*args, **kwargs):
+        seen.append(kwargs)
+        return real_load(*args, **kwargs)
+
+    torch.save({"w": torch.ones(2)}, tmp_path / "w.pth")
+    monkeypatch.setattr(torch, "load", recording_load)
+    assert torch.equal(read_tensors(tmp_path / "w.pth")[0]["w"], torch.ones(2))
+    assert seen == [{"map_location": "cpu", "weights_only": True}]
+
+
+def test_written_tensors_are_moved_to_the_cpu(tmp_path):
+    moved = []
+
+    class Recording(torch.Tensor):  # what a CUDA tensor would be asked: where to go
+        @classmethod
+        def __torch_function__(cls, func, types, args=(), kwargs=None):
+            if func is torch.Tensor.to:
+                moved.append(args[1:])
+            return super().__torch_function__(func, types, args, kwargs or {})
+
+    out = write_tensors(tmp_path / "t.safetensors", {"t": torch.ones(2).as_subclass(Recording)})
+    assert moved == [("cpu",)] and torch.equal(read_tensors(out)[0]["t"], torch.ones(2))

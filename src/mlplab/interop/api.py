@@ -152,10 +152,9 @@ def create_model(name: str, pretrained: bool | str | os.PathLike = False, **over
 def _load_into(model: nn.Module, imp: Imported, overrides: dict[str, Any], source: str) -> nn.Module:
     """Load ``imp``'s weights into ``model`` (a new head when the class counts differ) and record
     where they came from in ``model.pretrained_cfg``."""
-    classes = getattr(model.config, "num_classes", None)
-    new_head = "head.weight" not in imp.state or classes != imp.state["head.weight"].shape[0]
+    new_head = "head.weight" not in imp.state or model.config.num_classes != imp.state["head.weight"].shape[0]
     state = {k: v for k, v in imp.state.items() if not (new_head and k in _HEAD)}
-    _check_shapes(model, state, imp, overrides, new_head)
+    _check_shapes(model, state, imp, overrides)
     missing, unexpected = model.load_state_dict(state, strict=False)
     missing = [k for k in missing if not (new_head and k in _HEAD)]
     if missing or unexpected:
@@ -168,8 +167,7 @@ def _load_into(model: nn.Module, imp: Imported, overrides: dict[str, Any], sourc
     return model
 
 
-def _check_shapes(model: nn.Module, state: dict[str, torch.Tensor], imp: Imported, overrides: dict,
-                  new_head: bool) -> None:
+def _check_shapes(model: nn.Module, state: dict[str, torch.Tensor], imp: Imported, overrides: dict) -> None:
     own = model.state_dict()
     for k, v in state.items():
         if k in own and own[k].shape != v.shape:
@@ -212,7 +210,7 @@ def save_pretrained(model: nn.Module, path: str | os.PathLike, hub_layout: bool 
 def _hub_config(model: nn.Module) -> dict[str, Any]:
     cfg = dict(getattr(model, "pretrained_cfg", None) or {})
     head = model.head
-    return {"architecture": model.model_name, "num_classes": getattr(model.config, "num_classes", None),
+    return {"architecture": model.model_name, "num_classes": model.config.num_classes,
             "num_features": head.in_features if isinstance(head, nn.Linear) else None, "global_pool": "avg",
             "library_name": "mlplab", "mlplab_version": __version__,
             "model_config": dataclasses.asdict(model.config),
@@ -254,4 +252,4 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, from_format: str = "
     model = load_pretrained(src, from_format, **overrides)
     if to == "mlplab":
         return save_pretrained(model, dst)
-    return write_tensors(dst, to_timm(model), metadata={"format": "pt"} if str(dst).endswith(".safetensors") else None)
+    return write_tensors(dst, to_timm(model), metadata={"format": "pt"})  # metadata: safetensors only
