@@ -9,6 +9,7 @@ import torch
 from mlplab.data import PackedLoader, StreamingLoader
 from mlplab.data import loader as loader_mod
 from mlplab.data.packed import Pack
+from mlplab.data.augment import crop_flip_host
 from mlplab.data.resized_crop import resized_crop_boxes
 
 from loader_helpers import AUG, B, LABELS, InMemory, write_pack
@@ -68,3 +69,35 @@ def test_crop_boxes_follow_the_generators_device_not_the_default_device():
     with torch.device("meta"):  # a user's default device (e.g. torch.set_default_device("cuda"))
         got = resized_crop_boxes(64, 28, 32, torch.Generator().manual_seed(3))
     assert got.device.type == "cpu" and got.dtype == torch.int64 and torch.equal(got, want)
+
+
+@pytest.mark.parametrize("kind", ["streaming", "packed"])
+def test_labels_and_indices_are_kept_on_the_host_as_int64(kind, tmp_path, monkeypatch):
+    """The epoch's order is drawn and sliced on the host, where the rows are read: indices (and a
+    pack's labels) given on a device are copied to the host as int64 (recorded: no GPU here)."""
+    pack = Pack(write_pack(tmp_path / "pack")).split("train")
+    idx, labels = torch.tensor([3, 1, 4], dtype=torch.int32), LABELS.int()
+    moved, to = [], torch.Tensor.to
+
+    def recording_to(self, *args, **kwargs):
+        if self is idx or self is labels:
+            moved.append(("indices" if self is idx else "labels", args, kwargs))
+        return to(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.Tensor, "to", recording_to)
+    if kind == "streaming":
+        lo = StreamingLoader(InMemory(), B, num_workers=0, indices=idx, device="meta")
+    else:
+        lo = PackedLoader(pack, labels, B, indices=idx, device="meta")
+    monkeypatch.undo()
+    want = [("indices", ("cpu", torch.long), {})] if kind == "streaming" else \
+        [("labels", ("cpu", torch.long), {}), ("indices", ("cpu", torch.long), {})]
+    assert moved == want and lo.indices.dtype == torch.int64 and lo.indices.device.type == "cpu"
+
+
+def test_the_host_crop_draws_on_the_host_whatever_the_default_device():
+    x = torch.randint(0, 256, (6, 1, 5, 5), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
+    want = crop_flip_host(x, 2, True, torch.Generator().manual_seed(1))
+    with torch.device("meta"):  # a user's default device (e.g. torch.set_default_device("cuda"))
+        got = crop_flip_host(x, 2, True, torch.Generator().manual_seed(1))
+    assert got.device.type == "cpu" and torch.equal(got, want)
