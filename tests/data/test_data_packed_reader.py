@@ -178,6 +178,34 @@ def test_sha256_file_reads_in_chunks(tmp_path, size):
     assert sha256_file(path, chunk=8) == hashlib.sha256(data).hexdigest() == sha256_file(path)
 
 
+def test_sha256_file_holds_one_chunk_at_a_time(tmp_path, monkeypatch):
+    """A shard can be gigabytes: the checksum reads it chunk by chunk, never whole."""
+    from mlplab.data import packed
+
+    path = tmp_path / "f"
+    path.write_bytes(bytes(range(256)) * 4)
+    reads, real_open = [], open
+
+    class Recording:
+        def __init__(self, f):
+            self.f = f
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.f.close()
+
+        def read(self, n=-1):
+            block = self.f.read(n)
+            reads.append(len(block) if n is not None and n >= 0 else "whole file")
+            return block
+
+    monkeypatch.setattr(packed, "open", lambda p, mode="r": Recording(real_open(p, mode)), raising=False)
+    assert sha256_file(path, chunk=100) == hashlib.sha256(bytes(range(256)) * 4).hexdigest()
+    assert reads == [100] * 10 + [24, 0]
+
+
 def test_a_pack_path_may_start_with_the_home_folder(tmp_path, monkeypatch):
     monkeypatch.setenv("HOME", str(tmp_path))
     write_pack(tmp_path / "p")
