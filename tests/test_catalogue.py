@@ -431,11 +431,20 @@ def _env() -> dict[str, str]:
     return env
 
 
+def _foreground_signals() -> None:
+    """In the child: Ctrl-C's default disposition, as in a terminal's foreground job (a suite
+    started in the background, e.g. ``nohup ... &``, passes SIGINT on ignored)."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _mlplab(args: list[str], **kw):
     """``mlplab ARGS`` in a child process (signals and resource limits act on it alone)."""
     import subprocess
     import sys
 
+    kw.setdefault("preexec_fn", _foreground_signals)
     return subprocess.Popen([sys.executable, "-m", "mlplab.cli", *args], env=_env(), text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kw)
 
