@@ -208,7 +208,6 @@ def _fake_hub(monkeypatch, tmp_path, outcome):
     return calls
 
 
-
 def test_hub_download_names_a_missing_repository_or_revision(monkeypatch, tmp_path):
     from mlplab.interop import hub
 
