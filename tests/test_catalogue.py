@@ -907,7 +907,6 @@ def _wait_for(predicate, proc, timeout: float = 300.0) -> None:
 @pytest.mark.parametrize("sig, status", [(2, 130), (15, 143)])
 def test_interrupting_train_says_where_it_stopped_and_how_to_continue(tmp_path, capsys, sig, status):
     import shlex
-    import signal as signal_
 
     out = tmp_path / "runs"
     argv = ["train", *TINY, f"run.out_dir={out}", "run.name=sig", "schedule.epochs=25"]
