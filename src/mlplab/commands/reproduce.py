@@ -2,6 +2,8 @@
 
     mlplab reproduce --list
     mlplab reproduce fig6 --scale cpu --jobs 2
+    mlplab reproduce fig6 --scale cpu --protocol          # print the protocol's hash and content
+    mlplab reproduce fig6 --scale cpu --confirm --jobs 2  # the frozen protocol on fresh seeds
     mlplab reproduce table1 --scale paper --dataset cifar100 --executor slurm --jobs 18
 """
 from __future__ import annotations
@@ -33,16 +35,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-report", action="store_true", help="run only; `mlplab report` later")
     parser.add_argument("--slurm", action="append", default=[], metavar="KEY=VALUE",
                         help="submitit parameter for --executor slurm (repeatable)")
+    parser.add_argument("--confirm", action="store_true",
+                        help="a confirmatory run: the frozen protocol on fresh seeds (refused when it is not frozen)")
+    parser.add_argument("--protocol", action="store_true",
+                        help="print the protocol (runs, seeds, claims, rules) and its hash, then stop")
+    parser.add_argument("--freeze", action="store_true",
+                        help="freeze the confirmatory protocol into experiments/data/protocols/ID.json (with --reason)")
+    parser.add_argument("--reason", default="", help="why this protocol is frozen (with --freeze)")
 
 
 @contextlib.contextmanager
-def _out_lock(id: str, scale: str, out: str | None) -> Iterator[None]:
+def _out_lock(id: str, scale: str, out: str | None, role: str = "exploratory") -> Iterator[None]:
     """Hold the experiment folder's lock; a folder made here and refused before any run is removed."""
     from ..experiments.executors import SWEEP_BUSY
     from ..experiments.registry import default_out_dir
     from ..utils.io import LOCK_FILE, folder_lock
 
-    folder = Path(out) if out else default_out_dir(id, scale)
+    folder = Path(out) if out else default_out_dir(id, scale, role)
     created = not folder.exists()
     folder.mkdir(parents=True, exist_ok=True)
     try:
@@ -52,6 +61,26 @@ def _out_lock(id: str, scale: str, out: str | None) -> Iterator[None]:
         if created and [p.name for p in folder.iterdir()] == [LOCK_FILE]:
             shutil.rmtree(folder, ignore_errors=True)
         raise
+
+
+def _protocol(args: argparse.Namespace) -> int:
+    """``--protocol`` (print) and ``--freeze`` (write) the protocol of one id."""
+    import json
+
+    from ..experiments.protocol import canonical
+    from ..experiments.registry import experiment_protocol, freeze_protocol
+
+    role = "confirmatory" if (args.confirm or args.freeze) else "exploratory"
+    if args.freeze:
+        h = freeze_protocol(args.id, args.scale, args.dataset, args.reason)
+        print(f"froze the {args.scale} protocol of {args.id}: {h} (commit src/mlplab/experiments/data/protocols/"
+              f"{args.id}.json before the confirmatory run)")
+        return 0
+    content, h = experiment_protocol(args.id, args.scale, args.dataset, role=role)
+    print(f"protocol {h} ({role}, {len(content['runs'])} runs, seeds {content['seeds']}, "
+          f"{len(content['claims'])} claims)")
+    print(json.dumps(json.loads(canonical(content)), indent=1, ensure_ascii=False))
+    return 0
 
 
 def run(args: argparse.Namespace) -> int:
@@ -64,6 +93,8 @@ def run(args: argparse.Namespace) -> int:
     if not args.id:
         print("mlplab reproduce: give an experiment id or --list", file=sys.stderr)
         return 2
+    if args.protocol or args.freeze:
+        return _protocol(args)
     exp = get_experiment(args.id)
     executor = args.executor or ("local" if args.jobs > 1 else "inline")
     parts = [exp.id, "--scale", args.scale]
@@ -73,12 +104,15 @@ def run(args: argparse.Namespace) -> int:
             parts += [flag, str(v)]
     for o in args.overrides:
         parts += ["--set", o]
+    if args.confirm:
+        parts.append("--confirm")
     cmd = "mlplab reproduce " + " ".join(shlex.quote(a) for a in parts)
     slurm = parse_overrides(args.slurm, what="--slurm", example="slurm_partition=gpu")
     overrides = parse_overrides(args.overrides, what="--set")
-    with _out_lock(exp.id, args.scale, args.out):  # a second reproduce of the same --out is refused before it writes
+    role = "confirmatory" if args.confirm else "exploratory"
+    with _out_lock(exp.id, args.scale, args.out, role):  # a second reproduce of the same --out is refused before it writes
         res = reproduce(exp.id, args.scale, dataset=args.dataset, out_dir=args.out, jobs=args.jobs, executor=executor,
-                        slurm=slurm, report=not args.no_report, command=cmd, overrides=overrides)
+                        slurm=slurm, report=not args.no_report, command=cmd, overrides=overrides, role=role)
     print(f"{res['out_dir']}: {len(res['status'])} runs, {len(res['failed'])} failed")
     if res["report"]:
         print(f"report: {res['report']}")
