@@ -1,5 +1,5 @@
 """mixer-weights and mixer-ablations (the MLP-Mixer supplement): the weight statistics on weights
-with known answers, the TOST rule, both analyses on made-up runs (HELD, DID NOT HOLD and
+with known answers, both analyses on made-up runs (HELD, DID NOT HOLD and
 UNDECIDED each reached), the plans at every scale, and mixer-weights end to end at smoke scale."""
 import math
 from pathlib import Path
@@ -10,7 +10,7 @@ import pytest
 from mlplab.experiments import estimate_cost, expand, plan_experiment
 from mlplab.experiments.aggregate import RunRecord
 from mlplab.experiments.specs.mixer_supplement import (EQUIVALENCE_MARGIN, VARIANTS, _analyse_ablations,
-                                                       _analyse_weights, equivalent, inverse_partners, mean_frequency,
+                                                       _analyse_weights, inverse_partners, mean_frequency,
                                                        paired_units)
 
 
@@ -62,24 +62,6 @@ def test_paired_units_sorts_low_frequency_first_with_partners():
     assert out.shape == (4, 4, 4)
     np.testing.assert_array_equal(out[:2], np.stack([const, -const]))  # the constant, then its inverse
     np.testing.assert_array_equal(out[2:], np.stack([checker, -checker]))  # scaled to max |w| = 1
-
-
-# ------------------------------------------------------------------ TOST
-
-
-def test_equivalent_reaches_each_verdict():
-    base = {0: 70.0, 1: 71.0, 2: 72.0, 3: 70.5}
-    near = {s: v + d for (s, v), d in zip(base.items(), (0.1, -0.1, 0.05, 0.0))}
-    far = {s: v + d for (s, v), d in zip(base.items(), (3.0, 3.2, 2.9, 3.1))}
-    noisy = {s: v + d for (s, v), d in zip(base.items(), (2.0, -2.5, 1.5, -0.5))}
-    held = equivalent(near, base, 1.0)
-    assert held.held is True and held.p < 0.05 and "TOST" in held.statistic
-    assert equivalent(far, base, 1.0).held is False
-    assert equivalent(noisy, base, 1.0).held is None
-    few = equivalent({0: 1.0, 1: 1.0}, {0: 1.0, 1: 1.0}, 1.0)
-    assert few.held is None and "fewer than 3" in few.detail
-    with pytest.raises(ValueError, match="margin"):
-        equivalent(near, base, -1.0)
 
 
 # ------------------------------------------------------------------ mixer-weights analysis

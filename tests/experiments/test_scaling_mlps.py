@@ -1,5 +1,5 @@
 """sm-table1 and sm-weights (Scaling MLPs Table 1, Figs. 10–11): the plans at every scale, the
-Holm-over-claims rule and the localisation measure r½ on made-up numbers with known answers, both
+localisation measure r½ on made-up numbers with known answers, both
 analyses on made-up runs, and both ids end to end at smoke scale."""
 import json
 from pathlib import Path
@@ -15,7 +15,7 @@ from mlplab.experiments.recipes import cpu_lr
 from mlplab.experiments.specs.scaling_mlps import (CLAIM_DA, CLAIM_EPOCHS, CLAIM_INV, CLAIM_W_DA, CLAIM_W_DATA, INV,
                                                    LOCALISED_BELOW, MLP,
                                                    _analyse_table1, _analyse_weights, half_energy_radius, initial_model,
-                                                   holm_over_claims, stem_unit_images, uniform_half_energy_radius)
+                                                   stem_unit_images, uniform_half_energy_radius)
 
 MANIFEST = {"scale": {"dataset": "made-up"}, "settings": {"units drawn": 4}}
 
@@ -77,35 +77,6 @@ def test_weights_plans_compare_da_and_data_size_at_equal_steps():
     shared = {k: v for k, v in by["DA, fewer images"].items() if not k.startswith("meta.")}
     assert any({k: v for k, v in o.items() if not k.startswith("meta.")} == shared for o in t1["table"])
     assert estimate_cost(plan)["est_s"] <= 30 * 60
-
-
-# ------------------------------------------------------------------------------ the rules
-
-
-def test_holm_over_claims_reaches_each_verdict():
-    lower = {s: 1.0 + 0.01 * s for s in range(5)}
-    higher = {s: 2.0 + 0.02 * s for s in range(5)}
-    v = holm_over_claims({"a < b": [("a − b", lower, higher)], "b < a": [("b − a", higher, lower)],
-                          "two seeds": [("a − b", {0: 1.0, 1: 1.0}, {0: 2.0, 1: 2.0})]})
-    assert v["a < b"].held is True and v["b < a"].held is False
-    assert v["two seeds"].held is None and "fewer than 3" in v["two seeds"].detail
-
-
-def test_holm_over_claims_adjusts_over_every_comparison_and_needs_all_of_a_claims():
-    # one comparison significant alone (p ≈ 0.03), with a flat one beside it: the claim needs both
-    rng = np.random.default_rng(0)
-    a = {s: float(x) for s, x in enumerate(rng.normal(0, 1, 6))}
-    b = {s: a[s] + 0.8 + 0.1 * (-1) ** s for s in range(6)}  # a clearly below b
-    flat = {s: a[s] + 0.3 * (-1) ** s for s in range(6)}  # no direction
-    v = holm_over_claims({"both": [("a − b", a, b), ("a − flat", a, flat)]})["both"]
-    assert v.held is None and set(v.extra["holm_claim"]) == {"a − b", "a − flat"}
-    alone = holm_over_claims({"one": [("a − b", a, b)]})["one"]
-    assert alone.held is True
-    # Holm: the smallest of k p-values is multiplied by k
-    tight = {s: a[s] + 0.5 + 0.45 * (-1) ** s for s in range(6)}
-    single = holm_over_claims({"x": [("a − tight", a, tight)]})["x"]
-    many = holm_over_claims({"x": [("a − tight", a, tight)], "y": [("a − flat", a, flat)]})["x"]
-    assert many.extra["holm_claim"]["a − tight"] == pytest.approx(min(1.0, 2 * single.p))
 
 
 def test_half_energy_radius_exact_values():

@@ -482,3 +482,122 @@ def exponent_in_interval(estimate: float, interval: tuple[float, float], publish
                  f"it excludes {', '.join(f'{f:g}' for f in far)}") + f"; bootstrap over {runs} {of}s")
     return Verdict(held=held, statistic=f"bootstrap over {of}s", effect=estimate, effect_name=what, interval=(lo, hi), n=runs,
                    detail=detail, kind="interval", n_of=of)
+
+
+# ---- rules moved from the spec files
+
+__all__ += ["all_of", "holm_over_claims", "equivalent", "all_hold"]
+
+
+def all_of(verdicts: Mapping[str, Verdict], *, unit: str = "") -> Verdict:
+    """Claim "it holds in every one of ``verdicts``" (per data size, per epoch budget): each one
+    test (``compare`` / ``trend``, with its one-sided ``p_claim`` and ``p_against``), Holm-corrected
+    together (``verdicts.holm_decision``): HELD if every test rejects, DID NOT HOLD if some reverse
+    test rejects, else UNDECIDED; any part without a test (fewer than 3 seeds) → UNDECIDED. The
+    statistics shown are the deciding part's, with its Holm-adjusted p."""
+    if not verdicts:
+        return Verdict(held=None, detail="nothing to test", unit=unit)
+    untested = [k for k, v in verdicts.items() if "p_claim" not in v.extra]
+    parts = "; ".join(f"{k}: {v.effect_name} {v.effect:+.3g}" for k, v in verdicts.items())
+    if untested:
+        n = min(v.n for v in verdicts.values())
+        return Verdict(held=None, n=n, detail=f"no test at {', '.join(untested)} (fewer than {MIN_SEEDS} seeds); {parts}",
+                       unit=unit)
+    names = list(verdicts)
+    pc, pa, held, p = holm_decision([verdicts[k].extra["p_claim"] for k in names],
+                                    [verdicts[k].extra["p_against"] for k in names])
+    deciding = names[int(np.argmax(pc))] if held is not False else names[int(np.argmin(pa))]
+    v = verdicts[deciding]
+    detail = "; ".join(f"{k}: {verdicts[k].effect_name} {verdicts[k].effect:+.3g} (Holm p {pc[i]:.2g}, reverse "
+                       f"{pa[i]:.2g})" for i, k in enumerate(names))
+    return dataclasses.replace(v, held=held, p=p, detail=f"deciding: {deciding}; {detail}",
+                               extra={**v.extra, "p_claim_holm": pc, "p_against_holm": pa, "deciding": deciding})
+
+
+def holm_over_claims(tests: Mapping[str, Sequence[tuple[str, Mapping[int, float], Mapping[int, float]]]], *,
+                     unit: str = "points") -> dict[str, Verdict]:
+    """Decide several claims at once, each by one or more seed-paired comparisons "a < b".
+
+    ``tests``: claim → [(what, a, b), ...] with ``a``, ``b`` seed → value. Every comparison is a
+    paired one-sided t-test (:func:`verdicts.compare`); the claim p-values of *all* comparisons of
+    all claims are Holm-adjusted together, and so are the reverse ones. A claim is HELD when every
+    one of its comparisons rejects at α after adjustment, DID NOT HOLD when some reverse test does,
+    UNDECIDED otherwise — and UNDECIDED without a test when some comparison has fewer than
+    ``MIN_SEEDS`` paired seeds. The verdict's statistic and effect are those of the claim's weakest
+    comparison (the largest adjusted claim p); ``extra`` holds every comparison's adjusted p."""
+    flat = [(claim, what, compare(a, b, what=what, unit=unit)) for claim, cs in tests.items() for what, a, b in cs]
+    ok = [v.n >= MIN_SEEDS and "p_claim" in v.extra for _, _, v in flat]
+    if any(ok):
+        idx = [i for i, o in enumerate(ok) if o]
+        pc = holm([flat[i][2].extra["p_claim"] for i in idx])
+        pa = holm([flat[i][2].extra["p_against"] for i in idx])
+        adj = {i: (c, a) for i, c, a in zip(idx, pc, pa)}
+    else:
+        adj = {}
+    out: dict[str, Verdict] = {}
+    for claim in tests:
+        mine = [i for i, (c, _, _) in enumerate(flat) if c == claim]
+        parts = [f"{flat[i][1]}: {flat[i][2].effect:+.3g} {unit}" + (
+            f" (Holm p {adj[i][0]:.2g}, reverse {adj[i][1]:.2g})" if i in adj else " (no test)") for i in mine]
+        detail = "; ".join(parts) + f"; Holm over {len(adj)} comparisons of {len(tests)} claims"
+        if not all(i in adj for i in mine):
+            n = min(flat[i][2].n for i in mine)
+            out[claim] = Verdict(held=None, n=n, effect=flat[mine[0]][2].effect, effect_name=flat[mine[0]][2].effect_name,
+                                 detail=f"fewer than {MIN_SEEDS} paired seeds for some comparison: no test; {detail}",
+                                 unit=unit)
+            continue
+        p_claim = max(adj[i][0] for i in mine)
+        p_against = min(adj[i][1] for i in mine)
+        held = True if p_claim < ALPHA else (False if p_against < ALPHA else None)
+        weakest = max(mine, key=lambda i: adj[i][0])
+        deciding = min(mine, key=lambda i: adj[i][1]) if held is False else weakest
+        v = flat[deciding][2]
+        out[claim] = dataclasses.replace(
+            v, held=held, p=p_claim if held is not False else p_against, detail=detail,
+            statistic=f"{v.statistic}, Holm over claims",
+            extra={**v.extra, "holm_claim": {flat[i][1]: adj[i][0] for i in mine},
+                   "holm_against": {flat[i][1]: adj[i][1] for i in mine}})
+    return out
+
+
+def equivalent(a: Mapping[int, float], b: Mapping[int, float], margin: float, *, what: str = "a − b",
+               unit: str = "") -> Verdict:
+    """Claim "a ≈ b within ±``margin``", seed-paired: two one-sided tests (TOST), each
+    :func:`verdicts.noninferior` at level α — a − b < margin and b − a < margin. HELD if both
+    reject (an intersection–union test: no correction needed); DID NOT HOLD if either difference
+    is significantly *beyond* the margin; else UNDECIDED (in particular: too few seeds, or an
+    interval wider than the margin). The effect is mean(a − b) with its 95% interval."""
+    up = noninferior(a, b, margin, what=what, unit=unit)
+    down = noninferior(b, a, margin, what=what, unit=unit)
+    name = f"mean {what} (equivalence margin ±{margin:g})"
+    if up.n < MIN_SEEDS:
+        return Verdict(held=None, effect=up.effect, effect_name=name, n=up.n,
+                       detail=f"fewer than {MIN_SEEDS} paired seeds: no test", unit=unit)
+    p_up, p_down = up.extra["p_claim"], down.extra["p_claim"]
+    if up.held and down.held:
+        held, p = True, max(p_up, p_down)
+    elif up.held is False or down.held is False:
+        held, p = False, min(up.extra["p_against"], down.extra["p_against"])
+    else:
+        held, p = None, max(p_up, p_down)
+    return Verdict(held=held, statistic=f"TOST, two paired one-sided t-tests (df = {up.n - 1})", value=up.value, p=p,
+                   effect=up.effect, effect_name=name, interval=up.interval, n=up.n,
+                   detail=f"p(a − b < +{margin:g}) = {p_up:.2g}, p(a − b > −{margin:g}) = {p_down:.2g}",
+                   extra={"p_upper": p_up, "p_lower": p_down, "margin": margin}, unit=unit)
+
+
+def all_hold(verdicts: Sequence[Verdict], what: str) -> Verdict:
+    """One verdict for a conjunction of interval verdicts (``what`` they decide together): HELD when
+    every one held, DID NOT HOLD when any did not, UNDECIDED otherwise; each part's ratio, interval
+    and word are its detail, their full records in ``extra["parts"]``."""
+    held = False if any(v.held is False for v in verdicts) else (True if verdicts and all(v.held for v in verdicts)
+                                                                  else None)
+    n = min((v.n for v in verdicts), default=0)
+
+    def part(v: Verdict) -> str:
+        ci = f" [{v.interval[0]:.3g}, {v.interval[1]:.3g}]" if v.interval else f" ({v.detail})"
+        return f"{v.effect_name} {v.effect:.3g}{ci} {v.word}"
+
+    return Verdict(held=held, statistic=f"{len(verdicts)} bootstrap 95% intervals of median ratios, all must hold",
+                   n=n, detail="; ".join(part(v) for v in verdicts), kind="interval", n_of="measurement",
+                   extra={"parts": [v.to_dict() for v in verdicts], "what": what})

@@ -22,10 +22,10 @@ from ..plots import Bars, draw
 from ..recipes import Scale
 from ..sweep import Sweep
 from ..tasks import task
-from ..verdicts import Verdict, deterministic, ratio_interval
+from ..verdicts import Verdict, all_hold, deterministic, ratio_interval
 
 __all__ = ["Timing", "SMInference", "MixerCost", "SM_INFERENCE", "MIXER_COST", "SM_PUBLISHED", "MIXER_PUBLISHED",
-           "inference_task", "all_hold", "build_model"]
+           "inference_task", "build_model"]
 
 
 @dataclass(frozen=True)
@@ -210,23 +210,6 @@ MIXER_PUBLISHED = {"Mixer-S/32": (11489, 5497), "Mixer-B/16": (1384, 516), "Mixe
                    "ViT-L/16": (280, 100), "Mixer-H/14": (194, 58)}
 MIXER_RATIO_FACTOR = 2.0  # a published ratio agrees with ours when it is within a factor 2 of our interval
 MIXER_ANCHOR = "Mixer-B/16"
-
-
-def all_hold(verdicts: Sequence[Verdict], what: str) -> Verdict:
-    """One verdict for a conjunction of interval verdicts (``what`` they decide together): HELD when
-    every one held, DID NOT HOLD when any did not, UNDECIDED otherwise; each part's ratio, interval
-    and word are its detail, their full records in ``extra["parts"]``."""
-    held = False if any(v.held is False for v in verdicts) else (True if verdicts and all(v.held for v in verdicts)
-                                                                  else None)
-    n = min((v.n for v in verdicts), default=0)
-
-    def part(v: Verdict) -> str:
-        ci = f" [{v.interval[0]:.3g}, {v.interval[1]:.3g}]" if v.interval else f" ({v.detail})"
-        return f"{v.effect_name} {v.effect:.3g}{ci} {v.word}"
-
-    return Verdict(held=held, statistic=f"{len(verdicts)} bootstrap 95% intervals of median ratios, all must hold",
-                   n=n, detail="; ".join(part(v) for v in verdicts), kind="interval", n_of="measurement",
-                   extra={"parts": [v.to_dict() for v in verdicts], "what": what})
 
 
 def _cost_claims(rows: dict[str, dict[str, Any]], device: str) -> list[Claim]:

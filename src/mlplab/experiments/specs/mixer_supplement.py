@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -19,10 +19,10 @@ from ..plots import Bars, Images, draw
 from ..recipes import Scale
 from ..sweep import Sweep, expand
 from ..tasks import task
-from ..verdicts import MIN_SEEDS, Verdict, compare, noninferior
+from ..verdicts import compare, equivalent
 from .common import loss_change, mixer, trained
 
-__all__ = ["mean_frequency", "inverse_partners", "equivalent", "paired_units", "weights_task", "VARIANTS"]
+__all__ = ["mean_frequency", "inverse_partners", "paired_units", "weights_task", "VARIANTS"]
 
 
 # ============================================================================ shared helpers
@@ -358,32 +358,6 @@ def mixer_weights(sc: Scale) -> Plan:
 
 
 # ============================================================================ mixer-ablations
-
-
-def equivalent(a: Mapping[int, float], b: Mapping[int, float], margin: float, *, what: str = "a − b",
-               unit: str = "") -> Verdict:
-    """Claim "a ≈ b within ±``margin``", seed-paired: two one-sided tests (TOST), each
-    :func:`verdicts.noninferior` at level α — a − b < margin and b − a < margin. HELD if both
-    reject (an intersection–union test: no correction needed); DID NOT HOLD if either difference
-    is significantly *beyond* the margin; else UNDECIDED (in particular: too few seeds, or an
-    interval wider than the margin). The effect is mean(a − b) with its 95% interval."""
-    up = noninferior(a, b, margin, what=what, unit=unit)
-    down = noninferior(b, a, margin, what=what, unit=unit)
-    name = f"mean {what} (equivalence margin ±{margin:g})"
-    if up.n < MIN_SEEDS:
-        return Verdict(held=None, effect=up.effect, effect_name=name, n=up.n,
-                       detail=f"fewer than {MIN_SEEDS} paired seeds: no test", unit=unit)
-    p_up, p_down = up.extra["p_claim"], down.extra["p_claim"]
-    if up.held and down.held:
-        held, p = True, max(p_up, p_down)
-    elif up.held is False or down.held is False:
-        held, p = False, min(up.extra["p_against"], down.extra["p_against"])
-    else:
-        held, p = None, max(p_up, p_down)
-    return Verdict(held=held, statistic=f"TOST, two paired one-sided t-tests (df = {up.n - 1})", value=up.value, p=p,
-                   effect=up.effect, effect_name=name, interval=up.interval, n=up.n,
-                   detail=f"p(a − b < +{margin:g}) = {p_up:.2g}, p(a − b > −{margin:g}) = {p_down:.2g}",
-                   extra={"p_upper": p_up, "p_lower": p_down, "margin": margin}, unit=unit)
 
 
 # the supplement's variants (models/mixer_variants.py) as overrides of the MLP-Mixer: every

@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -26,10 +26,10 @@ from ..plan import Plan, experiment
 from ..plots import Bars, Images, Panel, Series, draw
 from ..recipes import Scale
 from ..sweep import Sweep, product
-from ..verdicts import ALPHA, MIN_SEEDS, Verdict, compare, holm
+from ..verdicts import holm_over_claims
 from .common import TRAIN_COLUMNS, TRAIN_METRICS, err_rows, seed_table, trained
 
-__all__ = ["table1_models", "holm_over_claims", "LOCALISED_BELOW", "initial_model", "stem_unit_images", "half_energy_radius", "uniform_half_energy_radius"]
+__all__ = ["table1_models", "LOCALISED_BELOW", "initial_model", "stem_unit_images", "half_energy_radius", "uniform_half_energy_radius"]
 
 MLP, INV = "MLP", "MLP-Inv"
 
@@ -50,52 +50,6 @@ def table1_models(width: int, depth: int, expansion: float = 4.0) -> dict[str, d
 
 
 # ------------------------------------------------------------------------------ the statistics
-
-
-def holm_over_claims(tests: Mapping[str, Sequence[tuple[str, Mapping[int, float], Mapping[int, float]]]], *,
-                     unit: str = "points") -> dict[str, Verdict]:
-    """Decide several claims at once, each by one or more seed-paired comparisons "a < b".
-
-    ``tests``: claim → [(what, a, b), ...] with ``a``, ``b`` seed → value. Every comparison is a
-    paired one-sided t-test (:func:`verdicts.compare`); the claim p-values of *all* comparisons of
-    all claims are Holm-adjusted together, and so are the reverse ones. A claim is HELD when every
-    one of its comparisons rejects at α after adjustment, DID NOT HOLD when some reverse test does,
-    UNDECIDED otherwise — and UNDECIDED without a test when some comparison has fewer than
-    ``MIN_SEEDS`` paired seeds. The verdict's statistic and effect are those of the claim's weakest
-    comparison (the largest adjusted claim p); ``extra`` holds every comparison's adjusted p."""
-    flat = [(claim, what, compare(a, b, what=what, unit=unit)) for claim, cs in tests.items() for what, a, b in cs]
-    ok = [v.n >= MIN_SEEDS and "p_claim" in v.extra for _, _, v in flat]
-    if any(ok):
-        idx = [i for i, o in enumerate(ok) if o]
-        pc = holm([flat[i][2].extra["p_claim"] for i in idx])
-        pa = holm([flat[i][2].extra["p_against"] for i in idx])
-        adj = {i: (c, a) for i, c, a in zip(idx, pc, pa)}
-    else:
-        adj = {}
-    out: dict[str, Verdict] = {}
-    for claim in tests:
-        mine = [i for i, (c, _, _) in enumerate(flat) if c == claim]
-        parts = [f"{flat[i][1]}: {flat[i][2].effect:+.3g} {unit}" + (
-            f" (Holm p {adj[i][0]:.2g}, reverse {adj[i][1]:.2g})" if i in adj else " (no test)") for i in mine]
-        detail = "; ".join(parts) + f"; Holm over {len(adj)} comparisons of {len(tests)} claims"
-        if not all(i in adj for i in mine):
-            n = min(flat[i][2].n for i in mine)
-            out[claim] = Verdict(held=None, n=n, effect=flat[mine[0]][2].effect, effect_name=flat[mine[0]][2].effect_name,
-                                 detail=f"fewer than {MIN_SEEDS} paired seeds for some comparison: no test; {detail}",
-                                 unit=unit)
-            continue
-        p_claim = max(adj[i][0] for i in mine)
-        p_against = min(adj[i][1] for i in mine)
-        held = True if p_claim < ALPHA else (False if p_against < ALPHA else None)
-        weakest = max(mine, key=lambda i: adj[i][0])
-        deciding = min(mine, key=lambda i: adj[i][1]) if held is False else weakest
-        v = flat[deciding][2]
-        out[claim] = dataclasses.replace(
-            v, held=held, p=p_claim if held is not False else p_against, detail=detail,
-            statistic=f"{v.statistic}, Holm over claims",
-            extra={**v.extra, "holm_claim": {flat[i][1]: adj[i][0] for i in mine},
-                   "holm_against": {flat[i][1]: adj[i][1] for i in mine}})
-    return out
 
 
 # ------------------------------------------------------------------------------ first-layer units

@@ -7,7 +7,6 @@ Both ids run in two stages: the pre-training sweep, then sweeps that read its ru
 the ``match`` derived key over the pre-training sweep's expanded runs (:func:`pretrained_rows`)."""
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,10 +23,10 @@ from ..plots import Bars, Panel, Series, draw
 from ..recipes import Scale
 from ..sweep import RunSpec, Sweep, expand, product
 from ..tasks import task
-from ..verdicts import ALPHA, MIN_SEEDS, Verdict, compare, holm_decision, trend
+from ..verdicts import all_of, compare, trend
 from .common import trained
 
-__all__ = ["finetune_task", "pretrained_rows", "all_of", "TRANSFER", "BATCH_SIZE", "TABLE2", "TABLE3"]
+__all__ = ["finetune_task", "pretrained_rows", "TRANSFER", "BATCH_SIZE", "TABLE2", "TABLE3"]
 
 # ----------------------------------------------------------------------------------- the tasks
 
@@ -71,31 +70,6 @@ def pretrained_rows(sweep: Sweep, keys: list[str], into: str) -> list[dict[str, 
 
 
 # ------------------------------------------------------------------------------- the verdict rule
-
-
-def all_of(verdicts: Mapping[str, Verdict], *, unit: str = "") -> Verdict:
-    """Claim "it holds in every one of ``verdicts``" (per data size, per epoch budget): each one
-    test (``compare`` / ``trend``, with its one-sided ``p_claim`` and ``p_against``), Holm-corrected
-    together (``verdicts.holm_decision``): HELD if every test rejects, DID NOT HOLD if some reverse
-    test rejects, else UNDECIDED; any part without a test (fewer than 3 seeds) → UNDECIDED. The
-    statistics shown are the deciding part's, with its Holm-adjusted p."""
-    if not verdicts:
-        return Verdict(held=None, detail="nothing to test", unit=unit)
-    untested = [k for k, v in verdicts.items() if "p_claim" not in v.extra]
-    parts = "; ".join(f"{k}: {v.effect_name} {v.effect:+.3g}" for k, v in verdicts.items())
-    if untested:
-        n = min(v.n for v in verdicts.values())
-        return Verdict(held=None, n=n, detail=f"no test at {', '.join(untested)} (fewer than {MIN_SEEDS} seeds); {parts}",
-                       unit=unit)
-    names = list(verdicts)
-    pc, pa, held, p = holm_decision([verdicts[k].extra["p_claim"] for k in names],
-                                    [verdicts[k].extra["p_against"] for k in names])
-    deciding = names[int(np.argmax(pc))] if held is not False else names[int(np.argmin(pa))]
-    v = verdicts[deciding]
-    detail = "; ".join(f"{k}: {verdicts[k].effect_name} {verdicts[k].effect:+.3g} (Holm p {pc[i]:.2g}, reverse "
-                       f"{pa[i]:.2g})" for i, k in enumerate(names))
-    return dataclasses.replace(v, held=held, p=p, detail=f"deciding: {deciding}; {detail}",
-                               extra={**v.extra, "p_claim_holm": pc, "p_against_holm": pa, "deciding": deciding})
 
 
 # ------------------------------------------------------------------------------- shared pieces
