@@ -7,7 +7,9 @@ import numpy as np
 import pytest
 
 from mlplab.experiments import estimate_cost, expand, plan_experiment, report_experiment, reproduce
-from mlplab.experiments.specs.inference import (MIXER_PUBLISHED, SM_PUBLISHED, TABLE4_MODELS, build_model)
+from mlplab.experiments.specs.mixer_cost import MIXER_PUBLISHED
+from mlplab.experiments.specs.sm_inference import SM_PUBLISHED, TABLE4_MODELS
+from mlplab.experiments.tasks import build_model
 from mlplab.models.counting import count_flops, count_params, measured_flops
 from mlplab.utils.io import atomic_write_json
 

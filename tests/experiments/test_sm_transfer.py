@@ -9,8 +9,9 @@ import torch
 
 from mlplab.experiments import estimate_cost, expand, plan_experiment, reproduce
 from mlplab.experiments.aggregate import RunRecord
-from mlplab.experiments.specs.sm_transfer import (TABLE2, TABLE3, _analyse_batch_size, _analyse_transfer,
-                                                  finetune_task)
+from mlplab.experiments.specs.sm_batch_size import _analyse_batch_size
+from mlplab.experiments.specs.sm_transfer import TABLE2, TABLE3, _analyse_transfer
+from mlplab.experiments.tasks import finetune_task
 
 IDS = ("sm-transfer", "sm-batch-size")
 
