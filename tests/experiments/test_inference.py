@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 
 from mlplab.experiments import estimate_cost, expand, plan_experiment, report_experiment, reproduce
-from mlplab.experiments.specs.inference import (MIXER_PUBLISHED, SM_PUBLISHED, TABLE4_MODELS, all_hold, build_model)
-from mlplab.experiments.verdicts import Verdict
+from mlplab.experiments.specs.mixer_cost import MIXER_PUBLISHED
+from mlplab.experiments.specs.sm_inference import SM_PUBLISHED, TABLE4_MODELS
+from mlplab.experiments.tasks import build_model
 from mlplab.models.counting import count_flops, count_params, measured_flops
 from mlplab.utils.io import atomic_write_json
 
@@ -60,16 +61,6 @@ def test_table4_flops_agree_with_flop_counter(label):
     m = build_model(spec)
     attention = m.attention_flops() if hasattr(m, "attention_flops") else 0
     assert count_flops(m) - attention == measured_flops(m, batch=1)
-
-
-def test_all_hold_combines_intervals():
-    def v(h):
-        return Verdict(held=h, kind="interval", n=5, effect_name="x")
-
-    assert all_hold([v(True), v(True)], "w").held is True
-    assert all_hold([v(True), v(None)], "w").held is None
-    assert all_hold([v(None), v(False)], "w").held is False
-    assert all_hold([], "w").held is None
 
 
 # ------------------------------------------------------------------ analyses on known answers

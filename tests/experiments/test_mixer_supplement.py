@@ -1,7 +1,6 @@
-"""mixer-weights and mixer-ablations (the MLP-Mixer supplement): the weight statistics on weights
-with known answers, the TOST rule, both analyses on made-up runs (HELD, DID NOT HOLD and
-UNDECIDED each reached), the plans at every scale, and mixer-weights end to end at smoke scale."""
-import math
+"""mixer-weights and mixer-ablations (the MLP-Mixer supplement): both analyses on made-up runs
+(HELD, DID NOT HOLD and UNDECIDED each reached), the plans at every scale, and both ids end to end
+at smoke scale (the weight statistics: tests/analysis/test_analysis_units.py)."""
 from pathlib import Path
 
 import numpy as np
@@ -9,77 +8,8 @@ import pytest
 
 from mlplab.experiments import estimate_cost, expand, plan_experiment
 from mlplab.experiments.aggregate import RunRecord
-from mlplab.experiments.specs.mixer_supplement import (EQUIVALENCE_MARGIN, VARIANTS, _analyse_ablations,
-                                                       _analyse_weights, equivalent, inverse_partners, mean_frequency,
-                                                       paired_units)
-
-
-# ------------------------------------------------------------------ weight statistics
-
-
-def test_mean_frequency_of_known_images():
-    h = w = 8
-    const = np.ones((h, w))
-    checker = (-1.0) ** np.add.outer(np.arange(h), np.arange(w))
-    cos3 = np.cos(2 * np.pi * 3 * np.arange(w) / w)[None, :].repeat(h, 0)  # 3 cycles along x
-    f = mean_frequency(np.stack([const, checker, cos3]))
-    assert f[0] == 0.0
-    assert f[1] == pytest.approx(math.sqrt(2) / 2, abs=1e-12)
-    assert f[2] == pytest.approx(3 / 8, abs=1e-12)
-    rgb = mean_frequency(np.stack([cos3, cos3, cos3], -1)[None])  # channels' power summed: same frequency
-    assert rgb[0] == pytest.approx(3 / 8, abs=1e-12)
-    assert math.isnan(mean_frequency(np.zeros((1, 4, 4)))[0])
-    with pytest.raises(ValueError, match="images must be"):
-        mean_frequency(np.zeros((4, 4)))
-
-
-def test_inverse_partners_finds_the_inverse():
-    a, b, c = np.eye(4)[0], np.eye(4)[1], np.eye(4)[2] + 0.5 * np.eye(4)[1]
-    W = np.stack([a, -a, b, c, np.zeros(4)])  # the zero row is left out
-    ip = inverse_partners(W, tau=0.5)
-    assert ip["units"] == 4 and list(ip["kept"]) == [0, 1, 2, 3]
-    assert ip["partner"][0] == 1 and ip["partner"][1] == 0
-    assert ip["min_cos"][0] == pytest.approx(-1.0)
-    assert ip["frac_inverse"] == 0.5  # units 0 and 1 have an inverse; 2 and 3 only a positive twin
-    assert ip["frac_closest_is_inverse"] == 0.5
-    with pytest.raises(ValueError, match="two nonzero units"):
-        inverse_partners(np.stack([a, np.zeros(4)]))
-
-
-def test_random_units_have_no_inverse_and_a_fair_coin_for_the_closest():
-    W = np.random.default_rng(0).standard_normal((400, 64))
-    ip = inverse_partners(W, tau=0.5)
-    assert ip["frac_inverse"] < 0.05
-    assert 0.4 < ip["frac_closest_is_inverse"] < 0.6
-
-
-def test_paired_units_sorts_low_frequency_first_with_partners():
-    const = np.ones((4, 4))
-    checker = (-1.0) ** np.add.outer(np.arange(4), np.arange(4))
-    imgs = np.stack([2 * checker, const, -checker, -3 * const])
-    ip = inverse_partners(imgs.reshape(4, -1))
-    out = paired_units(imgs, ip["partner"], 2)
-    assert out.shape == (4, 4, 4)
-    np.testing.assert_array_equal(out[:2], np.stack([const, -const]))  # the constant, then its inverse
-    np.testing.assert_array_equal(out[2:], np.stack([checker, -checker]))  # scaled to max |w| = 1
-
-
-# ------------------------------------------------------------------ TOST
-
-
-def test_equivalent_reaches_each_verdict():
-    base = {0: 70.0, 1: 71.0, 2: 72.0, 3: 70.5}
-    near = {s: v + d for (s, v), d in zip(base.items(), (0.1, -0.1, 0.05, 0.0))}
-    far = {s: v + d for (s, v), d in zip(base.items(), (3.0, 3.2, 2.9, 3.1))}
-    noisy = {s: v + d for (s, v), d in zip(base.items(), (2.0, -2.5, 1.5, -0.5))}
-    held = equivalent(near, base, 1.0)
-    assert held.held is True and held.p < 0.05 and "TOST" in held.statistic
-    assert equivalent(far, base, 1.0).held is False
-    assert equivalent(noisy, base, 1.0).held is None
-    few = equivalent({0: 1.0, 1: 1.0}, {0: 1.0, 1: 1.0}, 1.0)
-    assert few.held is None and "fewer than 3" in few.detail
-    with pytest.raises(ValueError, match="margin"):
-        equivalent(near, base, -1.0)
+from mlplab.experiments.specs.mixer_ablations import EQUIVALENCE_MARGIN, VARIANTS, _analyse_ablations
+from mlplab.experiments.specs.mixer_weights import _analyse_weights
 
 
 # ------------------------------------------------------------------ mixer-weights analysis

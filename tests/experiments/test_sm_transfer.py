@@ -9,9 +9,9 @@ import torch
 
 from mlplab.experiments import estimate_cost, expand, plan_experiment, reproduce
 from mlplab.experiments.aggregate import RunRecord
-from mlplab.experiments.specs.sm_transfer import (TABLE2, TABLE3, _analyse_batch_size, _analyse_transfer, all_of,
-                                                  finetune_task)
-from mlplab.experiments.verdicts import compare
+from mlplab.experiments.specs.sm_batch_size import _analyse_batch_size
+from mlplab.experiments.specs.sm_transfer import TABLE2, TABLE3, _analyse_transfer
+from mlplab.experiments.tasks import finetune_task
 
 IDS = ("sm-transfer", "sm-batch-size")
 
@@ -111,21 +111,6 @@ def test_finetune_starts_from_the_pretrained_body_with_a_new_head(tmp_path):
     body = [k for k in a if not k.startswith("head.")]
     assert body and all(torch.equal(a[k], b[k]) for k in body)  # frozen body: the pre-trained weights exactly
     assert not torch.equal(a["head.weight"], b["head.weight"])
-
-
-# ------------------------------------------------------------------------------------------ all_of
-
-
-def test_all_of_needs_every_part_and_holm():
-    down = {0: 1.0, 1: 2.0, 2: 3.0, 3: 4.0}
-    up = {s: v + 5.0 + 0.1 * s * s for s, v in down.items()}
-    held = all_of({"a": compare(down, up), "b": compare(down, up)})
-    assert held.held is True and len(held.extra["p_claim_holm"]) == 2
-    assert all_of({"a": compare(down, up), "b": compare(up, down)}).held is False
-    flat = {s: v + (0.3 if s % 2 else -0.3) for s, v in down.items()}
-    assert all_of({"a": compare(down, up), "b": compare(down, flat)}).held is None
-    two = all_of({"a": compare({0: 1.0, 1: 2.0}, {0: 3.0, 1: 4.0})})
-    assert two.held is None and "fewer than 3 seeds" in two.detail
 
 
 # ------------------------------------------------------------------------------ analyses, made up

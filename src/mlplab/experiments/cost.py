@@ -296,10 +296,26 @@ def inference_task_s(o: dict[str, Any], machine: Machine) -> float:
     return total
 
 
+def finetune_task_s(o: dict[str, Any], machine: Any) -> float:
+    """``finetune``: a training run of its overrides (the checkpoint's read is noise beside it)."""
+    scale = "paper" if machine == paper_machine() else "cpu"
+    ov = {k: v for k, v in o.items() if k != "pretrained"}
+    return spec_s(RunSpec("finetune", ov, task="train"), scale)
+
+
+MIXER_WEIGHTS_S = 2.0  # seconds per analysed run: two models' first blocks, a few small FFTs
+
+
+def mixer_weights_task_s(o: dict[str, Any], machine: Machine) -> float:
+    """``mixer_weights``: a fixed time per analysed run."""
+    return MIXER_WEIGHTS_S
+
+
 # the estimate of each registered task (``mlplab.experiments.tasks.TASKS``), by its name
 TASK_S = {"spectrum": spectrum_task_s, "normalised_spectrum": normalised_spectrum_task_s, "cka": cka_task_s,
           "pictures": pictures_task_s, "linear_eval": linear_eval_task_s, "implicit_bias": implicit_bias_task_s, "cost": cost_task_s,
-          "echo": echo_task_s, "inference": inference_task_s}
+          "echo": echo_task_s, "inference": inference_task_s, "finetune": finetune_task_s,
+          "mixer_weights": mixer_weights_task_s}
 
 
 def _hashable(v: Any) -> Any:

@@ -28,7 +28,7 @@ from .derived import derived_key
 from .protocol import CONFIRM_FIRST, CONFIRM_SEEDS, ROLES
 
 __all__ = ["SCALES", "Scale", "make_scale", "AUGMENT", "dataset_available", "CPU_SEEDS", "CPU_BATCH",
-           "DEFAULT_LR", "cpu_lr", "lr_search_table", "family_lr"]
+           "DEFAULT_LR", "cpu_lr", "lr_search_table", "family_lr", "preset"]
 
 CPU_SEEDS = 3  # seeds per point at cpu scale: the fewest the verdict rules test (verdicts.MIN_SEEDS);
 # experiments with small effects ask for 5 (fig2d, figS5, figS6-S8)
@@ -260,3 +260,12 @@ def make_scale(name: str, dataset: str | None, default_dataset: str, *, check_av
                         "learned W̃ ∈ R^{S×S0} (SkipLayer, docs/science.md §2), so every planned S is reached; where a "
                         "spec lists patch sizes they are divisors of 28 (1, 2, 4, 7, 14, 28)")
     return sc
+
+
+def preset(name: str) -> dict[str, Any]:
+    """The run-config preset ``name`` (:data:`mlplab.train.presets.CONFIGS`) as flat dotted
+    overrides: the published recipe a paper-scale plan starts from."""
+    from ..train.config import flatten
+    from ..train.presets import CONFIGS
+
+    return flatten(CONFIGS[name])

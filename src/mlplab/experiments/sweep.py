@@ -14,9 +14,11 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import os
 import re
 from collections import Counter
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 from ..errors import BadInput, BadType
@@ -25,7 +27,7 @@ from ..train.config import run_name
 
 __all__ = [
     "Axis", "product", "zip_axes", "Sweep", "RunSpec", "expand", "name_keys", "run_name",
-    "flatten_overrides", "nest_overrides", "DICT_KEYS", "sweep_from_dict", "load_sweep_file",
+    "flatten_overrides", "nest_overrides", "run_dir_overrides", "DICT_KEYS", "sweep_from_dict", "load_sweep_file",
 ]
 
 # Override keys whose value is a dict in the run config; ``key.sub`` entries fold into ``key``.
@@ -166,6 +168,12 @@ def nest_overrides(overrides: dict[str, Any]) -> dict[str, Any]:
         else:
             out[k] = v
     return out
+
+
+def run_dir_overrides(run_dir: str | os.PathLike) -> dict[str, Any]:
+    """The run-config keys that put a run's files in ``run_dir`` (``run.out_dir/run.name``)."""
+    run_dir = Path(run_dir)
+    return {"run.out_dir": str(run_dir.parent), "run.name": run_dir.name}
 
 
 def _json_eq_key(v: Any) -> str:

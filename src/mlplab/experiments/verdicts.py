@@ -46,7 +46,7 @@ import numpy as np
 
 __all__ = ["ALPHA", "TAIL", "MIN_SEEDS", "MIN_PAIRS", "POWER", "Verdict", "paired_t", "holm", "benjamini_hochberg",
            "compare", "trend", "noninferior", "equivalent", "lowest_of", "worst_of", "optimum_within", "exponent_vs_foil",
-           "paired_ratio", "median_interval", "deterministic", "detectable_effect", "seeds_needed", "verdict_word", "KINDS"]
+           "paired_ratio", "median_interval", "all_of", "deterministic", "detectable_effect", "seeds_needed", "verdict_word", "KINDS"]
 
 ALPHA = 0.05  # two-sided level of every decision
 TAIL = ALPHA / 2  # each direction's one-sided level
@@ -525,7 +525,7 @@ def paired_ratio(a: Sequence[float], b: Sequence[float], *, above: float | None 
     return Verdict(held=held, statistic="median of interleaved ratios, order-statistic interval", value=est, effect=est,
                    effect_name=name, interval=(lo, hi), n=len(r), unit=unit, kind="interval", n_of="pair",
                    detail=f"{len(r)} interleaved pairs; ratios {min(r):.3g}–{max(r):.3g}",
-                   extra={"bound": bound, "side": "above" if above is not None else "below"})
+                   extra={"bound": bound, "side": "above" if above is not None else "below", "ratios": r})
 
 
 def deterministic(value: float, *, expected: float | None = None, at_least: float | None = None,
@@ -592,3 +592,59 @@ def seeds_needed(effect: float, spread: float, power: float = POWER, max_n: int 
         else:
             lo = mid + 1
     return int(lo)
+
+
+# ----------------------------------------------------------------------------------- conjunctions
+
+
+def _interval_at(v: Verdict, level: float) -> tuple[float, float] | None:
+    """``v``'s interval at another ``level``: from the mean, spread and seeds of a t-based verdict,
+    from the stored ratios of a :func:`paired_ratio` one."""
+    if v.kind == "test" and v.n >= 2 and math.isfinite(v.spread):
+        from scipy.stats import t as student
+
+        q = float(student.ppf(1 - (1 - level) / 2, v.n - 1)) * v.spread / math.sqrt(v.n)
+        return v.effect - q, v.effect + q
+    if "ratios" in v.extra:
+        return median_interval(v.extra["ratios"], level)
+    return v.interval
+
+
+def all_of(verdicts: Mapping[str, Verdict], *, what: str = "every part", unit: str = "") -> Verdict:
+    """Claim "it holds in every one of ``verdicts``" (per data size, per epoch budget, per
+    reference model), an intersection–union test: HELD when every part is HELD at its own level
+    (no correction needed); DID NOT HOLD when some part is reversed at ``TAIL / k`` (t-based parts)
+    or its interval at 1 − ``ALPHA`` / k lies on the wrong side (interval parts); else UNDECIDED,
+    and UNDECIDED without a test when some part had none. The statistics shown are the deciding
+    part's: the weakest one's (HELD, UNDECIDED) or the reversed one's, with the matching interval."""
+    if not verdicts:
+        return Verdict(held=None, detail="nothing to test", unit=unit)
+    names, k = list(verdicts), len(verdicts)
+    words = "; ".join(f"{n}: {v.effect_name} {_g(v.effect)} {v.word}" for n, v in verdicts.items())
+    untested = [n for n, v in verdicts.items() if v.interval is None and not math.isfinite(v.p_claim)]
+    if untested:
+        return Verdict(held=None, n=min(v.n for v in verdicts.values()), unit=unit,
+                       detail=f"no test at {', '.join(untested)}; {words}", kind=verdicts[untested[0]].kind)
+    level = 1 - ALPHA / k
+    wide = {n: _interval_at(v, level) for n, v in verdicts.items()}
+    if all(v.kind == "test" for v in verdicts.values()):
+        p_claim = max(v.p_claim for v in verdicts.values())
+        p_against = min(1.0, k * min(v.p_against for v in verdicts.values()))
+        held = _decide(p_claim, p_against)
+        deciding = (min(names, key=lambda n: verdicts[n].p_against) if held is False
+                    else max(names, key=lambda n: verdicts[n].p_claim))
+    else:
+        def reversed_(n: str) -> bool:
+            lo, hi = wide[n]
+            bound, side = verdicts[n].extra.get("bound"), verdicts[n].extra.get("side")
+            return bound is not None and ((hi < bound) if side == "above" else (lo > bound))
+        rev = [n for n in names if reversed_(n)]
+        held = False if rev else (True if all(verdicts[n].held for n in names) else None)
+        p_claim, p_against = float("nan"), float("nan")
+        deciding = rev[0] if rev else next((n for n in names if not verdicts[n].held), names[0])
+    v = verdicts[deciding]
+    interval, lev = (wide[deciding], level) if held is False else (v.interval, v.level)
+    return _replace(v, held=held, p_claim=p_claim if math.isfinite(p_claim) else v.p_claim,
+                    p_against=p_against if math.isfinite(p_against) else v.p_against, interval=interval, level=lev,
+                    statistic=f"{what}: all {k} parts must hold; deciding: {deciding}; {v.statistic}",
+                    detail=words, extra={**v.extra, "deciding": deciding, "parts": k})

@@ -6,7 +6,6 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 
 from ..aggregate import RunRecord, group_runs, select
 from ..claims import Analysis, decided
@@ -82,7 +81,7 @@ def _analyse_fig2(runs: list[RunRecord], manifest: dict[str, Any]) -> Analysis:
             rr = [r for r in cka if r.get("meta.S") == S and abs(r.get("meta.p") - pval) < 1e-12]
             if rr:
                 res = rr[0].results
-                panels.append(Heatmap(f"S=C={S}: Mixer vs SW-MLP {p_lab}", np.array(res["matrix"]),
+                panels.append(Heatmap(f"S=C={S}: Mixer vs SW-MLP {p_lab}", res["matrix"],
                                       xlabels=res["layers_b"], ylabels=res["layers_a"], xlabel="SW-MLP layer",
                                       ylabel="Mixer layer"))
     table = sorted(rows, key=lambda r: (r["S=C"], -r["p"]))

@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 
 from ..aggregate import RunRecord, select
 from ..claims import Analysis, decided
+from ..measures import mean, mean_departure, sd
 from ..plan import Plan, experiment
 from ..plots import Panel, Series, draw
 from ..recipes import Scale
@@ -68,10 +68,10 @@ def _analyse_fig4(runs: list[RunRecord], manifest: dict[str, Any]) -> Analysis:
     for m in sorted(by_m):
         rr = by_m[m]
         srows.append({"m": m, "S": rr[0]["S"], "C": rr[0]["C"], "p": rr[0]["p"], "c_gamma": rr[0]["c_gamma"],
-                      "lambda_mixer": float(np.mean([x["lambda_mixer"] for x in rr])),
-                      "lambda_mixer_std": float(np.std([x["lambda_mixer"] for x in rr])),
-                      "lambda_sw": float(np.mean([x["lambda_sw"] for x in rr])),
-                      "lambda_sw_std": float(np.std([x["lambda_sw"] for x in rr])),
+                      "lambda_mixer": mean([x["lambda_mixer"] for x in rr]),
+                      "lambda_mixer_std": sd([x["lambda_mixer"] for x in rr]),
+                      "lambda_sw": mean([x["lambda_sw"] for x in rr]),
+                      "lambda_sw_std": sd([x["lambda_sw"] for x in rr]),
                       "sw_theory": rr[0]["sw_theory"], "seeds": len(rr)})
     panels = [Panel(f"{dataset_title(manifest)}: test error", "width m = S·C", "test error (%)", series, xscale="log")]
     if srows:
@@ -92,8 +92,7 @@ def _analyse_fig4(runs: list[RunRecord], manifest: dict[str, Any]) -> Analysis:
                               "per seed, the least-squares slope of λ_max(SW-MLP) against log2(m); one-sample t-test "
                               "of the per-seed slopes > 0", v, trained=False))
         # per seed, the Mixer's mean departure from c_γ over the widths: "stays at c_γ as m grows"
-        dep = {s: float(np.nanmean(np.abs(np.asarray(v_, dtype=float) - cg))) for s, v_ in lam_mx.items()
-               if np.isfinite(v_).any()}
+        dep = {s: d for s, v_ in lam_mx.items() if (d := mean_departure(v_, cg)) is not None}
         v = noninferior(dep, 0.0, LAMBDA_MARGIN * cg, what="mean over widths |λ_max(Mixer) − c_γ|")
         claims.append(decided(f"the Mixer's λ_max stays at c_γ = 1 + √γ = {cg:.3f} as the width grows",
                               f"per seed, the mean over the widths of |λ_max(Mixer) − c_γ|; one-sided t-test that it "

@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 
 from ..aggregate import RunRecord, select
 from ..claims import Analysis, decided
+from ..measures import mean
 from ..plan import Plan, experiment
 from ..plots import Panel, Series, draw
 from ..recipes import Scale
@@ -54,7 +54,7 @@ def _analyse_fig5(runs: list[RunRecord], manifest: dict[str, Any]) -> Analysis:
                 continue
             # symmetric pairs (S, C) and (C, S) share m: the line joins the means per m
             ms = sorted({r["m"] for r in rs})
-            e = [float(np.mean([r["test_error"] for r in rs if r["m"] == m])) for m in ms]
+            e = [mean([r["test_error"] for r in rs if r["m"] == m]) for m in ms]
             series.append(Series(FAMILY_LABEL[f], ms, e))
             claims.append(decided(f"{FAMILY_LABEL[f]}, Ω = {log2(om)}: test error falls as the effective width grows",
                                   TREND_RULE, width_claim(runs, rs)))

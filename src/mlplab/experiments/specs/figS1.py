@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-import numpy as np
 
 from ..aggregate import RunRecord, select
 from ..claims import Analysis, decided
+from ..measures import bin_centres
 from ..plan import Plan, experiment
 from ..plots import Panel, Series, draw
 from ..recipes import Scale
@@ -56,10 +56,10 @@ def _analyse_figS1(runs: list[RunRecord], manifest: dict[str, Any]) -> Analysis:
                                                           [d["largest_mean"] for d in spec],
                                                           [d["largest_std"] for d in spec])]))
         for d in spec:
-            e = np.array(d["edges"])
-            if e.size:
+            centres = bin_centres(d["edges"])
+            if centres.size:
                 panels.append(Panel(f"spectrum, a = {d['a']:g}, Ω = {d['omega']:g}", "singular value", "count",
-                                    [Series(f"{d['trials']} trials", (e[:-1] + e[1:]) / 2, d["hist"], style="-")]))
+                                    [Series(f"{d['trials']} trials", centres, d["hist"], style="-")]))
         trials = {t: [float(d["largest"][t]) if t < len(d.get("largest", [])) else float("nan") for d in spec]
                   for t in range(max(len(d.get("largest", [])) for d in spec))}
         v = trend([d["a"] for d in spec], trials, sign=+1, log_x=False, what="Δ σ_max per unit of a")

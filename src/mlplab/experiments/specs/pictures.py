@@ -4,10 +4,10 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import numpy as np
 
 from ..aggregate import RunRecord, select
 from ..claims import Analysis, decided
+from ..measures import run_arrays
 from ..plan import Plan, experiment
 from ..plots import Images, draw
 from ..recipes import Scale
@@ -22,7 +22,7 @@ def _analyse_figS9(runs: list[RunRecord], manifest: dict[str, Any]) -> Analysis:
         res = r.results
         rows.append({k: v for k, v in res.items() if not isinstance(v, (list, dict))})
         try:
-            arr = np.load(r.run_dir / "weights.npz")
+            arr = run_arrays(r.run_dir)
             for key, title in (("sw", "SW-MLP M ⊙ A"), ("mixer", "Mixer I_C ⊗ W"), ("rp_mixer", "RP J1(I_C ⊗ W)J2")):
                 panels.append(Images(f"{title} (density {res[f'density_{key}']:.3f})", arr[key]))
         except OSError:

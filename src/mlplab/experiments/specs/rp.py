@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 
 from ..aggregate import RunRecord, mean_std, select
 from ..claims import Analysis, decided
+from ..measures import mean_curve, nanmean
 from ..plan import Plan, experiment
 from ..plots import Bars, Panel, Series, draw
 from ..recipes import Scale
@@ -37,7 +37,7 @@ def _analyse_fig7(runs: list[RunRecord], manifest: dict[str, Any]) -> Analysis:
     gap = {s: [tab.get(("rp_s_mixer", L), {}).get(s, nan) - tab.get(("s_mixer", L), {}).get(s, nan) for L in depths]
            for s in seeds}  # per seed: RP − normal test error at each depth
     v = trend(depths, gap, sign=-1, what="Δ gap", unit="points")
-    mean_gap = [float(np.nanmean([gap[s][i] for s in seeds])) if seeds else nan for i in range(len(depths))]
+    mean_gap = [nanmean([gap[s][i] for s in seeds]) if seeds else nan for i in range(len(depths))]
     claim = decided("the RP S-Mixer catches up with the normal S-Mixer as depth grows",
                     "per seed, the gap (RP − normal test error) against log2(depth): least-squares slope; "
                     "one-sample t-test of the per-seed slopes < 0", v,
@@ -187,11 +187,9 @@ def _analyse_figS6(runs: list[RunRecord], manifest: dict[str, Any]) -> Analysis:
                 continue
             lab = "RP" if rp else "normal"
             for key, style in (("test_loss", "-"), ("train_loss", "--")):
-                curves = [_curve(r, key) for r in sub]
-                n = min(len(c) for c in curves)
-                if n:
-                    mean = np.nanmean(np.array([c[:n] for c in curves], dtype=float), axis=0)
-                    series.append(Series(f"{lab}: {key.replace('_', ' ')}", list(range(1, n + 1)), mean.tolist(),
+                mean = mean_curve([_curve(r, key) for r in sub])
+                if mean:
+                    series.append(Series(f"{lab}: {key.replace('_', ' ')}", list(range(1, len(mean) + 1)), mean,
                                          style=style))
             gm, gs, k = mean_std([_gap(r) for r in sub])
             em, es, _ = mean_std([100 * (1 - r.results["test_acc"]) for r in sub])

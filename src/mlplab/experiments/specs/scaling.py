@@ -9,13 +9,13 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 
 from ...analysis.scaling import (PUBLISHED_EXPONENTS, bootstrap_scaling, compute_budget, fit_frontier_exponents,
                                  fit_power, fit_scaling_law)
 from ..aggregate import RunRecord, select, test_error
 from ..claims import Analysis, Claim
 from ..derived import derive
+from ..measures import log_grid, mean
 from ..plan import Plan, experiment
 from ..plots import Panel, Series, draw
 from ..recipes import Scale
@@ -68,10 +68,10 @@ def _analyse_scaling(runs: list[RunRecord], manifest: dict[str, Any]) -> Analysi
     if len(rows) < 4:
         return Analysis(rows, None, {}, [Claim("error follows a power law in compute", "needs ≥ 4 finished runs",
                                                None, f"{len(rows)} finished")])
-    C = np.array([r["compute"] for r in rows])
-    E = np.array([r["test_error"] for r in rows])
-    P = np.array([r["params"] for r in rows])
-    NT = np.array([r["examples_seen"] for r in rows])
+    C = [r["compute"] for r in rows]
+    E = [r["test_error"] for r in rows]
+    P = [r["params"] for r in rows]
+    NT = [r["examples_seen"] for r in rows]
     fit = fit_scaling_law(C, E)
     front = fit_frontier_exponents(C, E, P, NT)
     on = set(front["frontier"])
@@ -122,7 +122,7 @@ def _figure(rows: list[dict[str, Any]], fit, front: dict[str, Any], manifest: di
     fr = [r for r in rows if r["frontier"]]
     series.append(Series("compute-optimal frontier", [r["compute"] for r in fr], [r["test_error"] for r in fr],
                          style="ks--"))
-    grid = np.geomspace(min(r["compute"] for r in rows), max(r["compute"] for r in rows), 100)
+    grid = log_grid(min(r["compute"] for r in rows), max(r["compute"] for r in rows))
     series.append(Series(f"fit a(b+C)^-α + E∞, α = {fit.alpha:.2f}", grid, fit.predict(grid), style="r-"))
     panels = [Panel(f"{manifest['scale']['dataset']}: bottleneck MLPs", "compute C = FLOP·3·N·T",
                     "test error (%)", series, xscale="log", yscale="log", xticks=None)]
@@ -193,7 +193,7 @@ def scaling(sc: Scale) -> Plan:
                                          ("schedule.epochs", s.epochs))],
                   seeds=[0], derived=[derive("lookup", key="meta.model", table=models)],
                   name_keys=["model.kwargs.width", "model.kwargs.depth", "data.train_subset", "schedule.epochs"],
-                  epochs=float(np.mean(s.epochs)),
+                  epochs=mean(s.epochs),
                   description=f"{len(models)} bottleneck MLPs × N ∈ {s.subsets} × T ∈ {s.epochs}")
     return Plan([[sweep]], settings={"models": [f"B-{m['model.kwargs.depth']}/Wi-{m['model.kwargs.width']}" for m in models],
                                      "N": s.subsets, "T": s.epochs, "bootstrap": s.bootstrap},
