@@ -248,14 +248,17 @@ def echo_task_s(o: dict[str, Any], machine: Machine) -> float:
 
 
 def cost_task_s(o: dict[str, Any], machine: Machine) -> float:
-    """``cost``: build the model, then ``steps`` + 1 training steps of ``batch`` examples at t(F, A)
-    (an SW-MLP stored as CSR nonzeros counted as its masked twin: counting it would draw its masks)."""
-    name, kw = str(o["model"]), {k: v for k, v in o.get("kwargs", {}).items() if k != "storage"}
-    flops, acts = _model_counts(name, tuple(sorted((k, _hashable(v)) for k, v in kw.items())))
-    rp = 1.0 + (machine.rp_slowdown - 1.0) * _rp_share(name, kw)
-    steps = int(o.get("steps", 5)) + 1
-    build = task_unit_s("cost_build") * flops / 2
-    return build + steps * int(o.get("batch", 128)) * machine.example_s(flops, acts, rp)
+    """``cost``: build each model, then ``steps`` + 1 interleaved training steps of ``batch``
+    examples of each at t(F, A) (an SW-MLP stored as CSR nonzeros counted as its masked twin:
+    counting it would draw its masks)."""
+    total = 0.0
+    for spec in o["models"]:
+        name, kw = str(spec["model"]), {k: v for k, v in spec.get("kwargs", {}).items() if k != "storage"}
+        flops, acts = _model_counts(name, tuple(sorted((k, _hashable(v)) for k, v in kw.items())))
+        rp = 1.0 + (machine.rp_slowdown - 1.0) * _rp_share(name, kw)
+        steps = int(o.get("steps", 20)) + 1
+        total += task_unit_s("cost_build") * flops / 2 + steps * int(o.get("batch", 128)) * machine.example_s(flops, acts, rp)
+    return total
 
 
 @functools.lru_cache(maxsize=None)

@@ -44,7 +44,7 @@ def protocol_content(exp: Any, scale: Any, runs: Sequence[Any], role: str) -> di
     rows = sorted(({"sweep": s.sweep, "name": s.name, "task": s.task,
                     "overrides": json.loads(canonical(s.overrides))} for s in runs),
                   key=lambda r: (r["sweep"], r["name"]))
-    seeds = sorted({int(s.overrides["run.seed"]) for s in runs if "run.seed" in s.overrides})
+    seeds = sorted({int(v) for s in runs for k, v in s.overrides.items() if k in ("run.seed", "seed")})
     return {"experiment": exp.id, "scale": scale.name, "dataset": scale.dataset, "role": role, "seeds": seeds,
             "train_subset": scale.train_subset, "test_subset": scale.test_subset, "runs": rows,
             "claims": [c.to_dict() for c in exp.claims],

@@ -111,7 +111,7 @@ def _test_noise(claims: Sequence[Claim], runs: Sequence[RunRecord]) -> None:
     """Beside the seeds' spread, the test-set sampling sd of one run's test error (binomial over
     its test images), for every trained claim (in its detail)."""
     for c in claims:
-        if c.cls != "trained":
+        if c.cls != "trained" or c.stats is None:
             continue
         sds = [x for x in (test_error_sd(r) for r in (c.runs or runs)) if math.isfinite(x)]
         if sds:

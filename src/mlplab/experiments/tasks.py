@@ -119,13 +119,54 @@ def pictures_task(o: dict[str, Any], run_dir: Path) -> dict[str, Any]:
     return out
 
 
-def _time_per_epoch(model, in_shape, num_classes: int, batch: int, steps: int,
-                    epoch_examples: int) -> tuple[float, float, list[float]]:
-    """Seconds per training step (forward + backward + SGD update; the median of ``steps`` timed
-    steps after one warm-up), the implied epoch time, and every step's seconds."""
+@task("cost")
+def cost_task(o: dict[str, Any], run_dir: Path) -> dict[str, Any]:
+    """Params, FLOPs, weight memory, peak memory (CUDA) and training-step times of several models
+    (Table S.3), the steps timed **interleaved** — one step of each model in turn, ``steps`` rounds
+    after one warm-up round — so that every round's times saw the same machine load.
+
+    ``models``: a list of ``{"label", "model", "kwargs"}``; ``batch`` examples per step; the time per
+    epoch is the median step extrapolated to ``epoch_examples`` images (CIFAR: 50 000). Returns
+    ``{"rows": [per model: params, params_nonzero, weight_MB, flops_per_example, step_times (one per
+    round), step_s, epoch_s, peak_MB], "machine": machine_record, "load_after"}``."""
+    import os
+
     import torch
 
-    device = next(model.parameters()).device
+    from ..analysis.throughput import interleaved_times, machine_record
+    from ..models.counting import count_flops, count_params, state_bytes
+    from ..models.registry import create_model
+
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    batch, epoch_examples = int(o.get("batch", 128)), int(o.get("epoch_examples", 50000))
+    torch.manual_seed(int(o.get("seed", 0)))
+    rows, steps = {}, {}
+    for spec in o["models"]:
+        model = create_model(spec["model"], **dict(spec.get("kwargs", {}))).to(device)
+        cfg = model.config
+        shape = (getattr(cfg, "in_chans", 3), getattr(cfg, "image_size", 32), getattr(cfg, "image_size", 32))
+        rows[spec["label"]] = {"label": spec["label"], "model": spec["model"], "params": count_params(model),
+                               "params_nonzero": count_params(model, effective=True),  # masked weights by nonzeros
+                               "weight_MB": state_bytes(model) / 2**20, "flops_per_example": float(count_flops(model, shape))}
+        steps[spec["label"]] = _training_step(model, shape, getattr(cfg, "num_classes", 10), batch, device)
+    machine = machine_record(device)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    times = interleaved_times(steps, int(o.get("steps", 20)), warmup=1, sync=sync)
+    peak = torch.cuda.max_memory_allocated() if device.type == "cuda" else None
+    for label, ts in times.items():
+        med = float(np.median(ts))
+        rows[label].update({"step_times": ts, "step_s": med, "epoch_s": med * math.ceil(epoch_examples / batch),
+                            "peak_MB": None if peak is None else peak / 2**20})
+    return {"rows": list(rows.values()), "machine": machine, "load_after": list(os.getloadavg()), "batch": batch,
+            "device": str(device), "threads": machine["threads"]}
+
+
+def _training_step(model, in_shape: tuple[int, ...], num_classes: int, batch: int, device) -> Callable[[], None]:
+    """One training step of ``model`` (forward, backward, SGD with momentum) on a fixed random batch."""
+    import torch
+
     x = torch.randn(batch, *in_shape, device=device)
     y = torch.randint(0, num_classes, (batch,), device=device)
     opt = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
@@ -136,51 +177,7 @@ def _time_per_epoch(model, in_shape, num_classes: int, batch: int, steps: int,
         torch.nn.functional.cross_entropy(model(x), y).backward()
         opt.step()
 
-    step()  # warm-up
-    times = []
-    for _ in range(steps):
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        step()
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        times.append(time.perf_counter() - t0)
-    dt = float(np.median(times))
-    return dt, dt * math.ceil(epoch_examples / batch), times
-
-
-@task("cost")
-def cost_task(o: dict[str, Any], run_dir: Path) -> dict[str, Any]:
-    """Params, FLOPs, weight memory, peak memory (CUDA) and time per epoch of one model (Table S.3).
-
-    ``model`` and ``kwargs`` build it; time per epoch is the median of ``steps`` timed training steps of
-    batch ``batch`` and extrapolated to ``epoch_examples`` images (CIFAR: 50 000)."""
-    import torch
-
-    from ..models.registry import create_model
-
-    kwargs = dict(o.get("kwargs", {}))
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    model = create_model(o["model"], **kwargs).to(device)
-    cfg = model.config
-    in_shape = (getattr(cfg, "in_chans", 3), getattr(cfg, "image_size", 32), getattr(cfg, "image_size", 32))
-    from ..models.counting import count_flops, count_params, state_bytes
-
-    params = count_params(model)
-    params_nonzero = count_params(model, effective=True)  # masked weights counted by their nonzeros
-    weight_bytes = state_bytes(model)
-    flops = float(count_flops(model, in_shape))
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats()
-    step_s, epoch_s, step_times = _time_per_epoch(model, in_shape, getattr(cfg, "num_classes", 10), int(o.get("batch", 128)),
-                                      int(o.get("steps", 5)), int(o.get("epoch_examples", 50000)))
-    peak = torch.cuda.max_memory_allocated() if device.type == "cuda" else None
-    return {"model": o["model"], "label": o.get("label", o["model"]), "params": params,
-            "params_nonzero": params_nonzero,
-            "weight_MB": weight_bytes / 2**20, "flops_per_example": flops, "step_s": step_s, "step_times": step_times,
-            "epoch_s": epoch_s, "peak_MB": None if peak is None else peak / 2**20, "device": str(device),
-            "batch": int(o.get("batch", 128)), "threads": torch.get_num_threads()}
+    return step
 
 
 def load_trained_model(run_dir: str | Path):

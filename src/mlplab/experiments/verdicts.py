@@ -44,7 +44,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-__all__ = ["ALPHA", "TAIL", "MIN_SEEDS", "MIN_PAIRS", "POWER", "Verdict", "paired_t", "holm", "benjamini_hochberg",
+__all__ = ["ALPHA", "TAIL", "MIN_SEEDS", "MIN_PAIRS", "POWER", "Verdict", "paired_t", "benjamini_hochberg",
            "compare", "trend", "noninferior", "equivalent", "lowest_of", "worst_of", "optimum_within", "exponent_vs_foil",
            "paired_ratio", "median_interval", "all_of", "deterministic", "detectable_effect", "seeds_needed", "verdict_word", "KINDS"]
 
@@ -192,18 +192,6 @@ def paired_t(d: Sequence[float], level: float = 1 - ALPHA) -> tuple[float, float
     t = mean / se
     q = float(student.ppf(1 - (1 - level) / 2, n - 1))
     return t, float(student.cdf(t, n - 1)), float(student.sf(t, n - 1)), (mean - q * se, mean + q * se)
-
-
-def holm(pvalues: Sequence[float]) -> list[float]:
-    """Holm–Bonferroni adjusted p-values (same order as given)."""
-    p = np.asarray(pvalues, dtype=float)
-    order = np.argsort(p)
-    adj = np.empty_like(p)
-    running = 0.0
-    for rank, i in enumerate(order):
-        running = max(running, min(1.0, (len(p) - rank) * p[i]))
-        adj[i] = running
-    return [float(x) for x in adj]
 
 
 def benjamini_hochberg(pvalues: Sequence[float]) -> list[float]:

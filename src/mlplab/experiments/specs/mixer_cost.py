@@ -7,12 +7,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..aggregate import RunRecord
-from ..claims import Analysis, Claim, decided
+from ..claims import Analysis, Claim, ClaimSpec
 from ..measures import median
 from ..plan import Plan, experiment
 from ..plots import Bars, draw
 from ..recipes import Scale
-from ..verdicts import all_hold, ratio_interval
+from ..verdicts import MIN_PAIRS, all_of, paired_ratio
 from .timing import Timing, timed_model, timing_notes, timing_plan, timing_results, timing_row
 
 __all__ = ["MixerCost", "MIXER_COST", "MIXER_PUBLISHED"]
@@ -47,9 +47,9 @@ MIXER_COST = {
     "smoke": MixerCost(MIXER_SMOKE, Timing(reps=2, latency_reps=0, search_reps=1, batches=(1, 4), max_call_s=None)),
     # one core at 224×224; Mixer-H/14 and ViT-L/16 take seconds per image on a CPU, so the search
     # stops at passes the cost model puts above 3 s (the big models are timed at batch 1–2)
-    "cpu": MixerCost(MIXER_TABLE2, Timing(reps=5, latency_reps=0, search_reps=2, batches=(1, 2, 4, 8, 16, 32, 64),
+    "cpu": MixerCost(MIXER_TABLE2, Timing(reps=MIN_PAIRS, latency_reps=0, search_reps=2, batches=(1, 2, 4, 8, 16, 32, 64),
                                           max_call_s=3.0)),
-    "paper": MixerCost(MIXER_TABLE2, Timing(reps=20, latency_reps=0, search_reps=3, batches=(1, 16, 64, 256, 1024),
+    "paper": MixerCost(MIXER_TABLE2, Timing(reps=MIN_PAIRS, latency_reps=0, search_reps=3, batches=(1, 16, 64, 256, 1024),
                                             max_call_s=None, threads=None, clock="wall")),
 }
 
@@ -60,28 +60,31 @@ MIXER_RATIO_FACTOR = 2.0  # a published ratio agrees with ours when it is within
 MIXER_ANCHOR = "Mixer-B/16"
 
 
+ORDER = ClaimSpec("order", "per-core throughput falls in the published order Mixer-S/32 > B/16 > L/16 > ViT-L/16 > "
+                  "H/14 (TPUv3 and V100 alike)", "measurement",
+                  "each neighbour's median interleaved per-round ratio of images/s above 1 by its order-statistic 95% "
+                  "interval; all neighbours must hold (``verdicts.all_of``)")
+RATIOS = ClaimSpec("ratios", f"each model's throughput relative to {MIXER_ANCHOR} is the published V100 one within a "
+                   f"factor {MIXER_RATIO_FACTOR:g}", "measurement",
+                   f"per model, the median interleaved ratio to {MIXER_ANCHOR} with its 95% interval inside [published / "
+                   f"{MIXER_RATIO_FACTOR:g}, published × {MIXER_RATIO_FACTOR:g}]; all must hold (``verdicts.all_of``)")
+
+
 def _cost_claims(rows: dict[str, dict[str, Any]], device: str) -> list[Claim]:
     order = [k for k in MIXER_PUBLISHED if k in rows]
-    pairs = [ratio_interval(rows[a]["throughput"], rows[b]["throughput"], above=1.0, what=f"{a} / {b} images/s")
-             for a, b in zip(order, order[1:])]
-    claims = [decided(f"per-core throughput on {device} falls in the published order {' > '.join(order)} "
-                      "(TPUv3 and V100 alike)", "each neighbour's ratio of median images/s > 1",
-                      all_hold(pairs, "throughput order"), trained=False)]
-    parts = []
+    pairs = {f"{a} / {b}": paired_ratio(rows[a]["throughput"], rows[b]["throughput"], above=1.0,
+                                        what=f"{a} / {b} images/s") for a, b in zip(order, order[1:])}
+    parts = {}
     for k in order:
         if k == MIXER_ANCHOR:
             continue
         pub = MIXER_PUBLISHED[k][1] / MIXER_PUBLISHED[MIXER_ANCHOR][1]
         what = f"{k} / {MIXER_ANCHOR} images/s (V100 {pub:.3g})"
-        parts += [ratio_interval(rows[k]["throughput"], rows[MIXER_ANCHOR]["throughput"], above=pub / MIXER_RATIO_FACTOR,
-                                 what=what),
-                  ratio_interval(rows[k]["throughput"], rows[MIXER_ANCHOR]["throughput"], below=pub * MIXER_RATIO_FACTOR,
-                                 what=what)]
-    claims.append(decided(f"each model's throughput relative to {MIXER_ANCHOR} is the published V100 one within a "
-                          f"factor {MIXER_RATIO_FACTOR:g}", f"ratio of median images/s inside [published / "
-                          f"{MIXER_RATIO_FACTOR:g}, published × {MIXER_RATIO_FACTOR:g}]",
-                          all_hold(parts, f"ratios to {MIXER_ANCHOR}"), trained=False))
-    return claims
+        a, b = rows[k]["throughput"], rows[MIXER_ANCHOR]["throughput"]
+        parts[f"{k} ≥ V100 / {MIXER_RATIO_FACTOR:g}"] = paired_ratio(a, b, above=pub / MIXER_RATIO_FACTOR, what=what)
+        parts[f"{k} ≤ V100 × {MIXER_RATIO_FACTOR:g}"] = paired_ratio(a, b, below=pub * MIXER_RATIO_FACTOR, what=what)
+    return [ORDER.decide(all_of(pairs, what="the published order") if pairs else None, label=device),
+            RATIOS.decide(all_of(parts, what=f"ratios to {MIXER_ANCHOR}") if parts else None, label=device)]
 
 
 def _analyse_mixer_cost(runs: list[RunRecord], manifest: dict[str, Any]) -> Analysis:
@@ -109,7 +112,7 @@ def _analyse_mixer_cost(runs: list[RunRecord], manifest: dict[str, Any]) -> Anal
 
 
 @experiment("mixer-cost", "Throughput per core, FLOPs and parameters of Mixer-S/32 … H/14 and ViT-L/16 (Mixer Table 2)",
-            analyse=_analyse_mixer_cost, default_dataset="synthetic", needs_plateau=False)
+            analyse=_analyse_mixer_cost, default_dataset="synthetic", needs_plateau=False, claims=(ORDER, RATIOS))
 def mixer_cost(sc: Scale) -> Plan:
     """MLP-Mixer Table 2's throughput column: Mixer-S/32, B/16, L/16, H/14 and ViT-L/16 at 224.
 
@@ -118,9 +121,11 @@ def mixer_cost(sc: Scale) -> Plan:
     FLOPs and parameters of the five models at 224×224, 1000 classes, random weights, timed interleaved.
     Published: images/s/core TPUv3 / V100: S/32 11,489 / 5,497; B/16 1,384 / 516; L/16 419 / 151;
     ViT-L/16 280 / 100; H/14 194 / 58.
-    Verdict: each neighbour in the published order faster (bootstrap interval of the median ratio
-    > 1), and each ratio to Mixer-B/16 within a factor 2 of the V100 one.
-    Time: cpu ≈ 4 min on one core (``reproduce --list``); paper one GPU; smoke seconds.
+    Verdict: each neighbour in the published order faster, and each ratio to Mixer-B/16 within a
+    factor 2 of the V100 one: medians of interleaved per-round ratios with order-statistic 95%
+    intervals (``verdicts.paired_ratio``), all parts must hold (``verdicts.all_of``).
+    Time: cpu ≈ 15 min on one core, 20 interleaved rounds (``reproduce --list``); paper one GPU;
+    smoke seconds.
     """
     s = sc.settings(MIXER_COST)
     return timing_plan("table2", s.models, s.timing, {"models": [m["label"] for m in s.models], "image side": 224})

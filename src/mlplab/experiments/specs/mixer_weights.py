@@ -9,7 +9,7 @@ from typing import Any
 
 from ...analysis.units import INVERSE_TAU
 from ..aggregate import RunRecord, group_runs, select
-from ..claims import Analysis, Claim, decided
+from ..claims import Analysis, ClaimSpec
 from ..derived import derive
 from ..measures import nanmedian, run_arrays
 from ..plan import Plan, experiment
@@ -80,6 +80,20 @@ def _weights_rows(rs: list[RunRecord]) -> list[dict[str, Any]]:
     return group_runs(rs, {"P": lambda r: r.results["patch"]}, metrics)
 
 
+INVERSES = ClaimSpec("inverse-pairs", "the first token-mixing MLPs' units come paired with an inverse", "trained",
+                     f"per seed, the fraction of units (first blocks pooled) whose most negatively aligned partner has "
+                     f"cosine ≤ −{INVERSE_TAU} in the trained Mixer against the same architecture at initialisation "
+                     "(the run's seed): paired t-test, trained > init")
+CLOSEST_INVERSE = ClaimSpec("closest-is-inverse", "a unit's most similar partner is more often its inverse after "
+                            "training (not only more structure of either sign)", "trained",
+                            "per seed, the fraction of units whose partner of largest |cosine| is anti-aligned (1/2 for "
+                            "random weights), trained against initialisation: paired t-test, trained > init")
+LOW_FREQUENCY = ClaimSpec("embedding-frequency", "the larger patch's embedding units are lower-frequency than the "
+                          "smaller patch's", "trained", "per seed, the embedding units' mean radial frequency (cycles "
+                          "per pixel, power-weighted over the DFT) trained over at initialisation — a ratio, since the "
+                          "P×P grids differ — larger patch against smaller: paired t-test, larger patch lower")
+
+
 def _analyse_weights(runs: list[RunRecord], manifest: dict[str, Any]) -> Analysis:
     rs = select(runs, "weights")
     train = select(runs, "train")
@@ -89,34 +103,20 @@ def _analyse_weights(runs: list[RunRecord], manifest: dict[str, Any]) -> Analysi
     def tab(where: str, key: str, P: int) -> dict[int, float]:  # seed → statistic of the run at patch P
         return {int(r.get("seed", 0)): float(r.results[where][key]) for r in rs if r.results["patch"] == P}
 
-    claims: list[Claim] = []
+    claims = []
     if patches:
         P = patches[0]
-        for key, claim, rule in (
-                ("frac_inverse", f"P = {P}: the first token-mixing MLPs' units come paired with an inverse",
-                 f"per seed, the fraction of units (first blocks pooled) whose most negatively aligned partner has "
-                 f"cosine ≤ −{INVERSE_TAU} in the trained Mixer against the same architecture at initialisation "
-                 "(the run's seed): paired one-sided t-test, trained > init"),
-                ("frac_closest_is_inverse", f"P = {P}: a unit's most similar partner is more often its inverse after "
-                                            "training (not only more structure of either sign)",
-                 "per seed, the fraction of units whose partner of largest |cosine| is anti-aligned (1/2 for random "
-                 "weights), trained against initialisation: paired one-sided t-test, trained > init")):
+        at_p = [r for r in train if r.get("model.kwargs.patch_size") == P]
+        for spec, key in ((INVERSES, "frac_inverse"), (CLOSEST_INVERSE, "frac_closest_is_inverse")):
             v = compare(tab("init", key, P), tab("trained", key, P), what=f"init − trained {key}", unit="fraction")
-            claims.append(decided(claim, rule, v))
+            claims.append(spec.decide(v, label=f"P = {P}", runs=at_p))
     if len(patches) >= 2:
         small, large = patches[0], patches[-1]
         ratio = {P: {s: tab("trained", "embedding_frequency", P)[s] / tab("init", "embedding_frequency", P)[s]
                      for s in tab("trained", "embedding_frequency", P) if s in tab("init", "embedding_frequency", P)}
                  for P in (small, large)}
         v = compare(ratio[large], ratio[small], what=f"P = {large} − P = {small} frequency ratio", unit="trained/init")
-        claims.append(decided(f"the larger patch's (P = {large}) embedding units are lower-frequency than the smaller "
-                              f"patch's (P = {small})",
-                              "per seed, the embedding units' mean radial frequency (cycles per pixel, power-weighted "
-                              "over the DFT) trained over at initialisation — a ratio, since the P×P grids differ — "
-                              f"P = {large} against P = {small}: paired one-sided t-test, larger patch lower", v))
-    claims.append(Claim("token-mixing units are local and global filters; embedding units at the larger patch are "
-                        "Gabor-like", "pictures only (the figure): no statistic here decides what looks Gabor-like or "
-                        "local", None, "see the figure"))
+        claims.append(LOW_FREQUENCY.decide(v, label=f"P = {large} vs {small}", runs=train))
     panels = []
     first = {}  # the lowest seed's run at each patch size is pictured
     for r in sorted(rs, key=lambda r: (r.results["patch"], int(r.get("seed", 0))), reverse=True):
@@ -134,7 +134,9 @@ def _analyse_weights(runs: list[RunRecord], manifest: dict[str, Any]) -> Analysi
                                  image_grid(arr[k], ncols=8)))
         panels.append(Images(f"P = {P}: embedding units (low frequency first)", image_grid(arr["embedding_units"], 8)))
         panels.append(Images(f"P = {P}: embedding units at initialisation", image_grid(arr["init_embedding_units"], 8)))
-    notes = [f"units of the first token-mixing MLPs are rows of fc1 (D_S × S), pictured on the √S×√S patch grid; "
+    notes = ["'token-mixing units are local and global filters; embedding units at the larger patch are Gabor-like' is "
+             "shown in the figure, not decided: no statistic here says what looks Gabor-like or local",
+             f"units of the first token-mixing MLPs are rows of fc1 (D_S × S), pictured on the √S×√S patch grid; "
              f"the initialisation baseline is the same architecture drawn with the run's seed; τ = {INVERSE_TAU}"]
     loss = [x for x in (loss_change(r) for r in train) if math.isfinite(x)]
     if loss:
@@ -145,7 +147,8 @@ def _analyse_weights(runs: list[RunRecord], manifest: dict[str, Any]) -> Analysi
 
 
 @experiment("mixer-weights", "Mixer supplement Figs. 1–2: token-mixing units and their inverses; embedding units "
-            "by patch size", analyse=_analyse_weights, default_dataset="imagefolder")
+            "by patch size", analyse=_analyse_weights, default_dataset="imagefolder",
+            claims=(INVERSES, CLOSEST_INVERSE, LOW_FREQUENCY))
 def mixer_weights(sc: Scale) -> Plan:
     """MLP-Mixer supplement Figs. 1–2: what the first token-mixing and embedding units learn.
 
@@ -171,7 +174,7 @@ def mixer_weights(sc: Scale) -> Plan:
     if s.token_hidden:
         for m in models.values():
             m["model.kwargs.token_hidden"] = s.token_hidden
-    seeds = list(range(s.seeds))
+    seeds = sc.seeds(s.seeds)
     train = Sweep("train", base, [("meta.key", s.patches)], seeds=seeds,
                   derived=[derive("lookup", key="meta.key", table=models), *trained(sc)],
                   name_keys=["meta.P", "run.seed"], epochs=base["schedule.epochs"],
