@@ -65,12 +65,12 @@ def test_the_simulation_tells_a_10_percent_rule_from_a_5_percent_one(monkeypatch
     simulation that passes the rules above fails it."""
     monkeypatch.setattr(V, "TAIL", 0.05)
     rates = _rates(NULLS["compare"])
-    assert rates[True] + rates[False] > 2 * _bound()
+    assert rates[True] + rates[False] > V.ALPHA + 3 * math.sqrt(V.ALPHA * (1 - V.ALPHA) / SIMS)
 
 
 def test_a_true_effect_is_found_the_right_way():
     def effect(r):
-        return V.compare({s: -2 + r.normal() for s in range(N)}, _noise(r)).held
+        return V.compare({s: -3 + r.normal() for s in range(N)}, _noise(r)).held
 
     rates = _rates(effect, sims=500)
     assert rates[True] > 0.8 and rates[False] == 0

@@ -103,7 +103,7 @@ def verdict_line(claims: Sequence[dict[str, Any]]) -> str:
 def _undecided_for_missing(exp: Experiment, claims: list[Claim]) -> list[Claim]:
     """Every claim the experiment declares that its analysis did not decide, as UNDECIDED."""
     seen = {c.key for c in claims}
-    return [spec.decide(None, detail="not decided: the analysis had no finished runs for it")
+    return [spec.decide(None, detail="not decided: too few finished runs or points for its rule")
             for spec in exp.claims if spec.key not in seen]
 
 
@@ -147,7 +147,7 @@ def write_report(out_dir: str | Path, exp: Experiment, verbose: bool = False) ->
     analysis.claims += _undecided_for_missing(exp, analysis.claims)
     analysis.notes.extend(skipped)
     if exp.needs_plateau:
-        trained = [r for r in main if r.results and "train_loss" in r.results]
+        trained = [r for r in main if r.results]
         analysis.notes += require_convergence(analysis.claims, trained, [r for r in longer if r.results],
                                               loss_change, test_error)
     _test_noise(analysis.claims, main)

@@ -546,7 +546,14 @@ def _power(n: int, effect: float, spread: float) -> float:
         return float("nan")
     crit = float(student.ppf(1 - TAIL, n - 1))
     nc = abs(effect) * math.sqrt(n) / spread
-    return float(nct.sf(crit, n - 1, nc) + nct.cdf(-crit, n - 1, nc))
+    if nc > crit + 40:  # the noncentral t's tail is numerically 1 here (scipy returns NaN far out)
+        return 1.0
+    p = float(nct.sf(crit, n - 1, nc) + nct.cdf(-crit, n - 1, nc))
+    if not math.isfinite(p):  # scipy's noncentral t fails for some (df, nc): the normal approximation
+        from scipy.stats import norm
+
+        p = float(norm.sf(crit - nc) + norm.cdf(-crit - nc))
+    return p
 
 
 def detectable_effect(spread: float, n: int, power: float = POWER) -> float:

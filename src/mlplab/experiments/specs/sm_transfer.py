@@ -185,7 +185,8 @@ def _analyse_transfer(runs: list[RunRecord], manifest: dict[str, Any]) -> Analys
     n_pre = max((r.results.get("train_examples", 0) for r in pre if r.results), default=0)
     n_down = max((r.results.get("train_examples", 0) for r in scratch if r.results), default=0)
     first = compare(err[big, True], scr, what="fine-tuned − from scratch", unit=U)
-    measured = {"pretrain_ratio": n_pre / n_down if n_down else float("nan"), "transfers": float(first.held is True)}
+    transfers = {True: 1.0, False: 0.0, None: float("nan")}[first.held]  # undecided: the premise is unknown
+    measured = {"pretrain_ratio": n_pre / n_down if n_down else float("nan"), "transfers": transfers}
     claims = [TRANSFER_CLAIM.decide(first, label=f"N = {big}", measured=measured, runs=pre)]
     for spec, tab in ((DA_FT, err), (DA_PROBE, perr)):
         parts = {f"N = {n}": compare(tab[n, True], tab[n, False], what="+DA − no DA", unit=U) for n in sizes}

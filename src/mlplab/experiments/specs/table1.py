@@ -102,7 +102,7 @@ def _models_sweep(sc: Scale, models: list[dict[str, Any]], base: dict[str, Any],
         axes = [("meta.label", labels)]
         lr_setting = {m["meta.label"]: family_lr({**base, **m}, sc.name).get("optim.lr", base["optim.lr"])
                       for m in models}
-    sweep = Sweep("models", base, axes, seeds=list(range(seeds)),
+    sweep = Sweep("models", base, axes, seeds=sc.seeds(seeds),
                   derived=[derive("lookup", key="meta.label", table={m["meta.label"]: m for m in models}),
                            *trained(sc)],
                   name_keys=["meta.label", "optim.lr", "run.seed"], epochs=base["schedule.epochs"],
