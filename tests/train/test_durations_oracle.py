@@ -64,6 +64,8 @@ def _run(n, world, batch, accumulate, length, warmup, eval_batch=None, lr_batch=
     (100 * 8 + 7, 4, 8, ("epochs", 2.5), ("epochs", 0.25), 250, 25),  # 807 // 4 = 201 per rank: 100 steps
     (320, 1, 32, ("examples", 321), ("epochs", 0.25), 11, 2),  # 0.25 * 10 = 2.5: ties to even
     (320, 1, 32, ("steps", 4), ("epochs", 1.0), 4, 4),  # warmup never longer than the run
+    (2048, 2, 512, ("steps", 3), ("steps", None), 3, 0),  # evaluation batch 4 x 512 capped at 1024
+    (2000, 1, 200, ("epochs", 0.01), ("steps", None), 1, 0),  # at least one step; evaluation batch 800
 ])
 def test_durations_of_worked_examples(n, world, batch, length, warmup, want_steps, want_warmup):
     _run(n, world, batch, 1, length, warmup)
