@@ -116,16 +116,24 @@ def _indexed_features(n_per_class, classes=4, d=6, sign=1, seed=0):
     return x, labels
 
 
-def test_few_shot_shots_and_the_lambda_holdout_are_disjoint_for_every_seed(monkeypatch):
-    xtr, ytr = _indexed_features(15)
-    xte, yte = _indexed_features(5, sign=-1, seed=1)
+def _per_seed(monkeypatch, n_per_class, evaluate):
+    """For every seed: what ``evaluate(train features, labels, test features, labels, seed)``
+    returns, the draws it recorded, and the training labels."""
+    (xtr, ytr), (xte, yte) = _indexed_features(n_per_class), _indexed_features(5, sign=-1, seed=1)
     rec = _Recorder(monkeypatch)
     for seed in SEEDS:
         rec.draws.clear()
-        res = fewshot.linear_few_shot(xtr, ytr, xte, yte, shots=(1, 3), draws=3, l2_grid=(0.1, 10.0),
-                                      holdout_per_class=4, seed=seed)
-        assert len(rec.draws) == 6 and res[3].holdout == 16
-        for draw, k in zip(rec.draws, (1, 1, 1, 3, 3, 3)):
+        yield evaluate(xtr, ytr, xte, yte, seed), list(rec.draws), ytr
+
+
+def test_few_shot_shots_and_the_lambda_holdout_are_disjoint_for_every_seed(monkeypatch):
+    def few_shot(xtr, ytr, xte, yte, seed):
+        return fewshot.linear_few_shot(xtr, ytr, xte, yte, shots=(1, 3), draws=3, l2_grid=(0.1, 10.0),
+                                       holdout_per_class=4, seed=seed)
+
+    for res, draws, ytr in _per_seed(monkeypatch, 15, few_shot):
+        assert len(draws) == 6 and res[3].holdout == 16
+        for draw, k in zip(draws, (1, 1, 1, 3, 3, 3)):
             shots, held = set(draw["fit"]), draw["held"]
             assert not shots & held and draw["tested"]
             assert Counter(ytr[list(shots)].tolist()) == {c: k for c in range(4)}
@@ -133,13 +141,10 @@ def test_few_shot_shots_and_the_lambda_holdout_are_disjoint_for_every_seed(monke
 
 
 def test_the_probes_lambda_holdout_is_disjoint_from_its_fit_for_every_seed(monkeypatch):
-    xtr, ytr = _indexed_features(10)
-    xte, yte = _indexed_features(5, sign=-1, seed=1)
-    rec = _Recorder(monkeypatch)
-    for seed in SEEDS:
-        rec.draws.clear()
-        res = fewshot.linear_probe(xtr, ytr, xte, yte, l2_grid=(0.1, 10.0), holdout_fraction=0.25, seed=seed)
-        choose, final = rec.draws
+    def probe(xtr, ytr, xte, yte, seed):
+        return fewshot.linear_probe(xtr, ytr, xte, yte, l2_grid=(0.1, 10.0), holdout_fraction=0.25, seed=seed)
+
+    for res, (choose, final), _ in _per_seed(monkeypatch, 10, probe):
         assert not set(choose["fit"]) & choose["held"] and len(choose["held"]) == res.holdout == 10
         assert set(choose["fit"]) | choose["held"] == set(range(40)) and not choose["tested"]
         assert sorted(final["fit"]) == list(range(40)) and final["tested"]  # refitted on every example
