@@ -25,7 +25,7 @@ finite = st.floats(-1e6, 1e6, allow_nan=False)
 noisy = st.one_of(finite, st.sampled_from([float("nan"), float("inf"), float("-inf"), None]))
 
 
-@settings(max_examples=200, deadline=None, derandomize=True, database=None)
+@settings(max_examples=120, deadline=None, derandomize=True, database=None)
 @given(st.lists(noisy, max_size=12))
 def test_mean_std_is_statistics_on_the_finite_values(values):
     kept = [v for v in values if v is not None and math.isfinite(v)]
@@ -43,7 +43,7 @@ def _run(history=None, name="r", results=None, **overrides):
     return RunRecord("sweep", name, Path(name), overrides, {}, {**res, **(results or {})})
 
 
-@settings(max_examples=200, deadline=None, derandomize=True, database=None)
+@settings(max_examples=120, deadline=None, derandomize=True, database=None)
 @given(st.lists(st.floats(0.01, 10.0), max_size=8), st.integers(1, 6))
 def test_loss_change_is_the_mean_relative_change_per_epoch(losses, last):
     got = loss_change(_run(losses), last)
@@ -105,7 +105,7 @@ def test_select_keeps_finished_runs_that_match():
     assert select([a, b, c], sweep="other", done=False) == [c]
 
 
-@settings(max_examples=100, deadline=None, derandomize=True, database=None)
+@settings(max_examples=60, deadline=None, derandomize=True, database=None)
 @given(st.lists(st.tuples(noisy, noisy), max_size=10))
 def test_spearman_is_scipy_on_the_finite_pairs(pairs):
     kept = [(a, b) for a, b in pairs if a is not None and b is not None and math.isfinite(a) and math.isfinite(b)]
