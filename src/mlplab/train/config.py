@@ -20,6 +20,7 @@ import math
 import re
 import typing
 from dataclasses import dataclass, field
+from fractions import Fraction
 from pathlib import Path
 from typing import Any, Literal, Sequence
 
@@ -406,6 +407,13 @@ def eval_batch_size(r: RunSection) -> int:
     return r.eval_batch_size or min(1024, 4 * r.batch_size)
 
 
+def _epochs_in_steps(epochs: float, steps_per_epoch: int) -> Fraction:
+    """``epochs`` in steps, exactly: the decimal the config holds (its shortest repr, 1.1) times
+    the steps per epoch. In floats 1.1 × 50 is 55.00000000000001, which ``ceil`` makes 56 steps,
+    and 0.7 × 45 is 31.499999999999996, which ``round`` makes 31 (31.5 rounds to even: 32)."""
+    return Fraction(repr(float(epochs))) * steps_per_epoch
+
+
 def durations(cfg: RunConfig, n_train: int, world_size: int = 1) -> Durations:
     """The step arithmetic of a run with ``n_train`` training examples on ``world_size`` processes.
 
@@ -424,12 +432,13 @@ def durations(cfg: RunConfig, n_train: int, world_size: int = 1) -> Durations:
         raise BadInput(f"the training split has {n_train} examples, fewer than one batch of "
                          f"{r.batch_size}; lower run.batch_size")
     if s.epochs is not None:
-        total_steps = max(1, math.ceil(s.epochs * steps_per_epoch))
+        total_steps = max(1, math.ceil(_epochs_in_steps(s.epochs, steps_per_epoch)))
     elif s.steps is not None:
         total_steps = s.steps
     else:
         total_steps = max(1, math.ceil(s.examples / r.batch_size))
-    warmup = round(s.warmup_epochs * steps_per_epoch) if s.warmup_epochs is not None else (s.warmup_steps or 0)
+    warmup = round(_epochs_in_steps(s.warmup_epochs, steps_per_epoch)) if s.warmup_epochs is not None \
+        else (s.warmup_steps or 0)
     return Durations(batch_per_rank=bs, eval_batch_per_rank=eval_bs, steps_per_epoch=steps_per_epoch,
                      total_steps=total_steps, total_epochs=math.ceil(total_steps / steps_per_epoch),
                      warmup_steps=min(warmup, total_steps), peak_lr=peak_lr(cfg))
