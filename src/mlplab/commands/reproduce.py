@@ -4,6 +4,7 @@
     mlplab reproduce fig6 --scale cpu --jobs 2
     mlplab reproduce fig6 --scale cpu --protocol          # print the protocol's hash and content
     mlplab reproduce fig6 --scale cpu --confirm --jobs 2  # the frozen protocol on fresh seeds
+    mlplab reproduce --all --scale cpu --confirm --jobs 2 # the confirmation campaign (docs/experiments.md)
     mlplab reproduce table1 --scale paper --dataset cifar100 --executor slurm --jobs 18
 """
 from __future__ import annotations
@@ -22,6 +23,10 @@ from ..experiments.recipes import SCALES
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("id", nargs="?", help="experiment id (fig2a-c, fig2d, fig4, ..., tableS3)")
     parser.add_argument("--list", action="store_true", help="list the experiments with their runs and estimated cost")
+    parser.add_argument("--all", action="store_true",
+                        help="with --confirm: every id with this scale, in campaign order, committing runs to --results")
+    parser.add_argument("--results", default="docs/results",
+                        help="with --all: the folder of committed results (default docs/results)")
     parser.add_argument("--scale", choices=SCALES, default="cpu",
                         help="smoke: seconds; cpu: ~15-25 min on 2 cores; paper: the published setting")
     parser.add_argument("--dataset", default=None,
@@ -83,6 +88,20 @@ def _protocol(args: argparse.Namespace) -> int:
     return 0
 
 
+def _campaign(args: argparse.Namespace) -> int:
+    """``--all --confirm``: the confirmation campaign (mlplab.experiments.campaign)."""
+    from ..errors import BadInput
+    from ..experiments.campaign import run_campaign
+
+    if not args.confirm or args.id:
+        raise BadInput("--all runs the confirmation campaign: give --all --confirm (and no id)")
+    records = run_campaign(args.scale, jobs=args.jobs, executor=args.executor or ("local" if args.jobs > 1 else "inline"),
+                           results_root=Path(args.results))
+    failed = [r["id"] for r in records if r["status"] == "failed runs"]
+    print(f"campaign: {len(records)} ids, {len(failed)} with failed runs" + (f" ({', '.join(failed)})" if failed else ""))
+    return 1 if failed else 0
+
+
 def run(args: argparse.Namespace) -> int:
     from ..experiments.registry import format_list, get_experiment, reproduce
     from ..train.config import parse_overrides
@@ -90,8 +109,10 @@ def run(args: argparse.Namespace) -> int:
     if args.list:
         print(format_list())
         return 0
+    if args.all:
+        return _campaign(args)
     if not args.id:
-        print("mlplab reproduce: give an experiment id or --list", file=sys.stderr)
+        print("mlplab reproduce: give an experiment id, --list or --all --confirm", file=sys.stderr)
         return 2
     if args.protocol or args.freeze:
         return _protocol(args)

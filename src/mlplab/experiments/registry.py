@@ -15,7 +15,7 @@ import shlex
 import sys
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from ..errors import BadInput
 from ..errors import did_you_mean
@@ -184,12 +184,14 @@ def reproduce(
     command: str | None = None,
     overrides: dict[str, Any] | None = None,
     role: str = "exploratory",
+    on_run_end: Callable[[Any, str], None] | None = None,
 ) -> dict[str, Any]:
     """Run experiment ``id`` at ``scale`` into ``out_dir`` and write its report there.
 
     ``overrides``: dotted run-config keys applied to every training run (e.g. more epochs);
     ``role="confirmatory"``: the fresh seeds of the frozen protocol (refused when the protocol is
-    not frozen, or differs from the frozen one — overrides change it).
+    not frozen, or differs from the frozen one — overrides change it). ``on_run_end(run_dir,
+    status)`` is called as each run ends (the campaign commits finished runs with it).
     Returns ``{"out_dir", "status" (per run), "failed", "report" (path or None), "verdicts"}``.
     Finished runs are skipped, so calling it again resumes a killed experiment.
     """
@@ -222,7 +224,7 @@ def reproduce(
     t0 = time.time()
     tally = RunTally({f"{s.sweep}/{s.name}" if s.sweep else s.name: spec_s(s, scale, sw.est_epoch_s, sw.epochs)
                       for stage, stage_runs in zip(plan.stages, runs)
-                      for sw, sw_runs in zip(stage, stage_runs) for s in sw_runs}, jobs=jobs)
+                      for sw, sw_runs in zip(stage, stage_runs) for s in sw_runs}, jobs=jobs, on_finish=on_run_end)
     for stage_runs in runs:
         specs: list[RunSpec] = [s for sw_runs in stage_runs for s in sw_runs]
         res: SweepResult = run_specs(specs, out, jobs=jobs, executor=executor, slurm=slurm, verbose=verbose,
