@@ -7,9 +7,10 @@
 
 Sources (one file per measurement, named by what and where it was measured):
 
-- ``docs/results/<id>-<scale>-<machine>/``: a reproduction's own ``verdicts.json`` (with
-  ``experiment.json``, ``report.md``, ``results.csv`` and its figure when the run folder was kept;
-  a ``verdicts.json`` alone records what an earlier report said, with ``source`` saying so).
+- ``docs/results/<id>-<scale>-<machine>/``: a confirmatory reproduction (``mlplab reproduce --all
+  --confirm``): ``verdicts.json``, ``report.md``, tables, figure, ``protocol.json`` and every run's
+  results under ``runs/``; ``docs/results/explore/...``: exploratory ones (seeds 0–2);
+  ``docs/results/recovered/...``: a ``verdicts.json`` alone, what an earlier report said (``source``).
 - ``benchmarks/results/<what>-pt<torch>-<machine>.json``: what ``benchmarks/`` wrote (or recorded
   from an earlier report), each with its ``tables``.
 
@@ -68,7 +69,17 @@ def load_result(folder: Path) -> dict[str, Any]:
 
 
 def load_results(root: Path = RESULTS) -> list[dict[str, Any]]:
-    return [load_result(f) for f in sorted(root.iterdir()) if (f / "verdicts.json").exists()] if root.exists() else []
+    """Every committed reproduction: confirmed ones in ``root``, exploratory ones in ``root/explore``,
+    those recovered from an earlier report's prose (no run data) in ``root/recovered``."""
+    if not root.exists():
+        return []
+    out = []
+    for where, role in ((root, None), (root / "explore", "exploratory"), (root / "recovered", "recovered")):
+        for f in sorted(where.iterdir()) if where.exists() else []:
+            if (f / "verdicts.json").exists():
+                r = load_result(f)
+                out.append({**r, "role": role or r["role"]})
+    return out
 
 
 def latest(results: list[dict[str, Any]], role: str = "confirmatory") -> dict[str, dict[str, Any]]:
