@@ -190,14 +190,15 @@ def open_claims_table(results: list[dict[str, Any]]) -> str:
 
 
 def add_run(run_dir: Path, machine: str | None = None, load: str | None = None) -> Path:
-    """Copy a finished ``mlplab reproduce`` folder's report files to ``docs/results/<id>-<scale>-<machine>/``,
+    """Copy a finished exploratory ``mlplab reproduce`` folder's report files to
+    ``docs/results/explore/<id>-<scale>-<machine>/`` (confirmed ones are committed by the campaign),
     with ``machine.json`` (the machine tag, the CPU and the load average while it ran, when given)."""
     sys.path.insert(0, str(REPO / "src"))
     from mlplab.utils.cpu import cpu_has_native_bf16, cpu_info, machine_tag
 
     manifest = json.loads((run_dir / "experiment.json").read_text())
     exp, scale = manifest["experiment"], manifest["scale"]["scale"]
-    dest = RESULTS / f"{exp}-{scale}-{machine or machine_tag()}"
+    dest = RESULTS / "explore" / f"{exp}-{scale}-{machine or machine_tag()}"
     if dest.exists():
         shutil.rmtree(dest)
     dest.mkdir(parents=True)
