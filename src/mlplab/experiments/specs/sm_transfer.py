@@ -59,7 +59,8 @@ TRANSFER = {
                       probe="ridge", note="synthetic data: runs every stage, decides nothing"),
     # classes 0–4 → 5–9; two pre-training sizes a factor 4 apart at the same examples seen (6 → 24
     # epochs), so that data size, not compute, differs; the larger is all 30,000 images of classes
-    # 0–4, 10× the 3,000 downstream images (the regime: ≥ 10×, BIG_ENOUGH); "+ DA" = crop (padding 2) + flip (random-resized crop and mixup need more epochs);
+    # 0–4, 10× the 3,000 downstream images (the regime: ≥ 10×, BIG_ENOUGH); "+ DA" = crop (padding 2)
+    # + flip (random-resized crop and mixup need more epochs);
     # fine-tuning at batch 32 for 13 epochs: 1,219 SGD steps, as many as the paper's 50 CIFAR epochs
     # at batch 2048 (~1,220) with its lrs
     "cpu": Transfer(width=128, depth=4, model=None, pretrain=FM_PRE, downstream=FM_DOWN, sizes=[7500, 30000],
