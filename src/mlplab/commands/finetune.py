@@ -1,8 +1,8 @@
 """``mlplab finetune CHECKPOINT CONFIG [section.key=value ...] [--resume] [--overwrite] [--print-config [--format yaml]]``
 
 Trains CONFIG (a named config such as ``fmnist_finetune`` / ``fmnist_linear_probe``, or a JSON,
-YAML or TOML file; overrides also as ``--section.key=value``) starting from CHECKPOINT: a run folder, an mlplab file or a timm / Flax / Scaling-MLPs
-checkpoint. The checkpoint decides the model (CONFIG's model section keeps only ``expand``,
+YAML or TOML file; overrides also as ``--section.key=value``) starting from CHECKPOINT: a run
+folder, an mlplab file or a timm / Flax / Scaling-MLPs checkpoint. The checkpoint decides the model (CONFIG's model section keeps only ``expand``,
 ``new_head``, ``init_format``, and ``kwargs`` when it names no model); the data is resized to the model's
 resolution. Equivalent to ``mlplab train CONFIG model.init_from=CHECKPOINT model.name=...``.
 

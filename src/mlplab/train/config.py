@@ -2,8 +2,9 @@
 
 A run is fully described by a :class:`RunConfig`; it is saved as ``config.json`` in the run folder
 and a resumed run must match it. ``make_config(base, overrides)`` builds one from a named config
-(``mlplab.train.presets``), a JSON, YAML or TOML file, a dict or another ``RunConfig``, then applies dotted
-overrides (``"optim.lr=0.1"`` from the command line, or ``{"optim.lr": 0.1}``). An unknown key is
+(``mlplab.train.presets``), a JSON, YAML or TOML file (``mlplab.utils.configfile``), a dict or
+another ``RunConfig``, then applies dotted overrides (``"optim.lr=0.1"`` from the command line, or
+``{"optim.lr": 0.1}``). An unknown key is
 an error that lists the valid ones; a value of the wrong type is an error that names the key.
 
 Durations follow big_vision: the training length is given in exactly one of ``epochs``,
