@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import shutil
 import sys
 import tarfile
 from pathlib import Path
@@ -237,6 +238,22 @@ def test_bad_layouts_and_labels_are_one_sentence(images, tmp_path):
     write_parquet(src, images)
     with pytest.raises(BadInput, match="holds both tar and Parquet shards"):
         pack(src, tmp_path / "p", 8, progress="none")
+    shutil.rmtree(src / "data")
+    (src / "imagenet1k-train-0000.tar").rename(src / "train-validation-0000.tar")
+    with pytest.raises(BadInput, match=r"train-validation-0000\.tar names two splits \(train, validation\); rename "
+                                       "it so that its path names one of train, validation \\(or val\\), test"):
+        pack(src, tmp_path / "p", 8, progress="none")
+    names = tmp_path / "names"
+    names.mkdir()
+    for split, classes in (("train", ["b", "a"]), ("val", ["c"])):
+        pq.write_table(pa.table({"image": pa.array([b"x"] * len(classes), pa.binary()), "label": classes}),
+                       names / f"{split}.parquet")
+    with pytest.raises(BadData, match="the val split has the label 'c', which no train sample has"):
+        pack(names, tmp_path / "p", 8, progress="none")
+    pq.write_table(pa.table({"image": [1, 2], "label": [0, 1]}), names / "train.parquet")
+    with pytest.raises(BadInput, match=r"train\.parquet: column 'image' is int64, not encoded images \(binary, or a "
+                                       r"struct with 'bytes'\); name the image column with --image-key"):
+        pack(names, tmp_path / "p", 8, progress="none")
     hub = write_parquet(tmp_path / "hub", images, names=["cat", "dog"])  # label 2 has no name
     with pytest.raises(BadData, match="labels run from 0 to 2, outside the 2 classes 0..1 of the metadata"):
         pack(hub, tmp_path / "p", 8, progress="none")
