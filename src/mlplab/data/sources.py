@@ -85,7 +85,8 @@ def find_shards(path: Path) -> list[Path]:
         return []
     files = sorted(p for p in candidates if p.suffix.lower() in SHARD_KINDS and p.is_file())
     if not files:
-        packed = next((p for p in candidates if p.name.lower().endswith((".tar.gz", ".tgz", ".tar.xz", ".tar.zst"))), None)
+        compressed = (".tar.gz", ".tgz", ".tar.xz", ".tar.zst")
+        packed = next((p for p in candidates if p.name.lower().endswith(compressed)), None)
         if packed is not None:
             raise BadInput(f"{packed} is a compressed tar, which cannot be read at random; decompress the shards "
                            "to plain .tar files (e.g. gunzip) and pack those")
