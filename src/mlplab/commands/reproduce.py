@@ -19,6 +19,9 @@ from typing import Iterator
 
 from ..experiments.recipes import SCALES
 
+#: how this command takes overrides (``mlplab.cli.dotted_options``): --optim.lr=0.1 is --set optim.lr=0.1
+OVERRIDES = "--set"
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("id", nargs="?", help="experiment id (fig2a-c, fig2d, fig4, ..., tableS3)")
@@ -36,7 +39,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="default: local when --jobs > 1, else inline")
     parser.add_argument("--out", default=None, help="output folder (default: runs/experiments/ID-SCALE)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
-                        help="run-config override for every training run, e.g. schedule.epochs=10 (repeatable)")
+                        help="run-config override for every training run, e.g. schedule.epochs=10 (repeatable; "
+                             "--schedule.epochs=10 is the same)")
     parser.add_argument("--no-report", action="store_true", help="run only; `mlplab report` later")
     parser.add_argument("--slurm", action="append", default=[], metavar="KEY=VALUE",
                         help="submitit parameter for --executor slurm (repeatable)")
