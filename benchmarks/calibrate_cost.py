@@ -18,6 +18,13 @@ seconds per example against 3F), the start-up per run from each experiment's wal
 
     python benchmarks/calibrate_cost.py --runs runs/experiments/fig6-cpu runs/experiments/scaling-cpu
 
+or, as ``reproduce --list`` and the campaign's ETA use it, fits each CPU kind's constants to the
+CPU seconds every finished run records (``results.json``: ``cpu_s``, ``machine_tag``) — one thread
+per run, so a run's CPU seconds are its wall time on a quiet core — and writes them into the
+calibration's ``machines`` table, which ``cost.cpu_machine()`` reads for the CPU kind it runs on:
+
+    python benchmarks/calibrate_cost.py --results docs/results runs/experiments --write
+
 The numbers it printed are kept in ``src/mlplab/experiments/data/cost_calibration.json`` (``rows``);
 ``--calibration`` refits those rows and prints each whole experiment's measured / estimated minutes
 at the fit and at the module's constants:
@@ -175,15 +182,89 @@ def fit_finished(folders: list[Path]) -> dict:
     return {"rows": rows, "fit": fit}
 
 
+def timed_runs(roots: list[Path]) -> list[dict]:
+    """Every finished training run under ``roots`` that recorded its CPU seconds, with the counts the
+    estimate uses (one row per run; lockstep runs, which time several seeds at once, left out)."""
+    from mlplab.experiments.cost import TEST_SIZES, _train_examples, run_counts
+
+    rows = []
+    for res in sorted(p for root in roots for p in root.rglob("results.json")):
+        spec = res.parent / "spec.json"
+        if not spec.exists():
+            continue
+        sp, r = json.loads(spec.read_text()), json.loads(res.read_text())
+        if sp.get("task", "train") != "train" or "cpu_s" not in r or r.get("lockstep") or int(r.get("threads", 1)) != 1:
+            continue
+        o = sp["overrides"]
+        flops, acts, rp_share = run_counts(o)
+        evals = 1 + (int(r["epochs"] // int(o["run.eval_every"])) if o.get("run.eval_every") else 0)
+        rows.append({"label": f"{res.parent.parent.name}/{res.parent.name}", "tag": r.get("machine_tag", "?"),
+                     "flops": flops, "activations": acts, "rp_share": rp_share, "cpu_s": float(r["cpu_s"]),
+                     "examples": float(r["epochs"]) * float(r.get("train_examples") or _train_examples(o))
+                     + evals * float(o.get("data.test_subset") or TEST_SIZES.get(o.get("data.dataset"), 10000)) / 3})
+    return rows
+
+
+def fit_machine(rows: list[dict]) -> dict:
+    """One CPU kind's constants: cpu_s ≈ overhead + examples·(3F/R + κ·A + τ0), by non-negative
+    least squares over the runs without random permutations; the RP slowdown is the median ratio
+    of the RP runs' time to that prediction."""
+    from scipy.optimize import nnls
+
+    normal = [r for r in rows if r["rp_share"] == 0]
+    A = np.array([[r["examples"] * 3.0 * r["flops"], r["examples"] * r["activations"], r["examples"], 1.0]
+                  for r in normal])
+    (inv_rate, kappa, tau, overhead), _ = nnls(A, np.array([r["cpu_s"] for r in normal]))
+
+    def pred(r: dict, slow: float = 1.0) -> float:
+        return overhead + r["examples"] * (3.0 * r["flops"] * inv_rate + kappa * r["activations"] + tau) * slow
+
+    rp = [(r["cpu_s"] - overhead) / (pred(r) - overhead) for r in rows if r["rp_share"] == 1]
+    slow = float(np.median(rp)) if rp else 1.0
+    ratios = [r["cpu_s"] / pred(r, 1 + (slow - 1) * r["rp_share"]) for r in rows]
+    return {"rate": 1.0 / inv_rate if inv_rate > 0 else float("inf"), "kappa": float(kappa), "tau": float(tau),
+            "overhead_s": float(overhead), "rp_slowdown": slow, "runs": len(rows),
+            "measured_over_estimated": {"median": float(np.median(ratios)), "min": float(min(ratios)),
+                                        "max": float(max(ratios))}}
+
+
+def fit_results(roots: list[Path], write: bool) -> dict:
+    rows = timed_runs(roots)
+    out = {}
+    for tag in sorted({r["tag"] for r in rows}):
+        mine = [r for r in rows if r["tag"] == tag]
+        if len([r for r in mine if r["rp_share"] == 0]) < 4:
+            print(f"{tag}: {len(mine)} runs, too few to fit")
+            continue
+        out[tag] = fit = fit_machine(mine)
+        m = fit["measured_over_estimated"]
+        print(f"{tag}: {fit['runs']} runs; R = {fit['rate'] / 1e9:.1f} GFLOP/s, κ = {fit['kappa'] * 1e9:.2f} ns, "
+              f"τ0 = {fit['tau'] * 1e6:.1f} µs, start-up {fit['overhead_s']:.1f} s, RP ×{fit['rp_slowdown']:.2f}; "
+              f"measured / estimated per run: median {m['median']:.2f}, {m['min']:.2f}–{m['max']:.2f}")
+    if write and out:
+        path = Path(__file__).resolve().parents[1] / "src/mlplab/experiments/data/cost_calibration.json"
+        data = json.loads(path.read_text())
+        data.setdefault("machines", {}).update(out)
+        path.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n")
+        print(f"wrote {', '.join(out)} into {path}")
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--examples", type=int, default=5120, help="training subset per epoch (20 steps of 256)")
     ap.add_argument("--runs", nargs="+", type=Path, default=None,
                     help="fit to finished `mlplab reproduce` folders instead of training here")
+    ap.add_argument("--results", nargs="+", type=Path, default=None,
+                    help="fit each CPU kind to the CPU seconds of the finished runs under these folders")
+    ap.add_argument("--write", action="store_true", help="with --results: store the fits in the calibration")
     ap.add_argument("--calibration", action="store_true",
                     help="refit the cost calibration rows and compare the measured experiments")
     ap.add_argument("--out", default=None, help="write the rows and the fit as JSON here")
     args = ap.parse_args()
+    if args.results:
+        fit_results(args.results, args.write)
+        return
     if args.calibration:
         fit_calibration()
         return

@@ -39,7 +39,7 @@ from .plan import Plan
 from .sweep import RunSpec, Sweep, expand, nest_overrides
 
 __all__ = ["RATE", "KAPPA_S", "TAU_S", "RUN_OVERHEAD_S", "RP_SLOWDOWN", "CPU_JOBS", "Machine", "cpu_machine",
-           "paper_machine", "calibration", "TRAIN_SIZES", "TEST_SIZES", "task_unit_s", "TASK_S", "example_s", "run_s",
+           "paper_machine", "host_tag", "calibration", "TRAIN_SIZES", "TEST_SIZES", "task_unit_s", "TASK_S", "example_s", "run_s",
            "run_counts", "spec_s", "makespan", "estimate_cost", "planned_epochs"]
 
 # ---------------------------------------------------------------------------------- constants
@@ -85,8 +85,23 @@ def task_unit_s(task: str) -> float:
     return float(calibration()["task_units"][task]["s"])
 
 
-def cpu_machine() -> Machine:
-    """The 2-core CPU machine (the module constants, read at call time)."""
+def host_tag() -> str:
+    """This machine's CPU kind (``utils.cpu.machine_tag``): which calibration an estimate uses."""
+    from ..utils.cpu import machine_tag
+
+    return machine_tag()
+
+
+def cpu_machine(tag: str | None = None) -> Machine:
+    """The 2-core CPU machine of CPU kind ``tag`` (default: this one, :func:`host_tag`): the
+    constants fitted to that kind's committed runs (``calibration()["machines"][tag]``, from each
+    run's CPU seconds: ``benchmarks/calibrate_cost.py --results``) when there are some, else the
+    module constants (a 2-core AVX2 EPYC, fp32), read at call time."""
+    tag = tag or host_tag()
+    fit = calibration().get("machines", {}).get(tag)
+    if fit:
+        return Machine(f"2 CPU cores ({tag}: fitted to {fit['runs']} runs)", fit["rate"], fit["kappa"], fit["tau"],
+                       fit["rp_slowdown"])
     return Machine("2 CPU cores", RATE, KAPPA_S, TAU_S, RP_SLOWDOWN)
 
 
