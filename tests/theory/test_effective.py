@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from mlplab.layers.pk import compute_by_definition
+from mlplab.models.impl import compute_by_definition
 
 import mlplab
 from mlplab.layers.vec import vec

@@ -38,7 +38,6 @@ __all__ = [
     "RunConfig",
     "make_config",
     "validate",
-    "ensure_valid",
     "not_semantic",
     "NON_SEMANTIC",
     "load_config",
@@ -286,16 +285,6 @@ def _count_set(*values: Any) -> int:
     return sum(v is not None for v in values)
 
 
-def _fingerprint(cfg: RunConfig) -> str:
-    return json.dumps(dataclasses.asdict(cfg), sort_keys=True, default=repr)
-
-
-def ensure_valid(cfg: RunConfig) -> RunConfig:
-    """``cfg`` validated: :func:`validate` runs again only when ``cfg`` changed since it last
-    passed (``make_config`` validates, and a run plans the same config without checking twice)."""
-    if cfg.__dict__.get("_validated") == _fingerprint(cfg):
-        return cfg
-    return validate(cfg)
 def _check_finite(cfg: RunConfig) -> None:
     """Every number in the config (``model.kwargs`` and lists such as ``optim.betas`` included) is
     finite: a NaN slips past every ``<``/``>`` range check below."""
@@ -370,7 +359,6 @@ def validate(cfg: RunConfig) -> RunConfig:
     # model name and kwargs are checked by the registry (unknown name / key / type -> error)
     get_model_entry(cfg.model.name)
     model_config(cfg.model.name, **cfg.model.kwargs)
-    cfg.__dict__["_validated"] = _fingerprint(cfg)  # not a field: asdict, eq and repr ignore it
     return cfg
 
 

@@ -68,7 +68,7 @@ from ..utils.seeds import derive_seed
 from ..utils.units import format_count
 from . import checkpoint as ckpt
 from .accelerator import set_fp32_matmul_policy
-from .backend import apply_impl, compile_model, describe_implementation, implementation_line, keep_freed_memory, resolve_compile
+from .backend import compile_model, describe_implementation, implementation_line, keep_freed_memory, resolve_compile
 from .config import Durations, RunConfig, durations
 from .data import RunData, eval_loader, load_run_data, train_loader
 from .ema import WeightEMA
@@ -252,8 +252,7 @@ def _prepare(plan: RunPlan, dist: DistInfo) -> _Run:
     torch.manual_seed(r.seed)
     data = _load_data(plan.data_cfg, device, dist)  # a pretrained model's resolution (train.init)
     dur = durations(cfg, len(data.train), dist.world_size)
-    model = plan.build_model(data.info).to(device)
-    apply_impl(model, cfg.model.impl, device, precision)
+    model = plan.build_model(data.info).to(device)  # computing as model.impl says (plan.impl)
     fpe = float(count_flops(model, (data.info.in_chans, *data.info.image_size)))  # streamed splits hold no tensor
     optimizer = build_optimizer(model, cfg.optim)  # may freeze the body (linear probe)
     ema = WeightEMA(model, r.ema_decay) if r.ema_decay is not None else None
