@@ -496,7 +496,8 @@ def _train(plan: RunPlan, dist: DistInfo, resume: bool, overwrite: bool,
         _wrap(run)
         peak = matmul_flops_per_s(run.device, torch.bfloat16 if run.precision == "bf16" else torch.float32)
         progress = Progress(r.log if dist.is_main else "none")
-        periodic_split, periodic_name = (data.val, "val") if data.val is not None else (data.test, "test")
+        tests_periodically = data.val is None  # no validation split: the periodic evaluations are on the test split
+        periodic_split, periodic_name = (data.test, "test") if tests_periodically else (data.val, "val")
         if dist.is_main:
             progress.line(f"run {run_dir}: {cfg.model.name} {format_count(run.n_params)} params, "
                           f"{format_count(run.fpe) if run.fpe else '?'}FLOP/example, {len(data.train)} train "
@@ -539,7 +540,7 @@ def _train(plan: RunPlan, dist: DistInfo, resume: bool, overwrite: bool,
                 if on_epoch_end is not None:
                     on_epoch_end(rec)
 
-            if periodic_name == "test" and state.history and "test_acc" in state.history[-1]:
+            if tests_periodically and state.history and "test_acc" in state.history[-1]:
                 final = {k: state.history[-1][f"test_{k}"] for k in ("acc", "top5", "loss")}  # just evaluated
             else:
                 final = evaluate(run.model, progress.iterate(eval_loader(data.test, data, dur.eval_batch_per_rank, dist),
