@@ -122,7 +122,8 @@ def main(argv: list[str] | None = None) -> int:
         with tempfile.TemporaryDirectory() as old, tempfile.TemporaryDirectory() as new:
             builds = load_builds({"old": sources_of(a.old, Path(old)),
                                   "new": sources_of(a.new, Path(new)) if a.new else REPO / KERNELS})
-        build.kernels_for = lambda c: (build.wide_rows(c) and builds[current["tag"]][True]) or builds[current["tag"]][False]
+        build.kernels_for = lambda c: (build.wide_rows(c) and builds[current["tag"]][True]) \
+            or builds[current["tag"]][False]
         switch = lambda tag: current.update(tag=tag)  # noqa: E731
     x, y = torch.randn(a.batch, 3, 32, 32), torch.randint(0, 10, (a.batch,))
     models = [m for m in a.models.split(",") if m]

@@ -32,9 +32,10 @@ import subprocess
 import sys
 import textwrap
 import time
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGETS = ROOT / "scripts" / "mutation_targets.toml"
@@ -161,11 +162,11 @@ def drop_stale_copies(target: Target, ws: Path) -> None:
     changed since (copies keep the source's mtime), so that a --survivors run sees today's code."""
     copies = ws / "mutants" / "src"
     mutated = {f"{PACKAGE}/{f}" for f in target.files}
-    for copy in copies.rglob("*.py") if copies.is_dir() else []:
-        rel = copy.relative_to(copies).as_posix()
+    for kept in copies.rglob("*.py") if copies.is_dir() else []:
+        rel = kept.relative_to(copies).as_posix()
         source = ROOT / "src" / rel
-        if rel not in mutated and (not source.exists() or source.stat().st_mtime != copy.stat().st_mtime):
-            copy.unlink()
+        if rel not in mutated and (not source.exists() or source.stat().st_mtime != kept.stat().st_mtime):
+            kept.unlink()
 
 
 def run_mutmut(target: Target, ws: Path, jobs: int, names: list[str]) -> tuple[float, float]:
@@ -384,8 +385,8 @@ def docs_block(record: dict, targets: dict[str, Target]) -> str:
     the core's CPU time in all and the number of equivalents written down."""
     rows = {name: record["rows"][name] for name in targets if name in record["rows"]}
     cpu = sum(r["cpu_s"] or 0 for r in rows.values())
-    return (summary_table(rows) + f"\nThe core's CPU time in all: {cpu / 60:.1f} min (about {cpu / 120:.1f} min of wall "
-            f"time on a quiet 2-core machine); equivalent mutants written down: "
+    return (summary_table(rows) + f"\nThe core's CPU time in all: {cpu / 60:.1f} min (about {cpu / 120:.1f} min "
+            f"of wall time on a quiet 2-core machine); equivalent mutants written down: "
             f"{len(load_equivalents())} (`tests/mutation_equivalent.toml`).\n")
 
 

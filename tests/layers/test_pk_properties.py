@@ -6,7 +6,6 @@ Mixers are PK layers (docs/science.md §2): token mixing (groups = columns) is W
 mixing (groups = rows, J1 = J_c, J2 = J_cᵀ) is X Wᵀ + b.
 """
 import numpy as np
-import pytest
 import torch
 import torch.nn as nn
 from hypothesis import given, settings

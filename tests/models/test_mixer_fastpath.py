@@ -13,8 +13,8 @@ import torch.nn as nn
 from mlplab import create_model
 from mlplab.layers.common import LinearAct, Mlp
 from mlplab.layers.pk import PKMixing, permute_entries
-from mlplab.models.impl import compute_by_definition
 from mlplab.layers.vec import invert_perm
+from mlplab.models.impl import compute_by_definition
 
 TOL = 1e-12
 

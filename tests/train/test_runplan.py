@@ -4,6 +4,7 @@ import re
 
 import pytest
 import torch
+from train_helpers import tiny_overrides
 
 import mlplab
 from mlplab import cli
@@ -13,8 +14,6 @@ from mlplab.models.registry import create_model, list_models
 from mlplab.train import config as config_mod
 from mlplab.train import make_config, runplan
 from mlplab.train.runplan import as_plan, meta_model, plan_run
-
-from train_helpers import tiny_overrides
 
 
 def _argv(ov):

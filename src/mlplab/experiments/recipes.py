@@ -27,7 +27,8 @@ from typing import Any, Mapping
 from ..data.table import DATASETS
 from .derived import derived_key
 
-__all__ = ["SCALES", "Scale", "ScaleRules", "SCALE_RULES", "make_scale", "AUGMENT", "dataset_available", "CPU_SEEDS", "CPU_BATCH",
+__all__ = ["SCALES", "Scale", "ScaleRules", "SCALE_RULES", "make_scale", "AUGMENT", "dataset_available", "CPU_SEEDS",
+           "CPU_BATCH",
            "DEFAULT_LR", "cpu_lr", "lr_search_table", "family_lr"]
 
 CPU_SEEDS = 3  # seeds per point at cpu scale: the fewest the verdict rules test (verdicts.MIN_SEEDS);
@@ -191,7 +192,8 @@ class Scale:
                              "run.batch_size": rules.batch or min(batch_size, rules.max_batch or batch_size),
                              "optim.weight_decay": weight_decay if rules.published_optimiser or name != "adamw"
                              else CPU_WEIGHT_DECAY,
-                             "schedule.epochs": {"published": epochs, "cpu": cpu_epochs}.get(rules.epochs, rules.epochs)}
+                             "schedule.epochs": {"published": epochs, "cpu": cpu_epochs}.get(rules.epochs,
+                                                                                             rules.epochs)}
         if rules.published_optimiser:
             o["schedule.min_lr"] = min_lr
             if warmup_epochs:

@@ -3,10 +3,11 @@
 Implementation (``model.impl``, :class:`mlplab.models.impl.Impl`). :func:`apply_impl` sets it on
 a model and refuses a path the model or machine lacks; the run plan calls it on the model it builds
 on the meta device (:func:`mlplab.train.runplan.plan_run`), so ``--print-config`` and
-``check_specs`` refuse an impossible ``model.impl`` before any data loads, and the loop on the
-model it trains. :func:`describe_implementation` is what the run line and ``results.json`` say: the path the training step takes (fused seams,
-module path or definition), why a Mixer does not take the fused seams, compiled or eager, the
-precision and the kernels' status.
+``check_specs`` refuse an impossible ``model.impl`` before any data loads, and the plan's
+``build_model`` on the model a run trains. :func:`describe_implementation` is what the run line
+and ``results.json`` say: the path the training step takes (fused seams, module path or
+definition), why a Mixer does not take the fused seams, compiled or eager, the precision and the
+kernels' status.
 
 ``run.compile=auto`` compiles on CUDA, and on CPU when the run autocasts to bf16, is long enough
 to repay the ~20 s of compilation (at least ``MIN_STEPS_CPU`` steps) and a C++ compiler is present:

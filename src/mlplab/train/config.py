@@ -365,7 +365,8 @@ def _check_run(r: RunSection) -> None:
     if r.nan_check_every < 1:
         raise ValueError(f"run.nan_check_every must be >= 1, got {r.nan_check_every}")
     if r.accumulate_steps < 1:
-        raise ValueError(f"run.accumulate_steps must be >= 1 (micro-batches per optimiser step), got {r.accumulate_steps}")
+        raise ValueError(f"run.accumulate_steps must be >= 1 (micro-batches per optimiser step), "
+                         f"got {r.accumulate_steps}")
     if r.ema_decay is not None and not 0.0 < r.ema_decay < 1.0:
         raise ValueError(f"run.ema_decay must be in (0, 1) (e.g. 0.9999) or null, got {r.ema_decay}")
     if r.threads is not None and r.threads < 1:

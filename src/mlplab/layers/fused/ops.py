@@ -192,7 +192,8 @@ def _eager_function(name: str, impl, setup, grad) -> type[torch.autograd.Functio
     def backward(ctx, *grads):
         return grad(ctx, *grads)
 
-    return type(name, (torch.autograd.Function,), {"forward": staticmethod(forward), "backward": staticmethod(backward)})
+    return type(name, (torch.autograd.Function,),
+                {"forward": staticmethod(forward), "backward": staticmethod(backward)})
 
 
 _ResidualNorm = _eager_function("_ResidualNorm", lambda *inputs: _forward(Seam(*inputs)), _setup, _grad)
