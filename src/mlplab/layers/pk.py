@@ -261,7 +261,7 @@ class PKMixing(nn.Module):
             self._natural = "rows" if is_rows else "columns" if is_columns else "gather"
         self._gathers = None
         if self.arrangement == "gather":
-            gather_in, gather_out = gathers or self._row_major_gathers(j1, j2)
+            gather_in, gather_out = gathers if gathers is not None else self._row_major_gathers(j1, j2)
             self._gathers = (gather_in, invert_perm(gather_in), gather_out, invert_perm(gather_out))
 
     def _row_major_gathers(self, j1: torch.Tensor, j2: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -169,9 +169,19 @@ def _grad(ctx, gu, gh, _gmean, _grstd) -> tuple:
         gh = _h_empty(u, ctx.h_dtype, h_map_inv, ctx.batch_major).zero_()
     gx, gt, dgamma, dbeta, dbias = _backward_of(ctx)(gh, gu if t is not None else None, u, mean, rstd, gamma, t,
                                                      ctx.act, t_map_inv, h_map_inv, ctx.batch_major, t_bias, ctx.div)
-    grads = Seam(*[None] * len(Seam._fields))  # one gradient per forward argument; None for the rest
-    return tuple(grads._replace(x=gx, t=gt if t is not None else None, gamma=dgamma, beta=dbeta,
-                                t_bias=dbias if t_bias is not None else None))
+    return _gradients(x=gx, t=gt if t is not None else None, gamma=dgamma, beta=dbeta,
+                      t_bias=dbias if t_bias is not None else None)
+
+
+_FIELD = {name: i for i, name in enumerate(Seam._fields)}
+
+
+def _gradients(**grads: torch.Tensor | None) -> tuple:
+    """One gradient per forward argument, in Seam's order; None for the arguments not named."""
+    out = [None] * len(_FIELD)
+    for name, g in grads.items():
+        out[_FIELD[name]] = g
+    return tuple(out)
 
 
 _residual_norm.register_autograd(_grad, setup_context=_setup)
