@@ -195,7 +195,7 @@ def _eager_function(name: str, impl, setup, grad) -> type[torch.autograd.Functio
         out = impl(*inputs)
         setup(ctx, inputs, out)
         ctx.eager = True
-        ctx.mark_non_differentiable(*out[-2:])  # mean, rstd
+        ctx.mark_non_differentiable(out[2], out[3])  # mean, rstd
         ctx.set_materialize_grads(False)  # an unused output's gradient stays None (the op makes zeros)
         return out
 
