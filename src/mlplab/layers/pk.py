@@ -243,13 +243,13 @@ class PKMixing(nn.Module):
         rows_o, cols_o = self.out_shape
         j1, j2 = self.j1(), self.j2()
         dev = j1.device
-        gathers = None
+        # the row-major gathers: what free J's are compared by, and what "gather" computes with
+        gathers = self._row_major_gathers(j1, j2) if self.free_perms or self._by_definition else None
         if not self.free_perms:  # the J's that ``groups`` names: its arrangement moves no data
             self._natural = self.groups
         elif j1.is_meta:  # drawn on the meta device: no values to compare (a parameter count)
             self._natural = "gather"
         else:  # free J's, unless they happen to be the rows' or the columns' own
-            gathers = self._row_major_gathers(j1, j2)
             n = (self.n1, self.n2, self.n2_out)
             is_rows = n == (rows, cols, cols_o) and \
                 torch.equal(gathers[0], torch.arange(rows * cols, device=dev)) and \
@@ -261,7 +261,7 @@ class PKMixing(nn.Module):
             self._natural = "rows" if is_rows else "columns" if is_columns else "gather"
         self._gathers = None
         if self.arrangement == "gather":
-            gather_in, gather_out = gathers if gathers is not None else self._row_major_gathers(j1, j2)
+            gather_in, gather_out = gathers
             self._gathers = (gather_in, invert_perm(gather_in), gather_out, invert_perm(gather_out))
 
     def _row_major_gathers(self, j1: torch.Tensor, j2: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
