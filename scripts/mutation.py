@@ -43,7 +43,7 @@ EQUIVALENT = ROOT / "tests" / "mutation_equivalent.toml"
 WORK = ROOT / "mutation-work"
 REPORT = ROOT / "mutation-report"
 #: the committed results (each module's last full run), from which docs/testing.md's table is written
-RECORD = ROOT / "benchmarks" / "results" / "mutation-epyc-avx512bf16.json"
+RECORD = ROOT / "scripts" / "mutation_results.json"
 DOC = ROOT / "docs" / "testing.md"
 BLOCK = ("<!-- mutation.py: results -->", "<!-- /mutation.py -->")
 PACKAGE = "mlplab"
