@@ -64,7 +64,7 @@ from common import (  # noqa: E402
 
 import mlplab  # noqa: E402
 from mlplab.experiments.verdicts import ratio_interval  # noqa: E402
-from mlplab.layers.pk import compute_by_definition  # noqa: E402
+from mlplab.models.impl import compute_by_definition  # noqa: E402
 
 
 # --------------------------------------------------------------------------- reference models

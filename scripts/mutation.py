@@ -7,15 +7,22 @@ builds a workspace ``mutation-work/<module>/`` (links to ``src/`` and ``tests/``
 ``mutation-report/summary.{md,json}`` (killed / timeout / equivalent / survived per module).
 
 A survivor that no test can kill (it changes nothing observable) is written down ONCE in
-``tests/mutation_equivalent.toml`` with the reason, keyed by module, function and the changed
-line before and after (mutmut's numbering shifts when the code changes; these do not), and is
-then counted as equivalent, not survived.
+``tests/mutation_equivalent.toml`` with the reason, keyed by its function ("f" or "Class.method")
+and the mutated statement before and after, each as ``ast.unparse`` writes it (a compound
+statement: its header): mutmut's numbering shifts when the code changes, and neither moving the
+function to another file nor re-wrapping or re-quoting its lines changes these keys. It is then
+counted as equivalent, not survived. ``module`` in an entry says where the function was when it
+was written down (the report lists an entry of a function it mutated and no survivor matched as
+stale).
 
 Not part of CI: a module takes minutes. See docs/testing.md, "Mutation testing".
 """
 from __future__ import annotations
 
 import argparse
+import ast
+import copy
+import difflib
 import fnmatch
 import json
 import os
@@ -23,16 +30,22 @@ import resource
 import shutil
 import subprocess
 import sys
+import textwrap
 import time
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGETS = ROOT / "scripts" / "mutation_targets.toml"
 EQUIVALENT = ROOT / "tests" / "mutation_equivalent.toml"
 WORK = ROOT / "mutation-work"
 REPORT = ROOT / "mutation-report"
+#: the committed results (each module's last full run), from which docs/testing.md's table is written
+RECORD = ROOT / "scripts" / "mutation_results.json"
+DOC = ROOT / "docs" / "testing.md"
+BLOCK = ("<!-- mutation.py: results -->", "<!-- /mutation.py -->")
 PACKAGE = "mlplab"
 
 # mutmut's exit codes, grouped the way the report counts them (mutmut.stats.status_by_exit_code)
@@ -87,7 +100,7 @@ def load_equivalents(path: Path = EQUIVALENT) -> list[dict]:
         return []
     entries = tomllib.loads(path.read_text()).get("equivalent", [])
     for e in entries:
-        missing = {"module", "function", "before", "after", "reason"} - set(e)
+        missing = {"function", "before", "after", "reason"} - set(e)
         if missing:
             raise SystemExit(f"{path.name}: an [[equivalent]] entry lacks {', '.join(sorted(missing))}: {e}")
     return entries
@@ -149,11 +162,11 @@ def drop_stale_copies(target: Target, ws: Path) -> None:
     changed since (copies keep the source's mtime), so that a --survivors run sees today's code."""
     copies = ws / "mutants" / "src"
     mutated = {f"{PACKAGE}/{f}" for f in target.files}
-    for copy in copies.rglob("*.py") if copies.is_dir() else []:
-        rel = copy.relative_to(copies).as_posix()
+    for kept in copies.rglob("*.py") if copies.is_dir() else []:
+        rel = kept.relative_to(copies).as_posix()
         source = ROOT / "src" / rel
-        if rel not in mutated and (not source.exists() or source.stat().st_mtime != copy.stat().st_mtime):
-            copy.unlink()
+        if rel not in mutated and (not source.exists() or source.stat().st_mtime != kept.stat().st_mtime):
+            kept.unlink()
 
 
 def run_mutmut(target: Target, ws: Path, jobs: int, names: list[str]) -> tuple[float, float]:
@@ -190,6 +203,58 @@ def status_of(code: int | None) -> str:
     return "other"
 
 
+_BLOCKS = ("body", "orelse", "finalbody", "handlers", "cases")
+
+
+def _header(node: ast.AST) -> str:
+    """A statement as ``ast.unparse`` writes it; a compound statement's header only (its first line:
+    ``if x > 0:``, ``def f(a=1):`` with its decorators), without its blocks."""
+    if not any(getattr(node, f, None) for f in _BLOCKS):
+        return ast.unparse(node)
+    head = copy.copy(node)
+    for f in _BLOCKS:
+        if getattr(head, f, None):
+            setattr(head, f, [ast.Pass()] if f in ("body", "orelse", "finalbody") else [])
+    lines = ast.unparse(head).splitlines()
+    return " / ".join(ln.strip() for ln in lines if ln.strip() not in ("pass", "else:", "finally:"))
+
+
+def _statements(node: ast.AST) -> list[str]:
+    """Every statement under ``node`` (an except clause and a match case count as one), in source
+    order, each as :func:`_header` writes it."""
+    out = []
+    for f in _BLOCKS:
+        for child in getattr(node, f, None) or []:
+            out.append(_header(child))
+            out.extend(_statements(child))
+    return out
+
+
+def statement_change(orig: str, mutant: str) -> tuple[str, str] | None:
+    """The first statement that differs between a function's source and its mutant's, normalised
+    (:func:`_header`): the key of an equivalent mutant. None when the two parse to the same code."""
+    def parsed(src: str) -> list[str]:
+        tree = ast.parse(textwrap.dedent(src))
+        return [_header(s) for s in tree.body] + [s for top in tree.body for s in _statements(top)]
+    for a, b in zip(parsed(orig), parsed(mutant)):
+        if a != b:
+            return a, b
+    return None
+
+
+def normalise(text: str) -> str:
+    """A statement (or a compound statement's header, ``if x > 0:``) written by hand, as
+    :func:`statement_change` writes it; text that does not parse as either, stripped."""
+    for src in (text, text + "\n    pass"):
+        try:
+            tree = ast.parse(textwrap.dedent(src).strip() if src is text else src.strip())
+        except SyntaxError:
+            continue
+        if len(tree.body) == 1:
+            return _header(tree.body[0])
+    return text.strip()
+
+
 def changed_lines(diff: str) -> tuple[str, str]:
     """The removed and the added lines of a diff, each stripped, joined by " / "."""
     lines = diff.splitlines()
@@ -213,36 +278,53 @@ def collect(target: Target, ws: Path) -> list[Mutant]:
             mutants.append(Mutant(key, f, function_of(key, f), status_of(code)))
     todo = [m for m in mutants if m.status not in ("killed", "timeout", "crashed")]
     if todo:
-        for m, diff in zip(todo, diffs(ws, [(m.key, f"src/{PACKAGE}/{m.file}") for m in todo])):
-            m.diff = diff
-            m.before, m.after = changed_lines(diff)
+        for m, (orig, mutant) in zip(todo, function_sources(ws, [(m.key, f"src/{PACKAGE}/{m.file}") for m in todo])):
+            m.diff = "\n".join(difflib.unified_diff(orig.splitlines(), mutant.splitlines(), f"src/{PACKAGE}/{m.file}",
+                                                    f"src/{PACKAGE}/{m.file}", lineterm=""))
+            m.before, m.after = statement_change(orig, mutant) or changed_lines(m.diff)
     return mutants
 
 
-def diffs(ws: Path, keys: list[tuple[str, str]]) -> list[str]:
-    """mutmut's diff of each (mutant, source path), computed in one child process in the workspace."""
+def function_sources(ws: Path, keys: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """(the function's source, its mutant's) of each (mutant, source path), as mutmut reads them
+    back from its mutated file, in one child process in the workspace."""
     code = ("import json, sys\n"
-            "from mutmut.mutation.diff_apply import get_diff_for_mutant\n"
-            "print(json.dumps([get_diff_for_mutant(k, path=p) for k, p in json.load(sys.stdin)]))\n")
+            "import libcst as cst\n"
+            "from mutmut.mutation import diff_apply as d\n"
+            "def pair(k, p):\n"
+            "    fns = d.read_functions_from_index(k, p)\n"
+            "    if fns is None:\n"
+            "        m = d.read_mutants_module(p)\n"
+            "        fns = (d.read_original_function(m, k), d.read_mutant_function(m, k))\n"
+            "    return [cst.Module([f]).code.strip() for f in fns]\n"
+            "print(json.dumps([pair(k, p) for k, p in json.load(sys.stdin)]))\n")
     out = subprocess.run([sys.executable, "-c", code], cwd=ws, input=json.dumps(keys), capture_output=True,
                          text=True, check=True)
-    return json.loads(out.stdout)
+    return [tuple(pair) for pair in json.loads(out.stdout)]
+
+
+def entry_key(e: dict) -> tuple[str, str, str]:
+    """An equivalent's key: its function and its statement before and after, normalised."""
+    return e["function"], normalise(e["before"]), normalise(e["after"])
 
 
 def mark_equivalent(target: Target, mutants: list[Mutant], entries: list[dict]) -> list[dict]:
-    """Mark the survivors that the equivalents file lists; returns this module's entries that
-    matched no survivor (stale: the code or the mutant changed, or a test kills it now)."""
-    mine = [e for e in entries if e["module"] == target.name]
+    """Mark the survivors that the equivalents file lists (by function and statement, wherever the
+    function lives); returns the entries that matched no survivor but name a function this run
+    mutated, or this module and a function it no longer has (stale: the code or the mutant
+    changed, or a test kills it now)."""
+    index = {entry_key(e): i for i, e in enumerate(entries)}
     used = set()
     for m in mutants:
         if m.status not in ("survived", "no tests"):
             continue
-        for i, e in enumerate(mine):
-            if (e["function"], e["before"].strip(), e["after"].strip()) == (m.function, m.before, m.after):
-                m.status, m.reason = "equivalent", e["reason"]
-                used.add(i)
-                break
-    return [e for i, e in enumerate(mine) if i not in used]
+        i = index.get((m.function, normalise(m.before), normalise(m.after)))
+        if i is not None:
+            m.status, m.reason = "equivalent", entries[i]["reason"]
+            used.add(i)
+    mutated = {m.function for m in mutants}
+    return [e for i, e in enumerate(entries) if i not in used
+            and (e["function"] in mutated or e.get("module") == target.name and not mutated & {e["function"]})]
 
 
 def counts(mutants: list[Mutant]) -> dict[str, int | float | None]:
@@ -298,6 +380,30 @@ def summary_table(rows: dict[str, dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def docs_block(record: dict, targets: dict[str, Target]) -> str:
+    """docs/testing.md's results: the table of the record's rows in the order of the module table,
+    the core's CPU time in all and the number of equivalents written down."""
+    rows = {name: record["rows"][name] for name in targets if name in record["rows"]}
+    cpu = sum(r["cpu_s"] or 0 for r in rows.values())
+    return (summary_table(rows) + f"\nThe core's CPU time in all: {cpu / 60:.1f} min (about {cpu / 120:.1f} min "
+            f"of wall time on a quiet 2-core machine); equivalent mutants written down: "
+            f"{len(load_equivalents())} (`tests/mutation_equivalent.toml`).\n")
+
+
+def with_docs_block(text: str, block: str) -> str:
+    """``text`` (docs/testing.md) with its generated results block replaced by ``block``."""
+    start, end = text.index(BLOCK[0]) + len(BLOCK[0]), text.index(BLOCK[1])
+    return text[:start] + "\n" + block + text[end:]
+
+
+def record_rows(rows: dict[str, dict], targets: dict[str, Target]) -> None:
+    """Merge these modules' rows into the committed record and rewrite docs/testing.md from it."""
+    record = json.loads(RECORD.read_text()) if RECORD.exists() else {"benchmark": "mutation", "rows": {}}
+    record["rows"].update(rows)
+    write_atomic(RECORD, json.dumps(record, indent=1, ensure_ascii=False) + "\n")
+    write_atomic(DOC, with_docs_block(DOC.read_text(), docs_block(record, targets)))
+
+
 def write_atomic(path: Path, text: str) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(text)
@@ -313,6 +419,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--survivors", action="store_true",
                     help="keep the workspace and retest only the last run's survivors (after adding tests)")
     ap.add_argument("--report-only", action="store_true", help="rewrite the report from the last run")
+    ap.add_argument("--record", action="store_true",
+                    help=f"write these modules' rows into {RECORD.relative_to(ROOT)} and docs/testing.md's table")
     args = ap.parse_args(argv)
     unknown = [m for m in args.modules if m not in targets]
     if unknown:
@@ -355,6 +463,8 @@ def main(argv: list[str] | None = None) -> int:
         write_atomic(summary_path, json.dumps(rows, indent=1) + "\n")
         write_atomic(REPORT / "summary.md", summary_table(rows))
         write_atomic(REPORT / f"{t.slug}.md", module_report(t, mutants, stale, c, wall))
+        if args.record:
+            record_rows({name: rows[name]}, targets)
         print(f"{name}: {c['mutants']} mutants, {c['killed']} killed, {c['timeout']} timeout, {c['crashed']} crashed, "
               f"{c['equivalent']} equivalent, {c['survived'] + c['no tests'] + c['other']} survived "
               f"({c['kill_rate']}% killed); {minutes(wall)} wall, {minutes(cpu)} CPU; report {REPORT / (t.slug + '.md')}", flush=True)

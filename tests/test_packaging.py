@@ -55,3 +55,12 @@ def test_wheel_installs_and_runs_from_another_directory(tmp_path):
     script = subprocess.run([str(site / "bin" / "mlplab"), "--help"], cwd=elsewhere, env=env,
                             capture_output=True, text=True, timeout=120)
     assert script.returncode == 0 and "COMMAND" in script.stdout
+
+
+def test_the_package_claims_only_the_platform_it_is_tested_on():
+    """CI and every measurement run on Linux: the classifiers claim no other operating system."""
+    import tomllib
+
+    meta = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())["project"]
+    systems = [c for c in meta["classifiers"] if c.startswith("Operating System")]
+    assert systems == ["Operating System :: POSIX :: Linux"]

@@ -29,12 +29,16 @@ _LAZY = {
     "expand_resolution": "mlplab.models.expand",  # docs/science.md §7: fine-tuning at K× the resolution
 }
 
-__all__ = ["create_model", "list_models", "model_config", "__version__", "train", *_LAZY]
+#: subpackages imported on first use; ``mlplab.train`` is also its function, ``mlplab.train(cfg)``
+#: (the package is callable: ``mlplab/train/__init__.py``, the one place that says how)
+_LAZY_PACKAGES = ("train",)
+
+__all__ = ["create_model", "list_models", "model_config", "__version__", *_LAZY_PACKAGES, *_LAZY]
 
 
 def __getattr__(name: str):
-    if name == "train":  # the package mlplab.train is callable: mlplab.train(cfg) -> results
-        return importlib.import_module("mlplab.train")
+    if name in _LAZY_PACKAGES:
+        return importlib.import_module(f"mlplab.{name}")
     if name in _LAZY:
         return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'mlplab' has no attribute {name!r}")

@@ -15,6 +15,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from mlplab.layers import fused
+from mlplab.layers.fused import build, ops
 
 pytestmark = pytest.mark.skipif(not fused.available(), reason=f"fused kernels unavailable: {fused.unavailable_reason()}")
 
@@ -109,8 +110,8 @@ def test_eager_calls_skip_the_custom_ops(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("custom op called in eager mode")
 
-    for op in ("_residual_norm", "_residual_norm_backward", "_layer_norm_rows"):
-        monkeypatch.setattr(fused, op, refuse)
+    for op in ("_residual_norm", "_residual_norm_backward"):
+        monkeypatch.setattr(ops, op, refuse)
     ln = _norm(6)
     x = torch.randn(4, 6, dtype=torch.float64, requires_grad=True)
     u, h = fused.residual_norm(x, x.detach() ** 2, ln, "gelu")
@@ -151,27 +152,28 @@ def test_layer_norm_rows_gathers_a_token_major_residual_by_default(route):
 
 
 def test_the_eager_function_is_the_custom_op_without_its_dispatch(monkeypatch):
-    """_eager_function makes an autograd.Function of an op's implementation, setup and gradient:
+    """_eager_function makes an autograd.Function of the op's implementation, setup and gradient:
     the same values and gradients as the custom op, mean and rstd not differentiable, an unused
     output's gradient None (not a tensor of zeros, which the op materializes), and the backward
-    straight to the kernels."""
+    straight to the kernels; a seam without t (the first LN) is the same op."""
     ln = _norm(6)
     x = torch.randn(4, 6, dtype=torch.float64, requires_grad=True)
     t = torch.randn(4, 6, dtype=torch.float64, requires_grad=True)
     gh = torch.randn(4, 6, dtype=torch.float64)
-    seam = (x, t, ln.weight, ln.bias, 1e-5, 1, None, None, None, None, False, None, 0)
-    rows = (x, ln.weight, ln.bias, 1e-5, torch.float64, None, None, False)
+    seam = ops.Seam(x, t, ln.weight, ln.bias, 1e-5, 1, torch.float64)
+    rows = ops.Seam(x, None, ln.weight, ln.bias, 1e-5, 0, torch.float64)
     wrt = [x, t, ln.weight, ln.bias]
-    op_seam = fused._residual_norm(*seam)
+    op_seam = ops._residual_norm(*seam)
     op_seam_grads = torch.autograd.grad((op_seam[1] * gh).sum(), wrt)
-    op_rows = fused._layer_norm_rows(*rows)
-    op_rows_grads = torch.autograd.grad((op_rows[0] * gh).sum(), [x, ln.weight, ln.bias])
+    op_rows = ops._residual_norm(*rows)
+    op_rows_grads = torch.autograd.grad((op_rows[1] * gh).sum(), [x, ln.weight, ln.bias])
+    assert op_rows[0].numel() == 0  # no t: no u
 
     def refuse(*args, **kwargs):
         raise AssertionError("custom op called by the eager Function")
 
-    for op in ("_residual_norm", "_residual_norm_backward", "_layer_norm_rows"):
-        monkeypatch.setattr(fused, op, refuse)
+    for op in ("_residual_norm", "_residual_norm_backward"):
+        monkeypatch.setattr(ops, op, refuse)
     seen = []
 
     def recorded(grad):
@@ -180,20 +182,18 @@ def test_the_eager_function_is_the_custom_op_without_its_dispatch(monkeypatch):
             return grad(ctx, *grads)
         return wrapped
 
-    Seam = fused._eager_function("Seam", fused._residual_norm_impl, fused._residual_norm_setup,
-                                 recorded(fused._residual_norm_grad))
-    Rows = fused._eager_function("Rows", fused._layer_norm_rows_impl, fused._layer_norm_rows_setup,
-                                 recorded(fused._layer_norm_rows_grad))
-    assert (Seam.__name__, Rows.__name__) == ("Seam", "Rows") and issubclass(Seam, torch.autograd.Function)
+    Seam = ops._eager_function("Seam", lambda *inputs: ops._forward(ops.Seam(*inputs)), ops._setup,
+                               recorded(ops._grad))
+    assert Seam.__name__ == "Seam" and issubclass(Seam, torch.autograd.Function)
     out = Seam.apply(*seam)
     assert [o.requires_grad for o in out] == [True, True, False, False]
     for a, b in zip(out + torch.autograd.grad((out[1] * gh).sum(), wrt), op_seam + op_seam_grads):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
-    out = Rows.apply(*rows)
-    assert [o.requires_grad for o in out] == [True, False, False]
-    for a, b in zip(out + torch.autograd.grad((out[0] * gh).sum(), [x, ln.weight, ln.bias]), op_rows + op_rows_grads):
+    out = Seam.apply(*rows)
+    for a, b in zip(out[1:] + torch.autograd.grad((out[1] * gh).sum(), [x, ln.weight, ln.bias]),
+                    op_rows[1:] + op_rows_grads):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
-    assert seen == [[True, False, True, True], [False, True, True]]  # u, mean, rstd unused: None
+    assert seen == [[True, False, True, True], [True, False, True, True]]  # u, mean, rstd unused: None
 
 
 def test_compiled_graphs_reach_the_kernels_through_the_custom_ops(monkeypatch):
@@ -201,18 +201,18 @@ def test_compiled_graphs_reach_the_kernels_through_the_custom_ops(monkeypatch):
     which AOTAutograd can trace, rather than the eager Function's ctypes calls."""
     monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
     calls = []
-    for name in ("_residual_norm", "_layer_norm_rows", "_residual_norm_backward"):
-        def spy(*args, _op=getattr(fused, name), _name=name):
+    for name in ("_residual_norm", "_residual_norm_backward"):
+        def spy(*args, _op=getattr(ops, name), _name=name):
             calls.append(_name)
             return _op(*args)
-        monkeypatch.setattr(fused, name, spy)
+        monkeypatch.setattr(ops, name, spy)
     ln = _norm(6)
     x = torch.randn(4, 6, dtype=torch.float64, requires_grad=True)
     u, h = fused.residual_norm(x, x.detach() ** 2, ln, "gelu")
     (u.sum() + h.sum()).backward()
     assert calls == ["_residual_norm", "_residual_norm_backward"]
     fused.layer_norm_rows(x, ln).sum().backward()
-    assert calls[2:] == ["_layer_norm_rows", "_residual_norm_backward"]
+    assert calls[2:] == ["_residual_norm", "_residual_norm_backward"]
 
 
 def test_float32_and_bfloat16_agree_with_the_modules():
@@ -260,7 +260,7 @@ def test_unsupported_inputs_are_refused():
 
 
 def test_status_names_the_library():
-    assert fused.status() == {"available": True, "reason": None, "library": str(fused._library()[0].path)}
+    assert fused.status() == {"available": True, "reason": None, "library": str(build._library()[0].path)}
 
 
 def test_a_signature_that_disagrees_with_the_c_source_fails_the_build_once(tmp_path, monkeypatch):
@@ -270,21 +270,21 @@ def test_a_signature_that_disagrees_with_the_c_source_fails_the_build_once(tmp_p
     monkeypatch.setenv("MLPLAB_KERNEL_CACHE", str(tmp_path))
     sig = dict(fused.SIGNATURES)
     sig["residual_norm_forward"] = sig["residual_norm_forward"].replace("int act", "double act")
-    monkeypatch.setattr(fused, "SIGNATURES", sig)
-    path, why = fused._build()
+    monkeypatch.setattr(build, "SIGNATURES", sig)
+    path, why = build._build()
     assert path is None and "conflicting types" in why, why
     assert [p.suffix for p in tmp_path.iterdir()] == [".failed"]
     monkeypatch.setattr(subprocess, "run", lambda *a, **k: pytest.fail("the failed build was retried"))
-    path, again = fused._build()
+    path, again = build._build()
     assert path is None and again.startswith(why) and "delete" in again
 
 
 def test_calls_are_checked_against_the_signatures():
-    path = fused._library()[0].path
+    path = build._library()[0].path
     kernels = fused.Kernels(path)  # a second handle on the built library
     assert kernels.path == path
     fn = kernels.function("residual_norm_forward", "f32")
-    assert fn.restype is ctypes.c_int and len(fn.argtypes) == len(fused._arguments("residual_norm_forward", "f32"))
+    assert fn.restype is ctypes.c_int and len(fn.argtypes) == len(build._arguments("residual_norm_forward", "f32"))
     e = torch.empty(0)
     args = dict(R=0, C=8, x=e, t=e, tb=None, div=0, act=0, gamma=e, beta=e, eps=1e-5, u_out=e, h=e, mean=e, rstd=e,
                 nthreads=1)
@@ -307,7 +307,7 @@ def test_calls_are_checked_against_the_signatures():
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/maps")
 def test_the_kernels_run_on_torchs_openmp_runtime():
     """One OpenMP runtime in the process: the kernels' libgomp.so.1 is torch's copy."""
-    fused._library()
+    build._library()
     with open("/proc/self/maps") as f:
         runtimes = {os.path.realpath(line.split()[-1]) for line in f
                     if re.search(r"/lib(g|i)?omp[^/]*\.so", line.split()[-1])}
@@ -316,20 +316,20 @@ def test_the_kernels_run_on_torchs_openmp_runtime():
 
 def test_the_build_is_cached_per_source_and_cpu(tmp_path, monkeypatch):
     monkeypatch.setenv("MLPLAB_KERNEL_CACHE", str(tmp_path))
-    path, why = fused._build()
+    path, why = build._build()
     assert why == "" and path.parent == tmp_path and path.exists()
     mtime = path.stat().st_mtime_ns
-    assert fused._build()[0] == path and path.stat().st_mtime_ns == mtime  # reused, not rebuilt
+    assert build._build()[0] == path and path.stat().st_mtime_ns == mtime  # reused, not rebuilt
     assert [p.name for p in tmp_path.iterdir()] == [path.name]  # no temporary file left behind
 
 
 @pytest.mark.parametrize("prefers", [False, True])
 def test_512_bit_vectors_for_rows_of_two_whole_vectors_where_the_cpu_prefers_them(monkeypatch, prefers):
-    monkeypatch.setattr(fused, "cpu_prefers_512_bit_vectors", lambda: prefers)
-    assert "-mprefer-vector-width=512" in fused._flags(True) and "-mprefer-vector-width=512" not in fused._flags()
-    assert [fused._wide(C) for C in (8, 16, 32, 64, 124, 128)] == [False, False, prefers, prefers, False, prefers]
-    assert fused._kernels(64) is (fused._library(True) if prefers else fused._library())[0]
-    assert fused._kernels(8) is fused._library()[0]
+    monkeypatch.setattr(build, "cpu_prefers_512_bit_vectors", lambda: prefers)
+    assert "-mprefer-vector-width=512" in build._flags(True) and "-mprefer-vector-width=512" not in build._flags()
+    assert [build.wide_rows(C) for C in (8, 16, 32, 64, 124, 128)] == [False, False, prefers, prefers, False, prefers]
+    assert build.kernels_for(64) is (build._library(True) if prefers else build._library())[0]
+    assert build.kernels_for(8) is build._library()[0]
 
 
 @pytest.mark.parametrize("C", [16, 64])
@@ -342,7 +342,7 @@ def test_both_builds_compute_the_same_seam(monkeypatch, C):
     gh = torch.randn(64, C)  # dL/dh does not depend on h: a rounding step of h stays out of the gradients
     results = []
     for wide in (False, True):
-        monkeypatch.setattr(fused, "_wide", lambda C, wide=wide: wide)
+        monkeypatch.setattr(build, "wide_rows", lambda C, wide=wide: wide)
         for tt in (t, t.bfloat16()):
             u, h = fused.residual_norm(x, tt, ln, "gelu")
             results.append([u, h.float()] + list(torch.autograd.grad((u.sum() + (h.float() * gh).sum()), [x, t])))
@@ -356,8 +356,8 @@ def test_both_builds_compute_the_same_seam(monkeypatch, C):
 
 
 def test_no_compiler_is_reported(monkeypatch):
-    monkeypatch.setattr(fused, "_c_compiler", lambda: None)
-    path, why = fused._build()
+    monkeypatch.setattr(build, "_c_compiler", lambda: None)
+    path, why = build._build()
     assert (path, why) == (None, "no C compiler (cc/gcc/clang, or $CC) found")
 
 

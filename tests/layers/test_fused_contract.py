@@ -10,6 +10,7 @@ import torch
 import torch.nn as nn
 
 from mlplab.layers import fused
+from mlplab.layers.fused import build, ops
 
 needs_kernels = pytest.mark.skipif(not fused.available(), reason=f"fused kernels unavailable: {fused.unavailable_reason()}")
 D = torch.float64
@@ -25,75 +26,75 @@ def test_prototypes_are_written_from_the_signature_table():
         "double *mean, double *rstd, int nthreads);")
     bf16 = next(l for l in lines if l.startswith("int residual_norm_gathered_backward_bf16("))
     assert "const uint16_t *gh, const int32_t *h_map_inv, const float *gu" in bf16 and "uint16_t *gt, float *dgamma" in bf16
-    assert fused._arguments("residual_norm_forward", "bf16")[:4] == [
+    assert build._arguments("residual_norm_forward", "bf16")[:4] == [
         ("int64_t", "R", False), ("int64_t", "C", False), ("const float *", "x", True), ("const uint16_t *", "t", True)]
-    assert fused._arguments("residual_norm_forward", "f32")[9] == ("double", "eps", False)  # not a variant type
+    assert build._arguments("residual_norm_forward", "f32")[9] == ("double", "eps", False)  # not a variant type
 
 
 def test_argument_names_lose_only_their_pointer_star(monkeypatch):
-    monkeypatch.setattr(fused, "SIGNATURES", {"k": "int64_t X, const XT *Xs, ACC *acc"})
-    assert fused._arguments("k", "bf16") == [("int64_t", "X", False), ("const float *", "Xs", True),
+    monkeypatch.setattr(build, "SIGNATURES", {"k": "int64_t X, const XT *Xs, ACC *acc"})
+    assert build._arguments("k", "bf16") == [("int64_t", "X", False), ("const float *", "Xs", True),
                                              ("float *", "acc", True)]
 
 
 def test_small_helpers():
     x = torch.zeros(5, 3, 4)
-    assert fused._sb(x, False) == (5, 3) and fused._sb(x, True) == (3, 5)
-    assert fused._bias_len(None) == 0 and fused._bias_len(torch.zeros(4)) == 4
-    assert fused._acc(torch.zeros(1, dtype=D)) == D and fused._acc(torch.zeros(1)) == torch.float32
-    assert fused._variant(torch.zeros(1), torch.bfloat16) == "bf16" and fused._variant(torch.zeros(1, dtype=D), D) == "f64"
+    assert ops._sb(x, False) == (5, 3) and ops._sb(x, True) == (3, 5)
+    assert ops._period(None) == 0 and ops._period(torch.zeros(4)) == 4
+    assert ops._acc(torch.zeros(1, dtype=D)) == D and ops._acc(torch.zeros(1)) == torch.float32
+    assert build.variant(torch.zeros(1), torch.bfloat16) == "bf16" and build.variant(torch.zeros(1, dtype=D), D) == "f64"
     with pytest.raises(TypeError) as e:
-        fused._variant(torch.zeros(1, dtype=torch.float16), torch.float16)
+        build.variant(torch.zeros(1, dtype=torch.float16), torch.float16)
     assert str(e.value) == ("fused residual_norm has no kernel for residual torch.float16 with torch.float16 "
                             "activations; supported: [('torch.float32', 'torch.bfloat16'), ('torch.float32', "
                             "'torch.float32'), ('torch.float64', 'torch.float64')]")
-    assert fused.ACTS == {"identity": 0, "gelu": 1} and fused.WIDE_ROW == 16
-    h = fused._h_empty(torch.zeros(3, 2, 4), torch.bfloat16, None, False)
+    assert fused.ACTS == {"identity": 0, "gelu": 1} and build.WIDE_ROW == 16
+    h = ops._h_empty(torch.zeros(3, 2, 4), torch.bfloat16, None, False)
     assert h.shape == (3, 2, 4) and h.dtype == torch.bfloat16
-    assert fused._h_empty(torch.zeros(3, 2, 4), D, torch.zeros(1), False).shape == (2, 12)
-    assert fused._h_empty(torch.zeros(3, 2, 4), D, torch.zeros(1), True).shape == (3, 8)
+    assert ops._h_empty(torch.zeros(3, 2, 4), D, torch.zeros(1), False).shape == (2, 12)
+    assert ops._h_empty(torch.zeros(3, 2, 4), D, torch.zeros(1), True).shape == (3, 8)
 
 
 def test_refusals_say_what_to_change():
     ln = nn.LayerNorm(4).double()
     x = torch.zeros(3, 2, 4, dtype=D)
     with pytest.raises(ValueError) as e:
-        fused._maps((torch.arange(4), torch.arange(4)), torch.zeros(6, 4, dtype=D))
+        ops._maps((torch.arange(4), torch.arange(4)), torch.zeros(6, 4, dtype=D))
     assert str(e.value) == ("gathered seams take a 3-d residual, (S, B, C) or (B, S, C) with batch_major, of fewer "
                             "than 2**31 entries per sample (int32 maps)")
-    m, inv = fused._maps((torch.arange(12), torch.arange(12)), x)
-    assert m.dtype == inv.dtype == torch.int32 and fused._maps(None, x) == (None, None)
-    assert fused._bias_div(x, None, "column", False, False, False) == 0
-    assert fused._bias_div(x, torch.zeros(4, dtype=D), "column", False, False, False) == 0
-    assert fused._bias_div(x, torch.zeros(3, dtype=D), "token", False, False, False) == 2  # S = 3 rows of B = 2
-    assert fused._bias_div(x, torch.zeros(6, dtype=D), "column", True, False, False) == 0  # 6 | S·C = 12 per sample
+    m, inv = ops._maps((torch.arange(12), torch.arange(12)), x)
+    assert m.dtype == inv.dtype == torch.int32 and ops._maps(None, x) == (None, None)
+    assert ops._div(x, None, "column", False, False, False) == 0
+    assert ops._div(x, torch.zeros(4, dtype=D), "column", False, False, False) == 0
+    assert ops._div(x, torch.zeros(3, dtype=D), "token", False, False, False) == 2  # S = 3 rows of B = 2
+    assert ops._div(x, torch.zeros(6, dtype=D), "column", True, False, False) == 0  # 6 | S·C = 12 per sample
     for bias, msg in ((torch.zeros(4), "a bias folded into the seam must be a vector of the residual's dtype, and "
                                        "t must be gathered (t_maps) when h is"),
                       (torch.zeros(2, 2, dtype=D), "a bias folded into the seam must be a vector")):
         with pytest.raises(ValueError) as e:
-            fused._bias_div(x, bias, "column", False, False, False)
+            ops._div(x, bias, "column", False, False, False)
         assert str(e.value).startswith(msg)
     with pytest.raises(ValueError) as e:
-        fused._bias_div(x, torch.zeros(5, dtype=D), "column", True, False, False)
+        ops._div(x, torch.zeros(5, dtype=D), "column", True, False, False)
     assert str(e.value) == ("bias of 5 entries does not divide the (2, 4) sample of a gathered t (one per column of "
                             "its grouped GEMM output)")
     with pytest.raises(ValueError, match="^bias of 4 entries does not divide"):
-        fused._bias_div(x, torch.zeros(4, dtype=D), "token", True, False, False)
+        ops._div(x, torch.zeros(4, dtype=D), "token", True, False, False)
     with pytest.raises(ValueError) as e:
-        fused._bias_div(x, torch.zeros(5, dtype=D), "column", False, False, False)
+        ops._div(x, torch.zeros(5, dtype=D), "column", False, False, False)
     assert str(e.value) == ("bias of 5 entries does not fit a residual of shape (3, 2, 4) with one bias per column "
                             "(column: C entries; token: S of a token-major (S, B, C))")
     with pytest.raises(ValueError, match="^bias of 3 entries does not fit a residual of shape \\(3, 2, 4\\) with one bias per token"):
-        fused._bias_div(x, torch.zeros(3, dtype=D), "token", False, False, True)
+        ops._div(x, torch.zeros(3, dtype=D), "token", False, False, True)
     with pytest.raises(ValueError, match="one bias per token"):
-        fused._bias_div(torch.zeros(6, 4, dtype=D), torch.zeros(6, dtype=D), "token", False, False, False)
+        ops._div(torch.zeros(6, 4, dtype=D), torch.zeros(6, dtype=D), "token", False, False, False)
     with pytest.raises(ValueError) as e:
-        fused._check(x, nn.LayerNorm(4, elementwise_affine=False).double())
+        ops._check(x, nn.LayerNorm(4, elementwise_affine=False).double())
     assert str(e.value) == ("fused residual_norm takes CPU tensors and a LayerNorm with weight and bias of the "
                             "residual's dtype")
     with pytest.raises(ValueError, match="weight and bias"):
-        fused._check(x, nn.LayerNorm(4, bias=False).double())
-    fused._check(x, ln)
+        ops._check(x, nn.LayerNorm(4, bias=False).double())
+    ops._check(x, ln)
 
 
 def _executable(path: Path) -> Path:
@@ -108,14 +109,14 @@ def test_the_compiler_is_cc_else_the_first_of_cc_gcc_clang_on_the_path(tmp_path,
     bin_dir.mkdir()
     monkeypatch.setenv("PATH", str(bin_dir))
     monkeypatch.delenv("CC", raising=False)
-    assert fused._c_compiler() is None
-    assert fused._build() == (None, "no C compiler (cc/gcc/clang, or $CC) found")
+    assert build._c_compiler() is None
+    assert build._build() == (None, "no C compiler (cc/gcc/clang, or $CC) found")
     for name in ("clang", "gcc", "cc"):  # each one found takes precedence over those after it
         _executable(bin_dir / name)
-        assert fused._c_compiler() == str(bin_dir / name)
+        assert build._c_compiler() == str(bin_dir / name)
     mine = _executable(tmp_path / "tools" / "mycc")
     monkeypatch.setenv("CC", str(mine))
-    assert fused._c_compiler() == str(mine)
+    assert build._c_compiler() == str(mine)
 
 
 class FakeCompiler:
@@ -147,21 +148,21 @@ def test_the_build_compiles_once_per_flags_and_cpu(cache, monkeypatch):
     bounded wait; the same key again is a cache hit; the wide build and another CPU are other keys."""
     cc = FakeCompiler()
     monkeypatch.setattr(subprocess, "run", cc)
-    path, why = fused._build()
+    path, why = build._build()
     assert why == "" and path.parent == cache and re.fullmatch(r"residual_norm-[0-9a-f]{16}\.so", path.name)
     (cmd, kwargs, header), = cc.calls
     assert header == fused.prototypes()
     out = Path(cmd[cmd.index("-o") + 1])
     assert cmd[0] == os.environ["CC"] and out.name == path.name
     assert out.parent.parent == cache and not out.parent.exists()  # the temporary folder is gone
-    assert cmd[1:len(fused._FLAGS) + 1] == fused._FLAGS and "-mprefer-vector-width=512" not in cmd
-    assert cmd[-2:] == [str(fused._KERNELS / "residual_norm.c"), "-lm"]
+    assert cmd[1:len(build._FLAGS) + 1] == build._FLAGS and "-mprefer-vector-width=512" not in cmd
+    assert cmd[-2:] == [str(build._KERNELS / "residual_norm.c"), "-lm"]
     assert kwargs == {"capture_output": True, "text": True, "timeout": 300}
-    assert fused._build() == (path, "") and len(cc.calls) == 1
-    wide, _ = fused._build(True)
+    assert build._build() == (path, "") and len(cc.calls) == 1
+    wide, _ = build._build(True)
     assert wide != path and "-mprefer-vector-width=512" in cc.calls[-1][0]
-    monkeypatch.setattr(fused, "cpu_info", lambda: {"vendor": "another", "flags": "sse2"})
-    other, _ = fused._build()
+    monkeypatch.setattr(build, "cpu_info", lambda: {"vendor": "another", "flags": "sse2"})
+    other, _ = build._build()
     assert len(cc.calls) == 3 and other not in (path, wide)
     assert sorted(p.name for p in cache.iterdir()) == sorted(p.name for p in (path, wide, other))
 
@@ -174,10 +175,10 @@ def test_the_build_compiles_once_per_flags_and_cpu(cache, monkeypatch):
 def test_a_failed_build_is_remembered_with_the_compilers_first_error(cache, monkeypatch, stderr, why):
     cc = FakeCompiler(returncode=1, stderr=stderr)
     monkeypatch.setattr(subprocess, "run", cc)
-    assert fused._build() == (None, why)
+    assert build._build() == (None, why)
     failed, = cache.iterdir()
     assert failed.suffix == ".failed" and failed.read_text() == why + "\n"
-    assert fused._build() == (None, f"{why} (an earlier build; delete {failed} to build again)")
+    assert build._build() == (None, f"{why} (an earlier build; delete {failed} to build again)")
     assert len(cc.calls) == 1
 
 
@@ -189,14 +190,14 @@ def test_a_compiler_that_hangs_is_stopped_and_tried_again_next_time(cache, monke
         raise subprocess.TimeoutExpired(cmd, kwargs["timeout"])
 
     monkeypatch.setattr(subprocess, "run", hang)
-    path, why = fused._build()
+    path, why = build._build()
     assert path is None and why.startswith(f"cannot build the kernels in {cache}: Command ")
     assert why.endswith("timed out after 300 seconds") and list(cache.iterdir()) == []
-    assert fused._build()[0] is None and len(calls) == 2  # a timeout is not remembered
+    assert build._build()[0] is None and len(calls) == 2  # a timeout is not remembered
 
 
 def test_status_says_why_the_kernels_are_unavailable(monkeypatch):
-    monkeypatch.setattr(fused, "_library", lambda wide=False: (None, "no C compiler (cc/gcc/clang, or $CC) found"))
+    monkeypatch.setattr(build, "_library", lambda wide=False: (None, "no C compiler (cc/gcc/clang, or $CC) found"))
     assert fused.unavailable_reason() == "no C compiler (cc/gcc/clang, or $CC) found"
     assert fused.status() == {"available": False, "reason": "no C compiler (cc/gcc/clang, or $CC) found",
                               "library": None}
@@ -207,35 +208,35 @@ def test_gathered_seams_refuse_samples_of_2_31_entries():
     maps = (torch.arange(4), torch.arange(4))
     for shape in ((2 ** 16, 1, 2 ** 15), (1, 2 ** 16, 2 ** 15)):  # 2**31 entries, no memory (expanded)
         with pytest.raises(ValueError, match=r"fewer than 2\*\*31 entries per sample"):
-            fused._maps(maps, torch.zeros(1, 1, 1).expand(shape))
+            ops._maps(maps, torch.zeros(1, 1, 1).expand(shape))
     for shape in ((2 ** 16 - 1, 1, 2 ** 15), (1, 2 ** 16 - 1, 2 ** 15)):
-        assert fused._maps(maps, torch.zeros(1, 1, 1).expand(shape))[0].dtype == torch.int32
+        assert ops._maps(maps, torch.zeros(1, 1, 1).expand(shape))[0].dtype == torch.int32
 
 
 def test_build_failures_are_reported(tmp_path, monkeypatch):
     monkeypatch.setenv("CC", "definitely-not-a-compiler")
-    assert fused._c_compiler() != "definitely-not-a-compiler"  # an unknown $CC falls through to cc/gcc/clang
+    assert build._c_compiler() != "definitely-not-a-compiler"  # an unknown $CC falls through to cc/gcc/clang
     blocked = tmp_path / "file"
     blocked.write_text("x")
     monkeypatch.setenv("MLPLAB_KERNEL_CACHE", str(blocked / "kernels"))  # a folder under a file: cannot exist
-    assert fused._cache_dir() == blocked / "kernels"
-    path, why = fused._build()
+    assert build.cache_dir() == blocked / "kernels"
+    path, why = build._build()
     assert path is None and why.startswith(f"cannot build the kernels in {blocked / 'kernels'}: ")
     monkeypatch.delenv("MLPLAB_KERNEL_CACHE")
-    assert str(fused._cache_dir()).endswith(".cache/mlplab/kernels")
+    assert str(build.cache_dir()).endswith(".cache/mlplab/kernels")
 
 
 @needs_kernels
 def test_a_library_that_does_not_load_is_reported(tmp_path, monkeypatch):
     bad = tmp_path / "residual_norm-bad.so"
     bad.write_text("not an ELF file")
-    monkeypatch.setattr(fused, "_build", lambda wide=False: (bad, ""))
-    fused._library.cache_clear()
+    monkeypatch.setattr(build, "_build", lambda wide=False: (bad, ""))
+    build._library.cache_clear()
     try:
-        lib, why = fused._library()
+        lib, why = build._library()
         assert lib is None and why.startswith(f"cannot load {bad}: ")
     finally:
-        fused._library.cache_clear()
+        build._library.cache_clear()
 
 
 @needs_kernels
@@ -245,21 +246,19 @@ def test_custom_op_registrations():
     ln = nn.LayerNorm(4).double()
     x = torch.randn(3, 4, generator=g, dtype=D, requires_grad=True)
     t = torch.randn(3, 4, generator=g, dtype=D, requires_grad=True)
-    torch.library.opcheck(fused._residual_norm, (x, t, ln.weight, ln.bias, 1e-5, 1, None, None, None, None, False,
-                                                 None, 0), test_utils=("test_schema", "test_faketensor",
-                                                                       "test_autograd_registration"))
-    torch.library.opcheck(fused._layer_norm_rows, (x, ln.weight, ln.bias, 1e-5, D, None, None, False),
-                          test_utils=("test_schema", "test_faketensor", "test_autograd_registration"))
-    u, h, mean, rstd = fused._residual_norm(x, t, ln.weight, ln.bias, 1e-5, 1, None, None, None, None, False, None, 0)
+    for seam in (ops.Seam(x, t, ln.weight, ln.bias, 1e-5, 1, D), ops.Seam(x, None, ln.weight, ln.bias, 1e-5, 0, D)):
+        torch.library.opcheck(ops._residual_norm, tuple(seam),
+                              test_utils=("test_schema", "test_faketensor", "test_autograd_registration"))
+    u, h, mean, rstd = ops._residual_norm(*ops.Seam(x, t, ln.weight, ln.bias, 1e-5, 1, D))
     gh = torch.randn(3, 4, generator=g, dtype=D)
-    torch.library.opcheck(fused._residual_norm_backward,
+    torch.library.opcheck(ops._residual_norm_backward,
                           (gh, None, u.detach(), mean, rstd, ln.weight.detach(), t.detach(), 1, None, None, False,
                            None, 0), test_utils=("test_schema", "test_faketensor"))
     # the LayerNorm-only seam's backward (no t) under bf16 autocast: gt is an empty bf16 tensor
     x32 = torch.randn(3, 4, generator=g)
     ln32 = nn.LayerNorm(4)
-    h, mean, rstd = fused._layer_norm_rows(x32, ln32.weight, ln32.bias, 1e-5, torch.bfloat16, None, None, False)
-    torch.library.opcheck(fused._residual_norm_backward,
+    _, h, mean, rstd = ops._residual_norm(*ops.Seam(x32, None, ln32.weight, ln32.bias, 1e-5, 0, torch.bfloat16))
+    torch.library.opcheck(ops._residual_norm_backward,
                           (torch.randn(3, 4, generator=g).bfloat16(), None, x32, mean, rstd, ln32.weight.detach(), None,
                            0, None, None, False, None, 0), test_utils=("test_schema", "test_faketensor"))
 
@@ -269,7 +268,7 @@ def test_meta_tensors_take_the_fake_kernels():
     """Shapes without data (meta tensors, as when a model is built on the meta device)."""
     ln = nn.LayerNorm(4).double().to("meta")
     x = torch.empty(3, 2, 4, dtype=D, device="meta")
-    out = fused._residual_norm(x, x, ln.weight, ln.bias, 1e-5, 1, None, None, None, None, False, None, 0)
+    out = ops._residual_norm(*ops.Seam(x, x, ln.weight, ln.bias, 1e-5, 1, D))
     assert [(o.device.type, tuple(o.shape)) for o in out] == [("meta", (3, 2, 4))] * 2 + [("meta", (6,))] * 2
-    out = fused._layer_norm_rows(x, ln.weight, ln.bias, 1e-5, D, None, None, False)
-    assert [(o.device.type, tuple(o.shape)) for o in out] == [("meta", (3, 2, 4)), ("meta", (6,)), ("meta", (6,))]
+    out = ops._residual_norm(*ops.Seam(x, None, ln.weight, ln.bias, 1e-5, 0, D))
+    assert [(o.device.type, tuple(o.shape)) for o in out] == [("meta", (0,)), ("meta", (3, 2, 4))] + [("meta", (6,))] * 2

@@ -22,12 +22,12 @@ def _copy(mod):
 
 
 def _token(S_in, S, C, inner, force=False):
-    return PKMixing(inner, (S_in, C), (S, C), "columns", impl="definition" if force else "auto").double()
+    return PKMixing(inner, (S_in, C), (S, C), "columns", by_definition=force).double()
 
 
 def _channel(S, C, inner, force=False):
     return PKMixing(inner, (S, C), (S, C), "rows", commutation_perm(S, C), invert_perm(commutation_perm(S, C)),
-                    impl="definition" if force else "auto").double()
+                    by_definition=force).double()
 
 
 @pytest.mark.parametrize("kind, S_in, S, C", [("token", 5, 5, 3), ("token", 6, 4, 3), ("channel", 4, 4, 5)])
@@ -115,8 +115,6 @@ def test_fixed_arrangements_store_nothing_and_check_their_shapes():
         PKMixing(nn.Linear(3, 3), (4, 3), (4, 3), "diagonal")
     with pytest.raises(ValueError, match="groups must be"):
         PKMixing(nn.Linear(3, 3), (4, 3), (4, 3), 4)  # a group count needs free permutations
-    with pytest.raises(ValueError, match="impl must be one of"):
-        PKMixing(nn.Linear(3, 3), (4, 3), (4, 3), "rows", impl="fast")
 
 
 def test_rp_mixer_permutations_saved_with_the_model():
@@ -160,7 +158,7 @@ def test_permute_entries_gradient():
 
 
 def test_dtype_move_keeps_paths():
-    layer = PKMixing(nn.Linear(3, 3), (4, 3), (4, 3), "rows", torch.arange(12), impl="definition")
+    layer = PKMixing(nn.Linear(3, 3), (4, 3), (4, 3), "rows", torch.arange(12), by_definition=True)
     layer = layer.double()
     assert layer.arrangement == "gather" and layer.gathers[0].dtype == torch.long
     x = torch.randn(2, 4, 3, dtype=D)

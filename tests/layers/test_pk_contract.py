@@ -4,10 +4,11 @@ import pytest
 import torch
 import torch.nn as nn
 
+import mlplab
 from mlplab.layers.common import LinearAct, Mlp
-from mlplab.layers.pk import (IMPLS, PKLayer, PKMixing, _permute_entries, check_impl, has_hooks, permute_entries,
-                              set_impl)
+from mlplab.layers.pk import PKLayer, PKMixing, _permute_entries, has_hooks, permute_entries
 from mlplab.layers.vec import commutation_perm, invert_perm
+from mlplab.models.impl import Impl, compute_by_definition
 
 D = torch.float64
 
@@ -84,24 +85,19 @@ def test_autocast_casts_before_the_gather_only_for_a_linear_first_group_map():
     assert torch.equal(y.reshape(2, -1), permute_entries(expected.reshape(2, -1), ref.gathers[2]))
 
 
-def test_checkpoints_with_the_implied_permutations_load_and_others_are_refused():
+def test_permutations_for_a_layer_with_fixed_js_are_refused_in_one_sentence():
+    """A normal layer stores no permutations: a checkpoint that holds some for it (an RP layer's,
+    or an older mlplab's that stored the implied J's) is refused, naming the key."""
     S, C = 4, 3
     fixed = PKMixing(nn.Linear(C, C), (S, C), (S, C), "rows")
-    sd = {k: v.clone() for k, v in fixed.state_dict().items()}
-    sd["perm_in"], sd["perm_out"] = commutation_perm(S, C), invert_perm(commutation_perm(S, C))
-    fixed.load_state_dict(sd)  # an old checkpoint that saved the implied J's
+    implied = {"perm_in": commutation_perm(S, C), "perm_out": invert_perm(commutation_perm(S, C))}
+    for sd in (dict(fixed.state_dict(), **implied), dict(fixed.state_dict(), perm_out=torch.arange(S * C))):
+        with pytest.raises(RuntimeError) as e:
+            fixed.load_state_dict(sd)
+        assert ("perm_out: the checkpoint holds permutations for a layer whose J's its 'rows' groups fix: an RP "
+                "layer's, or an older mlplab's that stored them, which this version does not read") in str(e.value)
+        assert "Unexpected key" not in str(e.value)
     assert not fixed.free_perms and fixed.arrangement == "rows"
-    cols = PKMixing(nn.Linear(S, S), (S, C), (S, C), "columns")
-    sd = dict(cols.state_dict(), perm_in=torch.arange(S * C), perm_out=torch.arange(S * C))
-    cols.load_state_dict(sd)
-    sd = dict(cols.state_dict(), perm_in=torch.arange(S * C).flip(0))
-    with pytest.raises(RuntimeError) as e:
-        cols.load_state_dict(sd)
-    assert ("perm_in: the checkpoint holds free permutations (an RP layer) but this layer has the fixed "
-            "'columns' arrangement") in str(e.value)
-    sd = dict(fixed.state_dict(), perm_out=torch.arange(S * C))
-    with pytest.raises(RuntimeError, match="perm_out: the checkpoint holds free permutations"):
-        fixed.load_state_dict(sd)
 
 
 def test_free_permutations_default_to_the_identity_on_the_other_side():
@@ -125,10 +121,10 @@ def test_fixed_j_are_the_commutation_and_identity():
 
 def test_gathers_are_the_rowmajor_maps_and_their_inverses():
     S, C = 3, 4
-    pk = PKMixing(nn.Linear(C, C), (S, C), (S, C), "rows", impl="definition")
+    pk = PKMixing(nn.Linear(C, C), (S, C), (S, C), "rows", by_definition=True)
     g_in, g_in_inv, g_out, g_out_inv = pk.gathers
     assert g_in.tolist() == list(range(S * C)) and g_out.tolist() == list(range(S * C))  # rows: no movement
-    cols = PKMixing(nn.Linear(S, S), (S, C), (S, C), "columns", impl="definition")
+    cols = PKMixing(nn.Linear(S, S), (S, C), (S, C), "columns", by_definition=True)
     g_in, g_in_inv, g_out, g_out_inv = cols.gathers
     # grouped by columns: group j holds X[:, j], i.e. row-major entries j, C + j, 2C + j
     assert g_in.tolist() == [i * C + j for j in range(C) for i in range(S)]
@@ -152,9 +148,9 @@ def test_natural_arrangement_needs_the_identity_gathers():
 def test_extra_repr():
     assert PKMixing(nn.Linear(3, 2), (4, 3), (4, 2), "rows").extra_repr() == \
         "in=(4, 3), out=(4, 2), n1=4, n2=3, n2'=2, arrangement=rows"
-    pk = PKMixing(nn.Linear(3, 3), (4, 3), (4, 3), 4, torch.arange(12), impl="definition")
+    pk = PKMixing(nn.Linear(3, 3), (4, 3), (4, 3), 4, torch.arange(12), by_definition=True)
     assert pk.extra_repr() == \
-        "in=(4, 3), out=(4, 3), n1=4, n2=3, n2'=3, arrangement=gather, free permutations, impl=definition"
+        "in=(4, 3), out=(4, 3), n1=4, n2=3, n2'=3, arrangement=gather, free permutations, by definition"
 
 
 @pytest.mark.parametrize(
@@ -178,12 +174,11 @@ def test_extra_repr():
          "the group map takes 2 -> 3 entries but 4 groups"),
         (lambda: PKMixing(nn.Linear(3, 3), (4, 3), (4, 3), 4, torch.arange(12), torch.arange(11)),
          "perm_out must be a permutation of range(12)"),
-        (lambda: PKMixing(nn.Linear(3, 3), (4, 3), (4, 3), "rows", impl="fast"),
-         "impl must be one of auto, module, fused, definition; got 'fast'"),
+        (lambda: Impl.parse("fast"), "impl must be one of auto, module, fused, definition; got 'fast'"),
         (lambda: PKLayer(3, 4, 2, in_shape=(3, 4)),
          "without permutations a PK layer's 3 groups are the columns of X; got X of (3, 4)"),
-        (lambda: set_impl(nn.Linear(2, 2), "definition"), "Linear has no 'definition' implementation; use impl=auto or module"),
-        (lambda: set_impl(nn.Linear(2, 2), "fused"), "Linear has no 'fused' implementation"),
+        (lambda: compute_by_definition(mlplab.create_model("mlp", image_size=8, width=4, depth=1)),
+         "mlp has no 'definition' implementation; use impl=auto or module"),
     ],
 )
 def test_refusals(build, message):
@@ -201,20 +196,27 @@ def test_group_count_of_one_and_unknown_group_maps():
     assert seq.n2 == 3
 
 
-def test_set_impl_reaches_every_layer_and_falls_back_to_auto():
+def test_compute_by_definition_reaches_every_layer_of_any_module():
     model = nn.Sequential(PKMixing(nn.Linear(3, 3), (4, 3), (4, 3), "rows"),
                           PKMixing(nn.Linear(4, 4), (4, 3), (4, 3), "columns"))
-    assert set_impl(model, "definition") is model
-    assert [m.impl for m in model] == ["definition", "definition"]
+    assert compute_by_definition(model) is model
+    assert [m.by_definition for m in model] == [True, True]
     assert [m.arrangement for m in model] == ["gather", "gather"]
-    set_impl(model, "module")  # not a layer's choice: the layer takes "auto"
-    assert [m.impl for m in model] == ["auto", "auto"] and [m.arrangement for m in model] == ["rows", "columns"]
-    with pytest.raises(ValueError, match="^Sequential has no 'fused' implementation"):
-        set_impl(model, "fused")  # only a Mixer has fused seams
-    model.model_name = "my_mixer"
-    with pytest.raises(ValueError, match="^my_mixer has no 'fused' implementation"):
-        set_impl(model, "fused")
-    assert check_impl("auto") == "auto" and IMPLS == ("auto", "module", "fused", "definition")
+    for m in model:
+        m.by_definition = False
+    assert [m.arrangement for m in model] == ["rows", "columns"]
+    assert list(Impl) == ["auto", "module", "fused", "definition"] and Impl.parse("fused") is Impl.FUSED
+
+
+def test_a_meta_build_checks_shapes_not_values():
+    """On the meta device a permutation has no values: its shape is checked, its values and the
+    arrangement they imply are left to the real build (train.runplan's parameter count)."""
+    with torch.device("meta"):
+        pk = PKMixing(nn.Linear(4, 4), (4, 3), (4, 3), 3, torch.arange(12), torch.arange(12))
+        assert pk.arrangement == "gather" and pk.gathers[0].is_meta
+        with pytest.raises(ValueError, match="perm_out must be a permutation of range"):
+            PKMixing(nn.Linear(3, 3), (4, 3), (4, 3), 4, torch.arange(12), torch.arange(11))
+    assert PKMixing(nn.Linear(4, 4), (4, 3), (4, 3), 3, torch.arange(12), torch.arange(12)).arrangement == "columns"
 
 
 def test_effective_weight_in_the_dtype_and_on_the_device_asked_for():

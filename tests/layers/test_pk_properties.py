@@ -6,14 +6,14 @@ Mixers are PK layers (docs/science.md §2): token mixing (groups = columns) is W
 mixing (groups = rows, J1 = J_c, J2 = J_cᵀ) is X Wᵀ + b.
 """
 import numpy as np
-import pytest
 import torch
 import torch.nn as nn
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mlplab.layers.common import LinearAct, Mlp
-from mlplab.layers.pk import PKLayer, PKMixing, compute_by_definition, permute_entries, set_impl
+from mlplab.layers.pk import PKLayer, PKMixing, permute_entries
+from mlplab.models.impl import compute_by_definition
 
 PROPS = settings(max_examples=25, deadline=None, derandomize=True, database=None)
 D = torch.float64
@@ -61,7 +61,7 @@ def test_free_pk_layer_is_the_kronecker_operator(layer, impl):
     torch.manual_seed(seed)
     pk = PKLayer(n1, n2, n2o, perm_in=torch.tensor(p_in), perm_out=torch.tensor(p_out),
                  in_shape=in_shape, out_shape=out_shape).double()
-    set_impl(pk, impl)
+    pk.by_definition = impl == "definition"
     X = torch.randn(3, *in_shape, dtype=D, generator=torch.Generator().manual_seed(seed))
     Y = pk(X).detach().numpy()
     W, b = pk.weight.detach().numpy(), pk.inner.bias.detach().numpy()
@@ -131,7 +131,7 @@ def test_token_mixing_is_w_x_on_every_column(shape, impl):
     """groups = columns: Y = f(X columns), i.e. W X + b for a Linear (J1 = J2 = I)."""
     S_in, S, C, seed, kind = shape
     torch.manual_seed(seed)
-    pk = PKMixing(_inner(kind, S_in, S), (S_in, C), (S, C), "columns", impl=impl).double()
+    pk = PKMixing(_inner(kind, S_in, S), (S_in, C), (S, C), "columns", by_definition=impl == "definition").double()
     X = torch.randn(2, S_in, C, dtype=D, generator=torch.Generator().manual_seed(seed))
     Y = pk(X).detach().numpy()
     # with S_in = S = C the columns are also rows of a square X: either fixed arrangement is right
@@ -152,7 +152,7 @@ def test_channel_mixing_is_x_wt_on_every_row(shape, impl):
     _, S, C, seed, kind = shape
     C_out = C  # channel mixing keeps C
     torch.manual_seed(seed)
-    pk = PKMixing(_inner(kind, C, C_out), (S, C), (S, C_out), "rows", impl=impl).double()
+    pk = PKMixing(_inner(kind, C, C_out), (S, C), (S, C_out), "rows", by_definition=impl == "definition").double()
     X = torch.randn(2, S, C, dtype=D, generator=torch.Generator().manual_seed(seed))
     Y = pk(X).detach().numpy()
     assert pk.arrangement in (("gather",) if impl == "definition" else ("rows", "columns"))
@@ -189,8 +189,6 @@ def test_compute_by_definition_routes_every_layer_through_the_gathers():
     pk = PKMixing(nn.Linear(3, 3), (4, 3), (4, 3), "rows")
     assert pk.arrangement == "rows" and pk.gathers is None
     compute_by_definition(pk)
-    assert pk.impl == "definition" and pk.arrangement == "gather" and len(pk.gathers) == 4
-    set_impl(pk, "auto")
+    assert pk.by_definition and pk.arrangement == "gather" and len(pk.gathers) == 4
+    pk.by_definition = False
     assert pk.arrangement == "rows" and pk.gathers is None
-    with pytest.raises(ValueError, match="impl must be one of"):
-        set_impl(pk, "fast")

@@ -12,8 +12,9 @@ import torch.nn as nn
 
 from mlplab import create_model
 from mlplab.layers.common import LinearAct, Mlp
-from mlplab.layers.pk import PKMixing, compute_by_definition, permute_entries
+from mlplab.layers.pk import PKMixing, permute_entries
 from mlplab.layers.vec import invert_perm
+from mlplab.models.impl import compute_by_definition
 
 TOL = 1e-12
 
@@ -81,17 +82,19 @@ def test_rp_mixer_stores_only_its_free_permutations():
     assert m.blocks[1].token_mixing.arrangement == "gather"
 
 
-def test_checkpoints_with_implied_permutations_still_load_and_rp_ones_are_refused():
+def test_checkpoints_with_permutations_for_a_normal_mixer_are_refused():
+    """A normal Mixer stores no permutations: an RP Mixer's checkpoint, or an older mlplab's that
+    stored the implied J's, is refused naming the layer; a normal one does not load into an RP Mixer."""
     kw = dict(hidden_dim=4, num_tokens=16, depth=1, image_size=16)
     normal = create_model("s_mixer", **kw)
     old = dict(normal.state_dict())
-    for name in ("token_mixing", "channel_mixing"):  # what a pre-change checkpoint held
+    for name in ("token_mixing", "channel_mixing"):  # what an older mlplab's checkpoint held
         mix = getattr(normal.blocks[0], name)
         old[f"blocks.0.{name}.perm_in"], old[f"blocks.0.{name}.perm_out"] = mix.j1(), mix.j2()
-    create_model("s_mixer", **kw).load_state_dict(old)  # loads: those J's are the implied ones
     rp = create_model("rp_s_mixer", **kw).state_dict()
-    with pytest.raises(RuntimeError, match="free permutations"):
-        create_model("s_mixer", **kw).load_state_dict(rp)
+    for state in (old, rp):
+        with pytest.raises(RuntimeError, match="blocks.0.token_mixing.perm_in: the checkpoint holds permutations"):
+            create_model("s_mixer", **kw).load_state_dict(state)
     with pytest.raises(RuntimeError, match="Missing key"):
         create_model("rp_s_mixer", **kw).load_state_dict(normal.state_dict())
 

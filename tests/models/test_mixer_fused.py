@@ -8,7 +8,8 @@ import torch
 
 from mlplab import create_model
 from mlplab.layers import fused
-from mlplab.layers.pk import compute_by_definition, set_impl
+from mlplab.layers.pk import PKMixing
+from mlplab.models.impl import Impl, compute_by_definition
 
 pytestmark = pytest.mark.skipif(not fused.available(), reason=f"fused kernels unavailable: {fused.unavailable_reason()}")
 
@@ -39,7 +40,7 @@ def _model(name, dtype=torch.float64, **kw):
 
 def _run(model, x, fuse):
     model.impl = "fused" if fuse else "module"
-    assert (model.fused_unavailable(x.device) is None) is fuse
+    assert model.fusable(x.device).ok is fuse
     model.zero_grad()
     x = x.clone().requires_grad_()
     y = model(x)
@@ -93,7 +94,7 @@ def test_compiled_fused_model_matches_eager():
 ])
 def test_what_is_not_fused(name, kw, why):
     model = _model(name, torch.float32, **kw)
-    assert "no seams" in model.fused_unavailable("cpu"), why
+    assert "no seams" in model.fusable("cpu").reason, why
     model.impl = "fused"
     with pytest.raises(RuntimeError, match="impl='fused' but the fused seams cannot run: a Mixer without"):
         model(torch.randn(2, 3, 16, 16))
@@ -102,12 +103,12 @@ def test_what_is_not_fused(name, kw, why):
 def test_modes_that_take_the_module_path():
     model = _model("s_mixer", torch.float32, hidden_dim=6, depth=2, image_size=16, drop_path_rate=0.1)
     x = torch.randn(2, 3, 16, 16)
-    assert model.train().fused_unavailable("cpu") == "stochastic depth while training"
-    assert model.eval().fused_unavailable("cpu") is None
+    assert model.train().fusable("cpu") == (False, "stochastic depth while training")
+    assert model.eval().fusable("cpu") == (True, "")
     with torch.autocast("cpu", dtype=torch.float16):
-        assert "autocast to torch.float16" == model.fused_unavailable("cpu")
-    assert compute_by_definition(copy.deepcopy(model)).fused_unavailable("cpu") == "impl=definition"
-    assert "run on CPU" in model.fused_unavailable("meta")
+        assert model.fusable("cpu") == (False, "autocast to torch.float16")
+    assert compute_by_definition(copy.deepcopy(model)).fusable("cpu") == (False, "impl=definition")
+    assert "run on CPU" in model.fusable("meta").reason
     logits, feats = model.forward_intermediates(x)  # intermediate features: the module path
     assert "blocks.1.channel" in feats and logits.shape == (2, 10)
 
@@ -120,12 +121,12 @@ def test_forward_hooks_on_blocks_fire():
     calls = []
     handles = [model.blocks[1].register_forward_hook(lambda m, i, o: calls.append("block")),
                model.blocks[0].token_mixing.inner[0].register_forward_hook(lambda m, i, o: calls.append("linear"))]
-    assert "forward hooks" in model.fused_unavailable("cpu")
+    assert "forward hooks" in model.fusable("cpu").reason
     y = model(x)
     assert sorted(calls) == ["block", "linear"]
     for h in handles:
         h.remove()
-    assert model.fused_unavailable("cpu") is None
+    assert model.fusable("cpu").ok
     torch.testing.assert_close(model(x), y, rtol=1e-5, atol=1e-5)
     seen = []
     with torch.nn.modules.module.register_module_forward_hook(lambda m, i, o: seen.append(type(m).__name__)):
@@ -135,26 +136,26 @@ def test_forward_hooks_on_blocks_fire():
 
 def test_one_switch_sets_every_layer():
     model = _model("rp_s_mixer", torch.float32, hidden_dim=4, depth=2, image_size=16, rp_blocks=(1,))
-    pks = [m for m in model.modules() if m.__class__.__name__ == "PKMixing"]
-    for impl, layer_impl in (("definition", "definition"), ("fused", "auto"), ("module", "auto"), ("auto", "auto")):
-        set_impl(model, impl)
-        assert model.impl == impl and {pk.impl for pk in pks} == {layer_impl}, impl
+    pks = [m for m in model.modules() if isinstance(m, PKMixing)]
+    for impl in ("definition", "fused", "module", "auto"):
+        model.impl = impl
+        assert model.impl is Impl(impl) and {pk.by_definition for pk in pks} == {impl == "definition"}, impl
     assert {pk.arrangement for pk in pks} == {"columns", "rows", "gather"}
     with pytest.raises(ValueError, match="impl must be one of"):
         model.impl = "fast"
-    with pytest.warns(DeprecationWarning, match="impl"):
+    with pytest.raises(AttributeError, match="^Mixer.fuse_seams was removed: set model.impl = 'auto'"):
         model.fuse_seams = False
-    assert model.impl == "module" and not model.fuse_seams
-    assert create_model("s_mixer", impl="module").impl == "module"
-    with pytest.raises(ValueError, match="has no 'fused' implementation"):
-        set_impl(create_model("mlp", image_size=8), "fused")
+    with pytest.raises(ValueError, match="unknown .*impl"):  # one config key: the run config's model.impl
+        create_model("s_mixer", impl="module")
+    with pytest.raises(ValueError, match="^mlp has no 'fused' implementation"):
+        create_model("mlp", image_size=8).impl = "fused"
 
 
 def test_compiled_mixers_take_the_fused_path_at_every_width(monkeypatch):
     monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
     x = torch.randn(2, 3, 16, 16)
     for c in (1, 8, 64):
-        assert _model("s_mixer", torch.float32, hidden_dim=c, depth=1, image_size=16).fused_unavailable(x.device) is None
+        assert _model("s_mixer", torch.float32, hidden_dim=c, depth=1, image_size=16).fusable(x.device).ok
 
 
 def test_without_the_kernels_the_module_path_runs(monkeypatch):
@@ -162,5 +163,5 @@ def test_without_the_kernels_the_module_path_runs(monkeypatch):
     monkeypatch.setattr(fused, "status", lambda: {"available": False, "reason": "no C compiler", "library": None})
     model = _model("s_mixer", torch.float32, hidden_dim=6, depth=2, image_size=16)
     x = torch.randn(2, 3, 16, 16)
-    assert model.fused_unavailable(x.device) == "the fused kernels are unavailable: no C compiler"
+    assert model.fusable(x.device) == (False, "the fused kernels are unavailable: no C compiler")
     assert torch.isfinite(model(x)).all()

@@ -121,7 +121,7 @@ def test_grouped_folds_g_neighbouring_channels_into_the_tokens():
 def test_the_shared_default_still_takes_the_fused_path():
     assert build().config.token_mixing == "shared"
     for variant in VARIANTS:
-        assert "token_mixing" in build(variant, 2).fused_unavailable()
+        assert "token_mixing" in build(variant, 2).fusable().reason
 
 
 @pytest.mark.parametrize("variant", VARIANTS)

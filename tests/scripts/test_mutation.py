@@ -5,15 +5,15 @@ from __future__ import annotations
 
 import importlib.util
 import sys
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "mutation.py"
-CORE = ["experiments/verdicts.py", "experiments/claims.py", "experiments/protocol.py", "theory/budget.py", "theory/effective.py", "layers/pk.py",
-        "layers/fused.py",
+CORE = ["experiments/verdicts.py", "experiments/claims.py", "experiments/protocol.py", "theory/budget.py",
+        "theory/effective.py", "layers/pk.py", "layers/fused",
         "data/augment.py", "data/loader.py", "train/checkpoint.py", "train/optim.py", "train/loop.py", "interop"]
 
 
@@ -44,12 +44,35 @@ def test_the_table_covers_the_core_with_files_and_tests_that_exist(mutation):
             assert (ROOT / test).is_file() and test.startswith("tests/"), test
 
 
-def test_every_equivalent_names_a_module_and_says_why(mutation):
+def test_every_equivalent_is_keyed_by_normalised_statements_and_says_why(mutation):
     entries = tomllib.loads((ROOT / "tests" / "mutation_equivalent.toml").read_text())["equivalent"]
-    keys = [(e["module"], e["function"], e["before"], e["after"]) for e in entries]
+    keys = [mutation.entry_key(e) for e in entries]
     assert len(keys) == len(set(keys)), "an equivalent is listed twice"
     for e in entries:
         assert e["module"] in CORE and e["before"] != e["after"] and len(e["reason"]) > 20, e
+        assert (e["before"], e["after"]) == (mutation.normalise(e["before"]), mutation.normalise(e["after"])), e
+
+
+def test_the_key_survives_moving_and_rewrapping_the_code(mutation):
+    """A mutant's key is its function and the mutated statement as ast.unparse writes it: the same
+    for the function re-wrapped, re-quoted, re-indented or moved elsewhere."""
+    orig = "def f(x, y):\n    if x > 0 and \\\n            y:\n        return g(x,\n                 'a')\n    return None\n"
+    wrapped = 'def f(x, y):\n    if x > 0 and y:\n        return g(x, "a")\n    return None\n'
+    mutants = {"if x >= 0 and y:": "if x >= 0 and y:", "return g(x, 'XXaXX')": "return g(x, 'XXaXX')",
+               "def f(x, y=1):": "def f(x, y=1):"}
+    for text in (orig, wrapped):
+        assert mutation.statement_change(text, text) is None
+        assert mutation.statement_change(text, text.replace("x > 0", "x >= 0")) == ("if x > 0 and y:",
+                                                                                   mutants["if x >= 0 and y:"])
+        assert mutation.statement_change(text, text.replace("'a'", "'XXaXX'").replace('"a"', '"XXaXX"')) == \
+            ("return g(x, 'a')", mutants["return g(x, 'XXaXX')"])
+        assert mutation.statement_change(text, text.replace("(x, y)", "(x, y=1)")) == ("def f(x, y):", "def f(x, y=1):")
+        assert mutation.statement_change("class C:\n    " + text.replace("\n", "\n    "),
+                                         "class C:\n    " + text.replace("\n", "\n    ").replace("None", "1")) == \
+            ("return None", "return 1")
+    assert mutation.normalise('if x>0 and y :') == "if x > 0 and y:"
+    assert mutation.normalise("return g(x,\n  'a')") == "return g(x, 'a')"
+    assert mutation.normalise("not python (") == "not python ("
 
 
 def test_names_diffs_and_counts(mutation):
@@ -66,10 +89,13 @@ def test_names_diffs_and_counts(mutation):
     ms = [mutation.Mutant(f"k{i}", f, "f", s) for i, s in enumerate(statuses)]
     ms[8].before, ms[8].after = "return x > 0", "return x >= 0"
     stale = mutation.mark_equivalent(mutation.Target(f, [f], []), ms, [
-        {"module": f, "function": "f", "before": " return x > 0", "after": "return x >= 0", "reason": "r"},
+        {"module": "moved/elsewhere.py", "function": "f", "before": " return x>0", "after": "return (x >= 0)",
+         "reason": "r"},
         {"module": f, "function": "f", "before": "gone", "after": "gone too", "reason": "r"},
-        {"module": "other.py", "function": "f", "before": "a", "after": "b", "reason": "r"}])
-    assert ms[8].status == "equivalent" and ms[8].reason == "r" and [e["before"] for e in stale] == ["gone"]
+        {"module": "other.py", "function": "h", "before": "a", "after": "b", "reason": "r"},
+        {"module": f, "function": "renamed", "before": "a", "after": "b", "reason": "r"}])
+    assert ms[8].status == "equivalent" and ms[8].reason == "r"
+    assert [e["before"] for e in stale] == ["gone", "a"]  # f's unmatched entry, and one of this module's gone
     c = mutation.counts(ms)
     assert (c["mutants"], c["killed"], c["timeout"], c["crashed"], c["equivalent"], c["survived"], c["no tests"],
             c["other"]) == (13, 7, 1, 1, 1, 1, 1, 1)
@@ -83,8 +109,19 @@ def test_an_unknown_module_is_refused_in_one_sentence(mutation, capsys):
 
 
 def test_deselected_tests_reach_pytest(mutation):
-    t = mutation.load_targets()["layers/fused.py"]
+    t = mutation.load_targets()["layers/fused"]
     assert t.deselect == ["tests/models/test_mixer_fused.py::test_compiled_fused_model_matches_eager"]
     config = tomllib.loads(mutation.mutmut_config(t))["tool"]["mutmut"]
     assert config["pytest_add_cli_args"] == ["-p", "no:cacheprovider", "--deselect", t.deselect[0]]
-    assert config["only_mutate"] == ["src/mlplab/layers/fused.py"]
+    assert config["only_mutate"] == ["src/mlplab/layers/fused/__init__.py", "src/mlplab/layers/fused/build.py",
+                                     "src/mlplab/layers/fused/ops.py"]
+
+
+def test_the_documented_results_are_the_recorded_ones(mutation):
+    """docs/testing.md's table is written from the committed record (scripts/mutation.sh --record)."""
+    import json
+
+    record = json.loads(mutation.RECORD.read_text())
+    assert sorted(record["rows"]) == sorted(CORE)
+    text = mutation.DOC.read_text()
+    assert mutation.with_docs_block(text, mutation.docs_block(record, mutation.load_targets())) == text

@@ -2,10 +2,9 @@
 import pytest
 import torch
 
-from mlplab.layers.pk import compute_by_definition
-
 import mlplab
 from mlplab.layers.vec import vec
+from mlplab.models.impl import compute_by_definition
 from mlplab.theory import EffectiveMLP, effective_mlp
 
 D = torch.float64

@@ -172,7 +172,7 @@ def test_a_stem_without_bias():
 def test_rp_mlp_block_hidden_layer_is_the_grouped_hidden_vector():
     """An RP layer's hidden permutation is the identity: the hidden vector is the group map's
     hidden output in group order, as Def. 5.1 computes it."""
-    from mlplab.layers.pk import compute_by_definition
+    from mlplab.models.impl import compute_by_definition
 
     torch.manual_seed(0)
     model = mlplab.create_model("rp_mlp_mixer", image_size=4, patch_size=2, num_tokens=3, hidden_dim=2, depth=1,

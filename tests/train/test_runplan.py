@@ -1,17 +1,19 @@
 """A run resolved once (mlplab.train.runplan): one validation, one meta build and one checkpoint
 read per command; the memory check for every family; the plan's parts."""
+import re
+
 import pytest
 import torch
+from train_helpers import tiny_overrides
 
 import mlplab
 from mlplab import cli
 from mlplab.interop import api as interop_api
+from mlplab.models.impl import Impl
 from mlplab.models.registry import create_model, list_models
 from mlplab.train import config as config_mod
 from mlplab.train import make_config, runplan
-from mlplab.train.runplan import as_plan, meta_param_count, plan_run
-
-from train_helpers import tiny_overrides
+from mlplab.train.runplan import as_plan, meta_model, plan_run
 
 
 def _argv(ov):
@@ -30,20 +32,43 @@ def _count(monkeypatch, module, name):
     return calls
 
 
-def test_train_validates_and_builds_on_meta_once(tmp_path, monkeypatch):
+def test_train_plans_once_and_builds_on_meta_once(tmp_path, monkeypatch):
+    """make_config checks the config it makes, plan_run the config it is given: two validations,
+    no mark left on the config; one build on the meta device."""
     validations = _count(monkeypatch, config_mod, "validate")
-    meta_builds = _count(monkeypatch, runplan, "meta_param_count")
+    meta_builds = _count(monkeypatch, runplan, "meta_model")
     ov = tiny_overrides(tmp_path, "once", **{"schedule.epochs": 1})
     assert cli.main(["train", "synthetic_tiny", *_argv(ov)]) == 0
-    assert len(validations) == 1 and len(meta_builds) == 1
+    assert len(validations) == 2 and len(meta_builds) == 1
     assert (tmp_path / "once" / "results.json").exists()
 
 
-def test_a_changed_config_is_validated_again():
+def test_a_plan_checks_its_config_and_keeps_a_copy():
     cfg = make_config(None, {"schedule.epochs": 1})
+    assert "_validated" not in vars(cfg)  # no hidden mark: the plan validates what it is given
+    plan = plan_run(cfg)
     cfg.optim.lr = -1.0  # changed after make_config validated it
+    assert plan.cfg.optim.lr > 0  # the plan holds what it checked
     with pytest.raises(ValueError, match="optim.lr must be"):
         plan_run(cfg)
+
+
+@pytest.mark.parametrize("impl, model, message", [
+    ("fused", "mlp", "model.impl=fused: mlp has no 'fused' implementation; use impl=auto or module"),
+    ("definition", "mlp", "model.impl=definition: mlp has no 'definition' implementation"),
+    ("fused", "s_mixer", "model.impl=fused, but the fused seams cannot run this training step: a Mixer without "
+                         "LayerNorms or skips has no seams; use model.impl=auto"),
+])
+def test_an_impossible_impl_is_refused_by_the_plan_before_any_data(tmp_path, capsys, impl, model, message):
+    """--print-config and check_specs (a plan for another machine) refuse it: no data is read."""
+    ov = {k: v for k, v in tiny_overrides(tmp_path, "impl").items() if not k.startswith("model.")}
+    ov.update({"model.name": model, "model.impl": impl, "model.kwargs": {"norm": False} if model == "s_mixer" else {}})
+    assert cli.main(["train", "synthetic_tiny", *_argv(ov), "--print-config"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and "\n" not in err and not (tmp_path / "impl").exists()
+    with pytest.raises(ValueError, match=re.escape(message.split(";")[0])):
+        plan_run(make_config("synthetic_tiny", ov), here=False)
+    assert plan_run(make_config("synthetic_tiny", {**ov, "model.impl": "module"}), here=False).impl is Impl.MODULE
 
 
 def test_finetune_reads_the_checkpoint_once(tmp_path, monkeypatch, capsys):
@@ -84,11 +109,13 @@ def test_meta_count_is_the_real_count(name):
     """Every family builds on the meta device (the Mixers' PK layers included) and counts the
     parameters the real model has."""
     torch.manual_seed(0)
-    assert meta_param_count(name, {}) == sum(p.numel() for p in create_model(name).parameters())
+    meta = meta_model(name, {})
+    assert sum(p.numel() for p in meta.parameters()) == sum(p.numel() for p in create_model(name).parameters())
+    assert all(p.is_meta for p in meta.parameters())
 
 
 def test_every_registered_model_builds_on_meta():
-    assert all(meta_param_count(n, {}) > 0 for n in list_models())
+    assert all(sum(p.numel() for p in meta_model(n, {}).parameters()) > 0 for n in list_models())
 
 
 def test_plan_for_another_machine_has_no_device_and_train_replans_it(tmp_path):
@@ -96,7 +123,7 @@ def test_plan_for_another_machine_has_no_device_and_train_replans_it(tmp_path):
     away = plan_run(cfg, here=False)
     assert away.device is None and away.precision is None and away.n_params > 0
     here = as_plan(away)
-    assert here.device == torch.device("cpu") and here.precision == "fp32" and here.cfg is cfg
+    assert here.device == torch.device("cpu") and here.precision == "fp32" and here.cfg == cfg
     assert mlplab.train(away)["test_acc"] >= 0
 
 
@@ -121,13 +148,14 @@ def test_the_rank_gpu_comes_from_torchrun_before_the_process_group(monkeypatch):
             runplan.resolve_device("cuda", local_rank=1)
 
 
-def test_a_plan_builds_its_pretrained_model_twice_by_reading_again(tmp_path):
+def test_a_plan_builds_its_pretrained_model_twice_from_the_one_read(tmp_path, monkeypatch):
     model = create_model("mlp", image_size=8, in_chans=3, num_classes=10, width=16, depth=1)
     ckpt = mlplab.save_pretrained(model, tmp_path / "pre.safetensors")
     cfg = make_config(None, {**tiny_overrides(tmp_path, "ft"), "model.name": "mlp", "model.kwargs": {},
                              "model.init_from": str(ckpt), "data.image_size": None})
     plan = plan_run(cfg)
+    reads = _count(monkeypatch, interop_api, "read_tensors")
     assert plan.n_params == sum(p.numel() for p in model.parameters()) and plan.data_cfg.data.image_size == 8
     first, second = plan.build_model(plan.info), plan.build_model(plan.info)
     assert all(torch.equal(a, b) for a, b in zip(first.state_dict().values(), second.state_dict().values()))
-    assert torch.equal(first.stem.weight, model.stem.weight)
+    assert torch.equal(first.stem.weight, model.stem.weight) and not reads  # the plan is not changed by a build

@@ -24,11 +24,12 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any, Mapping
 
+from ..data.table import DATASETS
 from .derived import derived_key
 from .protocol import CONFIRM_FIRST, CONFIRM_SEEDS, ROLES
 
-__all__ = ["SCALES", "Scale", "make_scale", "AUGMENT", "dataset_available", "CPU_SEEDS", "CPU_BATCH",
-           "DEFAULT_LR", "cpu_lr", "lr_search_table", "family_lr", "preset"]
+__all__ = ["SCALES", "Scale", "ScaleRules", "SCALE_RULES", "make_scale", "AUGMENT", "dataset_available", "CPU_SEEDS",
+           "CPU_BATCH", "DEFAULT_LR", "cpu_lr", "lr_search_table", "family_lr", "preset"]
 
 CPU_SEEDS = 3  # seeds per point at cpu scale: the fewest the verdict rules test (verdicts.MIN_SEEDS);
 # experiments with small effects ask for 5 (fig2d, figS5, figS6-S8)
@@ -100,6 +101,38 @@ def dataset_available(name: str) -> bool:
         return False
 
 
+CPU_WEIGHT_DECAY = 0.05  # AdamW's weight decay where it replaces the published optimiser (cpu, smoke)
+
+
+@dataclass(frozen=True)
+class ScaleRules:
+    """How one scale shrinks a published recipe (:meth:`Scale.recipe`): a row of :data:`SCALE_RULES`."""
+
+    published_optimiser: bool  # the published optimiser, lr, weight decay and warmup; else ``cpu_optim``
+    epochs: str | float  # "published", "cpu" (the recipe's cpu_epochs), or a number of epochs
+    batch: int | None  # examples per step (None: the published batch, at most max_batch)
+    max_batch: int | None  # the batch at most (None: no limit)
+    schedule: dict[str, Any]  # fixed schedule and run keys of the scale
+    subsets: str  # "always" (the scale's subsets, even None), "given" (those set), "none"
+    augment: str  # "published" (the recipe's preset), "light" (crop and flip; padding 1 on grey 28×28), "none"
+    checkpoint_every: int = 1  # epochs between checkpoints (0: at the end)
+
+
+_CPU_RULES = ScaleRules(published_optimiser=False, epochs="cpu", batch=CPU_BATCH, max_batch=None,
+                        schedule={"schedule.warmup_epochs": 0.5, "schedule.min_lr": 0.0},
+                        subsets="given", augment="light", checkpoint_every=0)
+#: Each scale's rules: paper runs the published setting; cpu (and quick) the fast engine on the full
+#: training set (batch CPU_BATCH, lr per family: family_lr); smoke one epoch on a few dozen images.
+SCALE_RULES: dict[str, ScaleRules] = {
+    "paper": ScaleRules(published_optimiser=True, epochs="published", batch=None, max_batch=None, schedule={},
+                        subsets="none", augment="published"),
+    "smoke": ScaleRules(published_optimiser=False, epochs=1, batch=None, max_batch=32, schedule={}, subsets="always",
+                        augment="none"),
+    "cpu": _CPU_RULES,
+    "quick": _CPU_RULES,
+}
+
+
 @dataclass
 class Scale:
     """How big an experiment runs. ``dataset`` is the one in use (after any fallback)."""
@@ -142,67 +175,68 @@ class Scale:
         """:func:`family_lr` at this scale."""
         return family_lr(o, self.name)
 
-    def recipe(
-        self,
-        *,
-        epochs: float,
-        cpu_epochs: float = 4,
-        optim: str = "sgd",
-        lr: float = 0.02,  # peak lr per step
-        batch_size: int = 128,
-        weight_decay: float = 0.0,
-        augment: str = "crop_flip",
-        warmup_epochs: float | None = None,
-        min_lr: float = 0.0,
-        warmup_start_lr: float = 0.0,
-        cpu_optim: tuple[str, float] | None = ("adamw", DEFAULT_LR),
-        eval_every: int = 0,
-        extra: dict[str, Any] | None = None,
-    ) -> dict[str, Any]:
-        """Run-config overrides for the published setting, shrunk for cpu/smoke.
+    def recipe(self, *, epochs: float, cpu_epochs: float = 4, optim: str = "sgd", lr: float = 0.02,
+               batch_size: int = 128, weight_decay: float = 0.0, augment: str = "crop_flip",
+               warmup_epochs: float | None = None, min_lr: float = 0.0, warmup_start_lr: float = 0.0,
+               cpu_optim: tuple[str, float] | None = ("adamw", DEFAULT_LR), eval_every: int = 0,
+               extra: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Run-config overrides for the published setting (optimiser, peak lr per step, batch,
+        weight decay, augmentation preset, epochs, warmup), shrunk as this scale's row of
+        :data:`SCALE_RULES` says.
 
         At cpu/smoke scale the epochs are too few for the published SGD schedules, so
         ``cpu_optim`` (AdamW; at cpu scale batch ``CPU_BATCH`` and the family's :func:`cpu_lr` through
         :func:`family_lr`) replaces the optimiser there; every family gets the same search
         effort and the same recipe otherwise, so comparisons stay fair. ``cpu_optim=None`` keeps
         the published optimiser and lr at every scale (``meta.fixed_lr``: :meth:`family_lr`
-        leaves it), for experiments whose point is the optimiser.
+        leaves it), for experiments whose point is the optimiser. ``extra`` is applied last.
         """
+        rules = SCALE_RULES[self.name]
+        name, peak = (optim, lr) if rules.published_optimiser or cpu_optim is None else cpu_optim
         o: dict[str, Any] = {"data.dataset": self.dataset, "schedule.schedule": "cosine",
                              "run.log": "lines", "run.tensorboard": False, "run.eval_every": eval_every,
-                             "run.checkpoint_every": 1}
-        if self.paper:
-            o.update({"optim.name": optim, "optim.lr": lr, "run.batch_size": batch_size,
-                      "optim.weight_decay": weight_decay, "schedule.epochs": epochs, "schedule.min_lr": min_lr})
+                             "run.checkpoint_every": rules.checkpoint_every,
+                             "optim.name": name, "optim.lr": peak,
+                             "run.batch_size": rules.batch or min(batch_size, rules.max_batch or batch_size),
+                             "optim.weight_decay": weight_decay if rules.published_optimiser or name != "adamw"
+                             else CPU_WEIGHT_DECAY,
+                             "schedule.epochs": {"published": epochs, "cpu": cpu_epochs}.get(rules.epochs,
+                                                                                             rules.epochs)}
+        if rules.published_optimiser:
+            o["schedule.min_lr"] = min_lr
             if warmup_epochs:
                 o.update({"schedule.warmup_epochs": warmup_epochs, "schedule.warmup_start_lr": warmup_start_lr})
-            if self.requested_dataset == "stl10" and self.dataset == "stl10":
-                o["data.image_size"] = 32  # docs/science.md §7: STL-10 resized to 32×32
-            o.update(AUGMENT[augment])
-        elif self.smoke:
-            name, clr = cpu_optim if cpu_optim else (optim, lr)
-            o.update({"optim.name": name, "optim.lr": clr, "run.batch_size": min(batch_size, 32),
-                      "optim.weight_decay": 0.05 if name == "adamw" else weight_decay, "schedule.epochs": 1,
-                      "data.train_subset": self.train_subset, "data.subset": "random",
-                      "data.test_subset": self.test_subset})
-        else:  # cpu: the fast engine on the full training set; lr per family (family_lr)
-            name, clr = cpu_optim if cpu_optim else (optim, lr)
-            o.update({"optim.name": name, "optim.lr": clr, "run.batch_size": CPU_BATCH,
-                      "optim.weight_decay": 0.05 if name == "adamw" else weight_decay,
-                      "schedule.epochs": cpu_epochs, "schedule.warmup_epochs": 0.5, "schedule.min_lr": 0.0,
-                      "run.checkpoint_every": 0})
-            if self.train_subset:
-                o.update({"data.train_subset": self.train_subset, "data.subset": "random"})
-            if self.test_subset:
-                o["data.test_subset"] = self.test_subset
-            # light augmentation: crop padding 1 on 28×28 grey images (padding 4 underfits, issue 8)
-            o.update({"augment.crop_padding": 1} if augment != "none" and self.in_chans == 1 else
-                     AUGMENT["crop_flip" if augment != "none" else "none"])
+        o.update(rules.schedule)
+        o.update(self._subsets(rules))
+        if rules.published_optimiser and self.requested_dataset == "stl10" and self.dataset == "stl10":
+            o["data.image_size"] = 32  # docs/science.md §7: STL-10 resized to 32×32
+        o.update(self._augmentation(rules, augment))
         if cpu_optim is None:
             o["meta.fixed_lr"] = True
-        if extra:
-            o.update(extra)
-        return o
+        return {**o, **(extra or {})}
+
+    def _subsets(self, rules: "ScaleRules") -> dict[str, Any]:
+        """The training and test subsets of this scale (a seeded random N of the training set)."""
+        if rules.subsets == "always":  # smoke: a few dozen images, even when None
+            return {"data.train_subset": self.train_subset, "data.subset": "random",
+                    "data.test_subset": self.test_subset}
+        if rules.subsets == "none":
+            return {}
+        out: dict[str, Any] = {}
+        if self.train_subset:
+            out.update({"data.train_subset": self.train_subset, "data.subset": "random"})
+        if self.test_subset:
+            out["data.test_subset"] = self.test_subset
+        return out
+
+    def _augmentation(self, rules: "ScaleRules", augment: str) -> dict[str, Any]:
+        """The augmentation overrides: the published preset, light (cpu), or none (smoke)."""
+        if rules.augment == "published":
+            return AUGMENT[augment]
+        if rules.augment == "none" or augment == "none":
+            return {}
+        # light augmentation: crop padding 1 on 28×28 grey images (padding 4 underfits, issue 8)
+        return {"augment.crop_padding": 1} if self.in_chans == 1 else AUGMENT["crop_flip"]
 
     def s0(self, patch: int) -> int:
         """Number of patches S0 = (image side / P)² that the stem makes."""
@@ -244,14 +278,10 @@ def make_scale(name: str, dataset: str | None, default_dataset: str, *, check_av
         sc = Scale(name, want, want)
     sc.notes.extend(notes)
     sc.role = role
-    try:
-        from ..data.table import get_info
-
-        info = get_info(sc.dataset)
+    info = DATASETS.get(sc.dataset)  # an unknown name: the run plans refuse it, naming the known ones
+    if info is not None:
         sc.image_size = int(info.image_size[0]) or 32
         sc.in_chans = int(info.in_chans)
-    except Exception:
-        pass
     if sc.paper and sc.dataset == "stl10":
         sc.image_size = 32
     if sc.image_size == 28:

@@ -42,6 +42,8 @@ def to_mlplab(tensors: dict[str, torch.Tensor], metadata: dict[str, str]) -> Imp
         kwargs: dict[str, Any] = json.loads(metadata["mlplab_config"])
     except json.JSONDecodeError as e:
         raise ValueError(f"the file's 'mlplab_config' metadata is not JSON ({e})") from None
+    # files from mlplab 0.1.0 carry a Mixer's "impl" (how it computes, never what: not a model field now)
+    kwargs.pop("impl", None)
     try:
         pcfg = json.loads(metadata.get("mlplab_pretrained_cfg", "{}"))
     except json.JSONDecodeError:

@@ -180,6 +180,17 @@ class _SparseMatmul(torch.autograd.Function):
         return gx, gv, None
 
 
+def _checked_row_major(indices: torch.Tensor, out_features: int, in_features: int) -> torch.Tensor:
+    """(row, col) pairs sorted row-major, or a ValueError for one out of range or repeated."""
+    if indices.numel() and (indices[0].max() >= out_features or indices[1].max() >= in_features or indices.min() < 0):
+        raise ValueError(f"indices out of range for a ({out_features}, {in_features}) weight")
+    key = indices[0] * in_features + indices[1]
+    order = torch.argsort(key)
+    if indices.shape[1] > 1 and bool((key[order][1:] == key[order][:-1]).any()):
+        raise ValueError("indices contain duplicate positions")
+    return indices[:, order]
+
+
 class SparseLinear(nn.Module):
     """y = (scale · W) x + b with W stored as nonzeros only: memory ∝ nnz, not out·in.
 
@@ -192,13 +203,8 @@ class SparseLinear(nn.Module):
         indices = indices.long()
         if indices.ndim != 2 or indices.shape[0] != 2:
             raise ValueError(f"indices must have shape (2, nnz), got {tuple(indices.shape)}")
-        if indices.numel() and (indices[0].max() >= out_features or indices[1].max() >= in_features or indices.min() < 0):
-            raise ValueError(f"indices out of range for a ({out_features}, {in_features}) weight")
-        key = indices[0] * in_features + indices[1]
-        order = torch.argsort(key)
-        indices = indices[:, order]
-        if indices.shape[1] > 1 and bool((key[order][1:] == key[order][:-1]).any()):
-            raise ValueError("indices contain duplicate positions")
+        if not indices.is_meta:  # a meta tensor has no values to check or sort (a parameter count)
+            indices = _checked_row_major(indices, out_features, in_features)
         self.in_features, self.out_features = in_features, out_features
         self.values = nn.Parameter(torch.zeros(indices.shape[1]))
         self.bias = nn.Parameter(torch.zeros(out_features)) if bias else None

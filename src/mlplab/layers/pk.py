@@ -22,8 +22,7 @@ import torch.nn as nn
 from .common import LinearAct, Mlp, left_gemm_pays
 from .vec import commutation_perm, invert_perm, rowmajor_index_of_vec, vec_index_of_rowmajor
 
-__all__ = ["PKMixing", "PKLayer", "ARRANGEMENTS", "IMPLS", "set_impl", "compute_by_definition", "has_hooks",
-           "permute_entries", "random_perm"]
+__all__ = ["PKMixing", "PKLayer", "ARRANGEMENTS", "has_hooks", "permute_entries", "random_perm"]
 
 
 @torch.library.custom_op("mlplab::permute_entries", mutates_args=())
@@ -74,25 +73,11 @@ def random_perm(m: int, generator: torch.Generator) -> torch.Tensor:
 #: normal Mixer's arrangements and move no data; "gather" is Definition 5.1 read literally.
 ARRANGEMENTS = ("rows", "columns", "gather")
 
-#: How a model computes (``model.impl``). "auto": the fastest path the model, device and mode
-#: allow; "module": the model's module forward (a Mixer without its fused seams: what runs where
-#: the kernels cannot be built); "fused": a Mixer's fused CPU seams, refused where they cannot
-#: run; "definition": the module forward with every PK layer computed by two gathers around its
-#: group map (Def. 5.1 read literally). Forward hooks fire under each: "auto" and "fused" step
-#: aside for hooked modules.
-IMPLS = ("auto", "module", "fused", "definition")
-
-
-def check_impl(impl: str) -> str:
-    if impl not in IMPLS:
-        raise ValueError(f"impl must be one of {', '.join(IMPLS)}; got {impl!r}")
-    return impl
-
 
 def has_hooks(module: nn.Module) -> bool:
     """Whether a forward hook or pre-hook is registered on ``module``, inside it, or for every
-    module (``nn.modules.module.register_module_forward_hook``): "auto" then calls those modules
-    as modules, so the hooks fire."""
+    module (``nn.modules.module.register_module_forward_hook``): fast paths then call those
+    modules as modules, so the hooks fire."""
     glob = nn.modules.module
     if glob._global_forward_hooks or glob._global_forward_pre_hooks:
         return True
@@ -129,11 +114,13 @@ class PKMixing(nn.Module):
         perm_in, perm_out: *free* permutations J1, J2 (vec-order index arrays), e.g. an RP
             layer's, stored in the state dict. Without them the J's are the ones ``groups`` names
             and nothing is stored (as in timm).
-        impl: how it computes (:data:`IMPLS`; a model sets it on every layer, ``model.impl``).
+        by_definition: compute by the two gathers of Def. 5.1 whatever the J's (a Mixer sets it
+            on every layer for ``model.impl = "definition"``); else the cheapest arrangement.
 
     Public view: :attr:`arrangement` (how the row-major storage is mapped: "rows", "columns" or
     "gather"), :attr:`gathers` (the row-major gathers of J1, J2 and their inverses, for
-    "gather"), :attr:`group_map` (f), :meth:`j1` / :meth:`j2`.
+    "gather"; derived once from the J's, again only when loaded permutations replace them),
+    :attr:`group_map` (f), :meth:`j1` / :meth:`j2`.
 
     - ``rows``: f acts on the last dimension as stored: ``inner(x)``, no data moved.
     - ``columns``: f acts on every column; ``inner.forward_columns(x)`` (W X from the left) when
@@ -145,8 +132,6 @@ class PKMixing(nn.Module):
     Tests pin every arrangement to the gather path in float64, forward and gradients.
     """
 
-    IMPLS = ("auto", "definition")  # a layer's choices: its cheapest arrangement, or the gathers
-
     def __init__(
         self,
         inner: nn.Module,
@@ -155,7 +140,7 @@ class PKMixing(nn.Module):
         groups: str | int = "columns",
         perm_in: torch.Tensor | None = None,
         perm_out: torch.Tensor | None = None,
-        impl: str = "auto",
+        by_definition: bool = False,
     ):
         super().__init__()
         rows, cols = in_shape
@@ -180,14 +165,16 @@ class PKMixing(nn.Module):
             p_in = torch.arange(m) if perm_in is None else perm_in.long().clone()
             p_out = torch.arange(m_out) if perm_out is None else perm_out.long().clone()
             for name, p, size in (("perm_in", p_in, m), ("perm_out", p_out, m_out)):
-                if p.shape != (size,) or not torch.equal(torch.sort(p).values, torch.arange(size)):
+                # a meta tensor has no values to check (a parameter count, train.runplan): only its shape
+                if p.shape != (size,) or not p.is_meta and not torch.equal(torch.sort(p).values, torch.arange(size)):
                     raise ValueError(f"{name} must be a permutation of range({size})")
             # J1, J2 in vec order: free parameters of the model, saved in the state dict.
             self.register_buffer("perm_in", p_in)
             self.register_buffer("perm_out", p_out)
-        self._impl = check_impl(impl)
+        self._by_definition = bool(by_definition)
         self._derive()
-        self.register_load_state_dict_post_hook(lambda module, keys: module._derive())
+        if free:  # loaded permutations replace the drawn ones: derive the gathers from them
+            self.register_load_state_dict_post_hook(lambda module, keys: module._derive())
 
     # ------------------------------------------------------------------ the public view
     @property
@@ -213,19 +200,21 @@ class PKMixing(nn.Module):
         return self.inner
 
     @property
-    def impl(self) -> str:
-        return self._impl
+    def by_definition(self) -> bool:
+        """Whether the layer computes by Def. 5.1's gathers whatever its J's."""
+        return self._by_definition
 
-    @impl.setter
-    def impl(self, impl: str) -> None:
-        self._impl = check_impl(impl)
-        self._derive()
+    @by_definition.setter
+    def by_definition(self, on: bool) -> None:
+        if bool(on) != self._by_definition:
+            self._by_definition = bool(on)
+            self._derive()
 
     @property
     def arrangement(self) -> str:
-        """How the layer maps row-major storage: "gather" under impl "definition", else the
-        cheapest arrangement its J's allow."""
-        return "gather" if self._impl == "definition" else self._natural
+        """How the layer maps row-major storage: "gather" by definition, else the cheapest
+        arrangement its J's allow."""
+        return "gather" if self._by_definition else self._natural
 
     @property
     def gathers(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor] | None:
@@ -248,25 +237,37 @@ class PKMixing(nn.Module):
         return invert_perm(commutation_perm(rows_o, cols_o)) if self.groups == "rows" else torch.arange(rows_o * cols_o)
 
     def _derive(self) -> None:
-        """The natural arrangement of J1, J2, and the row-major gathers where "gather" computes."""
+        """The natural arrangement of J1, J2, and the row-major gathers where "gather" computes:
+        once when the layer is made, again when ``by_definition`` changes or permutations load."""
         rows, cols = self.in_shape
         rows_o, cols_o = self.out_shape
         j1, j2 = self.j1(), self.j2()
         dev = j1.device
-        gather_in = rowmajor_index_of_vec(rows, cols, dev)[j1]  # x_grouped = r[gather_in]
-        gather_out = j2[vec_index_of_rowmajor(rows_o, cols_o, dev)]  # r_out = u[gather_out]
-        n = (self.n1, self.n2, self.n2_out)
-        is_rows = n == (rows, cols, cols_o) and \
-            torch.equal(gather_in, torch.arange(rows * cols, device=dev)) and \
-            torch.equal(gather_out, torch.arange(rows_o * cols_o, device=dev))
-        # groups are the columns of X: the grouped order is vec order on both sides
-        is_columns = n == (cols, rows, rows_o) and cols == cols_o and \
-            torch.equal(j1, torch.arange(rows * cols, device=dev)) and \
-            torch.equal(j2, torch.arange(rows_o * cols_o, device=dev))
-        self._natural = "rows" if is_rows else "columns" if is_columns else "gather"
+        # the row-major gathers: what free J's are compared by, and what "gather" computes with
+        gathers = self._row_major_gathers(j1, j2) if self.free_perms or self._by_definition else None
+        if not self.free_perms:  # the J's that ``groups`` names: its arrangement moves no data
+            self._natural = self.groups
+        elif j1.is_meta:  # drawn on the meta device: no values to compare (a parameter count)
+            self._natural = "gather"
+        else:  # free J's, unless they happen to be the rows' or the columns' own
+            n = (self.n1, self.n2, self.n2_out)
+            is_rows = n == (rows, cols, cols_o) and \
+                torch.equal(gathers[0], torch.arange(rows * cols, device=dev)) and \
+                torch.equal(gathers[1], torch.arange(rows_o * cols_o, device=dev))
+            # groups are the columns of X: the grouped order is vec order on both sides
+            is_columns = n == (cols, rows, rows_o) and cols == cols_o and \
+                torch.equal(j1, torch.arange(rows * cols, device=dev)) and \
+                torch.equal(j2, torch.arange(rows_o * cols_o, device=dev))
+            self._natural = "rows" if is_rows else "columns" if is_columns else "gather"
         self._gathers = None
         if self.arrangement == "gather":
+            gather_in, gather_out = gathers
             self._gathers = (gather_in, invert_perm(gather_in), gather_out, invert_perm(gather_out))
+
+    def _row_major_gathers(self, j1: torch.Tensor, j2: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """J1 and J2 as gathers on row-major storage: x_grouped = r[gather_in], r_out = u[gather_out]."""
+        dev = j1.device
+        return (rowmajor_index_of_vec(*self.in_shape, dev)[j1], j2[vec_index_of_rowmajor(*self.out_shape, dev)])
 
     def _apply(self, fn, recurse=True):
         out = super()._apply(fn, recurse)
@@ -277,17 +278,14 @@ class PKMixing(nn.Module):
 
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
                               error_msgs):
-        """A normal layer stores no permutations. Checkpoints that saved the implied J's still
-        load; a checkpoint with *other* permutations (an RP layer) is refused."""
+        """A normal layer stores no permutations: a checkpoint that holds some for it is an RP
+        layer's, or one written by an older mlplab that also stored the J's its groups imply."""
         if not self.free_perms:
-            for name, implied in (("perm_in", self.j1), ("perm_out", self.j2)):
-                key = prefix + name
-                if key in state_dict:
-                    if torch.equal(state_dict[key].cpu().long(), implied().cpu()):
-                        state_dict.pop(key)
-                    else:
-                        error_msgs.append(f"{key}: the checkpoint holds free permutations (an RP layer) but "
-                                          f"this layer has the fixed {self.arrangement!r} arrangement")
+            for key in (prefix + "perm_in", prefix + "perm_out"):
+                if state_dict.pop(key, None) is not None:
+                    error_msgs.append(f"{key}: the checkpoint holds permutations for a layer whose J's its "
+                                      f"{self.groups!r} groups fix: an RP layer's, or an older mlplab's that "
+                                      f"stored them, which this version does not read")
         super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
                                       error_msgs)
 
@@ -321,29 +319,8 @@ class PKMixing(nn.Module):
         return (
             f"in={self.in_shape}, out={self.out_shape}, n1={self.n1}, n2={self.n2}, "
             f"n2'={self.n2_out}, arrangement={self.arrangement}" + (", free permutations" if self.free_perms else "")
-            + (f", impl={self._impl}" if self._impl != "auto" else "")
+            + (", by definition" if self._by_definition else "")
         )
-
-
-def set_impl(model: nn.Module, impl: str) -> nn.Module:
-    """Set how ``model`` computes (in place; :data:`IMPLS`): every module that declares its
-    implementations (an ``IMPLS`` tuple: a Mixer, a PK layer) takes ``impl``, or "auto" where it
-    has no such choice. "fused" and "definition" are refused for a model with no such path."""
-    check_impl(impl)
-    targets = [m for m in model.modules() if isinstance(getattr(type(m), "IMPLS", None), tuple)]
-    if impl in ("fused", "definition") and not any(impl in m.IMPLS for m in targets):
-        name = getattr(model, "model_name", None) or type(model).__name__
-        raise ValueError(f"{name} has no {impl!r} implementation; use impl=auto or module")
-    for m in targets:
-        m.impl = impl if impl in m.IMPLS else "auto"
-    return model
-
-
-def compute_by_definition(model: nn.Module) -> nn.Module:
-    """``set_impl(model, "definition")``: every PK layer computed literally as Def. 5.1 (two
-    gathers around the group map), and no path that bypasses them (a Mixer's fused seams).
-    Tests and benchmarks compare the fast arrangements against it."""
-    return set_impl(model, "definition")
 
 
 class PKLayer(PKMixing):

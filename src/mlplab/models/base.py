@@ -13,6 +13,8 @@ from typing import Callable, Iterable, Sequence
 import torch
 import torch.nn as nn
 
+from .impl import Implementations
+
 __all__ = ["VisionMLP", "VectorMLP", "take_indices"]
 
 
@@ -33,11 +35,11 @@ def take_indices(indices: int | Sequence[int], num_blocks: int) -> list[int]:
     return sorted({i % num_blocks for i in indices})
 
 
-class VisionMLP(nn.Module):
-    """Base of all mlplab models: images (N, ch, H, W) -> logits (N, num_classes)."""
+class VisionMLP(Implementations, nn.Module):
+    """Base of all mlplab models: images (N, ch, H, W) -> logits (N, num_classes); ``model.impl``
+    chooses how it computes (:class:`~mlplab.models.impl.Implementations`)."""
 
     head: nn.Module
-
     def forward_features(self, x: torch.Tensor, feats: dict | None = None) -> torch.Tensor:
         raise NotImplementedError
 

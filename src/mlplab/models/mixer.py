@@ -12,16 +12,18 @@ With ``norm=False`` / ``skip=False`` the LNs / skips are removed (the theory for
 H = φ(φ(W X) V) of the S-Mixer is ``norm=False, skip=False``).
 The first block maps S0 -> S tokens; its skip path is then a learned W̃ ∈ R^{S×S0} (SkipLayer).
 
-How it computes (``impl``, :data:`mlplab.layers.pk.IMPLS`). One forward, :meth:`MixerBlock.forward`,
-defines the model. On CPU, "auto" runs a Mixer with norms and skips through the fused seams of
-:mod:`mlplab.models.mixer_fused` (one C kernel per seam each way, the same function: tests compare
-them in float64 to 1e-12) unless :meth:`Mixer.fused_unavailable` names a reason; "module" takes
-the module forward, "definition" that with every PK layer computed by Def. 5.1's gathers.
-Forward hooks on a block (or inside one) make "auto" take the module path, so they fire.
+How it computes (``model.impl``, :class:`mlplab.models.impl.Impl`). One forward,
+:meth:`MixerBlock.forward`, defines the model. On CPU, "auto" runs a Mixer with norms and skips
+through the fused seams of :mod:`mlplab.models.mixer_fused` (one C kernel per seam each way, the
+same function: tests compare them in float64 to 1e-12) when :meth:`Mixer.fusable` allows it;
+"module" takes the module forward, "definition" that with every PK layer computed by Def. 5.1's
+gathers. What the model's structure allows is decided once (when it is made and when ``impl``
+changes); a forward checks only what can change between two forwards (device, training with
+stochastic depth, autocast, dtype, forward hooks: a hooked block makes "auto" take the module
+path, so the hooks fire).
 """
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass
 from typing import Literal
 
@@ -30,11 +32,12 @@ import torch.nn as nn
 
 from ..layers import fused
 from ..layers.common import DropPath, LinearAct, Mlp, drop_path_rates, left_gemm_pays, left_linear
-from ..layers.pk import IMPLS, PKMixing, check_impl, has_hooks, random_perm, set_impl
+from ..layers.pk import PKMixing, has_hooks, random_perm
 from ..layers.stem import PatchEmbed, check_patch_size
 from ..utils.seeds import derive_generator
 from . import mixer_fused
 from .base import VisionMLP
+from .impl import FUSABLE, Fusable, Impl
 from .mixer_variants import GroupedTokenMlp, GroupLinear, TokenMlpBank, check_token_groups, token_mlp_shape
 from .registry import register_model
 
@@ -64,7 +67,6 @@ class MixerConfig:
     drop_path_rate: float = 0.0  # stochastic depth, rising linearly to this over the blocks
     zero_head: bool = True  # zero-initialised classifier (as in the original Mixer)
     norm_eps: float = 1e-5
-    impl: Literal["auto", "module", "fused", "definition"] = "auto"  # how it computes (module docstring)
     token_mixing: Literal["shared", "untied", "grouped", "views"] = "shared"  # supplement variants (mixer_variants)
     token_groups: int = 1  # G of the "grouped" and "views" variants; divides C
 
@@ -101,6 +103,9 @@ def _token_mixing_variant(cfg: MixerConfig, tokens_in: int, tokens: int, dim: in
     if cfg.token_mixing == "grouped":
         return GroupedTokenMlp(cfg.token_groups, tokens_in, d, tokens, cfg.act, cfg.drop_rate)
     return TokenMlpBank(mlps, tokens_in, d, tokens, cfg.act, cfg.drop_rate)
+
+
+_FUSE_SEAMS_REMOVED = "Mixer.fuse_seams was removed: set model.impl = 'auto' (fused where possible) or 'module'"
 
 
 class MixerBlock(nn.Module):
@@ -211,7 +216,7 @@ class Mixer(VisionMLP):
         )
         self.norm = nn.LayerNorm(C, eps=cfg.norm_eps) if cfg.norm else nn.Identity()
         self.head = nn.Linear(C, cfg.num_classes)
-        self.impl = cfg.impl
+        self._impl_changed()
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -229,28 +234,32 @@ class Mixer(VisionMLP):
             nn.init.zeros_(self.head.weight)
             nn.init.zeros_(self.head.bias)
 
-    IMPLS = IMPLS
+    IMPLS = tuple(Impl)
+
+    def _impl_changed(self) -> None:
+        for m in self.blocks.modules():  # the PK layers compute by definition, or their cheapest way
+            if isinstance(m, PKMixing):
+                m.by_definition = self._impl is Impl.DEFINITION
+        self._seams = self._seams_allowed()
+
+    def _seams_allowed(self) -> Fusable:
+        """What the model's structure and ``impl`` allow the fused seams (decided once)."""
+        cfg = self.cfg
+        if self._impl in (Impl.MODULE, Impl.DEFINITION):
+            return Fusable(False, f"impl={self._impl.value}")
+        if not (cfg.norm and cfg.skip):
+            return Fusable(False, "a Mixer without LayerNorms or skips has no seams")
+        if cfg.token_mixing != "shared":
+            return Fusable(False, f"token_mixing={cfg.token_mixing!r} (the kernels compute the shared token MLP)")
+        return FUSABLE
 
     @property
-    def impl(self) -> str:
-        """How the model computes ("auto", "module", "fused", "definition"; module docstring)."""
-        return self._impl
-
-    @impl.setter
-    def impl(self, impl: str) -> None:
-        self._impl = check_impl(impl)
-        set_impl(self.blocks, "definition" if impl == "definition" else "auto")  # the PK layers
-
-    @property
-    def fuse_seams(self) -> bool:
-        """Deprecated: ``impl`` ("auto" for True, "module" for False)."""
-        return self._impl in ("auto", "fused")
+    def fuse_seams(self):
+        raise AttributeError(_FUSE_SEAMS_REMOVED)
 
     @fuse_seams.setter
     def fuse_seams(self, on: bool) -> None:
-        warnings.warn("Mixer.fuse_seams is deprecated: set model.impl = 'auto' (fused where possible) or 'module'",
-                      DeprecationWarning, stacklevel=2)
-        self.impl = "auto" if on else "module"
+        raise AttributeError(_FUSE_SEAMS_REMOVED)
 
     def forward_features(self, x: torch.Tensor, feats: dict | None = None) -> torch.Tensor:
         if feats is None and self._takes_fused_path(x):
@@ -265,35 +274,32 @@ class Mixer(VisionMLP):
     def forward_head(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
         return super().forward_head(x.mean(dim=1), pre_logits)  # average over tokens: (B, C)
 
-    def fused_unavailable(self, device: torch.device | str = "cpu") -> str | None:
-        """Why the fused seams cannot compute this model's forward on ``device`` in the current
-        mode (training, autocast), or None when they do under "auto" / "fused"."""
-        cfg = self.cfg
-        if self._impl in ("module", "definition"):
-            return f"impl={self._impl}"
-        if torch.device(device).type != "cpu":
-            return f"the fused kernels run on CPU, not {torch.device(device).type}"
-        if not (cfg.norm and cfg.skip):
-            return "a Mixer without LayerNorms or skips has no seams"
-        if cfg.token_mixing != "shared":
-            return f"token_mixing={cfg.token_mixing!r} (the kernels compute the shared token MLP)"
+    def fusable(self, device: torch.device | str | None = "cpu") -> Fusable:
+        """Whether the fused seams compute this model's forward on ``device`` in the current mode
+        (training, autocast) under "auto" / "fused", and if not, why. ``device=None``: on a
+        machine not known yet (a plan for a cluster node): the device and the kernels' build
+        are not asked."""
+        if not self._seams.ok:
+            return self._seams
+        if device is not None and torch.device(device).type != "cpu":
+            return Fusable(False, f"the fused kernels run on CPU, not {torch.device(device).type}")
         if self.training and self.cfg.drop_path_rate > 0 and self.cfg.depth > 1:
-            return "stochastic depth while training"
+            return Fusable(False, "stochastic depth while training")
         if torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") != torch.bfloat16:
-            return f"autocast to {torch.get_autocast_dtype('cpu')}"
+            return Fusable(False, f"autocast to {torch.get_autocast_dtype('cpu')}")
         if self.norm.weight.dtype not in (torch.float32, torch.float64):
-            return f"{self.norm.weight.dtype} weights (the kernels take float32 and float64)"
+            return Fusable(False, f"{self.norm.weight.dtype} weights (the kernels take float32 and float64)")
         if has_hooks(self.blocks) or has_hooks(self.norm):
-            return "forward hooks on its blocks (the module path calls them)"
-        if not fused.available():
-            return f"the fused kernels are unavailable: {fused.status()['reason']}"
-        return None
+            return Fusable(False, "forward hooks on its blocks (the module path calls them)")
+        if device is not None and not fused.available():
+            return Fusable(False, f"the fused kernels are unavailable: {fused.status()['reason']}")
+        return FUSABLE
 
     def _takes_fused_path(self, x: torch.Tensor) -> bool:
-        why = self.fused_unavailable(x.device)
-        if why is not None and self._impl == "fused":
+        ok, why = self.fusable(x.device)
+        if not ok and self._impl is Impl.FUSED:
             raise RuntimeError(f"impl='fused' but the fused seams cannot run: {why}; use impl='auto'")
-        return why is None
+        return ok
 
 
 def build_mixer(cfg: MixerConfig) -> Mixer:

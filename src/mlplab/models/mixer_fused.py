@@ -8,7 +8,7 @@ and an all-RP Mixer keeps its tokens batch-major, (B, S, C). The residual stays 
 parameters' dtype under autocast (the GEMMs and h run in bf16); under ``torch.compile`` the
 kernels are opaque custom ops (``benchmarks/bench_fused_seams.py`` compares them with inductor's
 generated seams). Reached only through :meth:`mlplab.models.mixer.Mixer.forward_features` when
-``Mixer.fused_unavailable`` gives no reason; tests compare it with the module path in float64
+``Mixer.fusable`` allows it; tests compare it with the module path in float64
 to 1e-12, forward and gradients.
 """
 from __future__ import annotations

@@ -1,10 +1,13 @@
 """How the training step runs on this machine: the model's implementation, compiled or eager.
 
-Implementation (``model.impl``, :data:`mlplab.layers.pk.IMPLS`). :func:`apply_impl` sets it once
-per run and refuses ``fused`` where the fused seams cannot run; :func:`describe_implementation`
-is what the run line and ``results.json`` say: the path the training step takes (fused seams,
-module path or definition), why a Mixer does not take the fused seams, compiled or eager, the
-precision and the kernels' status.
+Implementation (``model.impl``, :class:`mlplab.models.impl.Impl`). :func:`apply_impl` sets it on
+a model and refuses a path the model or machine lacks; the run plan calls it on the model it builds
+on the meta device (:func:`mlplab.train.runplan.plan_run`), so ``--print-config`` and
+``check_specs`` refuse an impossible ``model.impl`` before any data loads, and the plan's
+``build_model`` on the model a run trains. :func:`describe_implementation` is what the run line
+and ``results.json`` say: the path the training step takes (fused seams, module path or
+definition), why a Mixer does not take the fused seams, compiled or eager, the precision and the
+kernels' status.
 
 ``run.compile=auto`` compiles on CUDA, and on CPU when the run autocasts to bf16, is long enough
 to repay the ~20 s of compilation (at least ``MIN_STEPS_CPU`` steps) and a C++ compiler is present:
@@ -33,49 +36,48 @@ import torch.nn as nn
 
 from ..errors import BadInput
 from ..layers import fused
-from ..layers.pk import set_impl
+from ..models.base import VisionMLP
+from ..models.impl import Fusable, Impl
 from .accelerator import compile_unavailable_reason
 
 __all__ = ["resolve_compile", "compile_model", "cpp_compiler", "keep_freed_memory", "MIN_STEPS_CPU", "apply_impl",
            "describe_implementation", "implementation_line"]
 
 
-def _fused_unavailable(model: nn.Module, device: torch.device, precision: str) -> str | None:
-    """Why a Mixer's training step does not take the fused seams (None: it does), with the run's
-    autocast; "" for a model that has no fused path."""
-    why = getattr(model, "fused_unavailable", None)
-    if why is None:
-        return ""
-    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16"):
-        return why(device)
+def _training_step_fusable(model: VisionMLP, device: torch.device | None, precision: str | None) -> Fusable:
+    """Whether a model with fused seams takes them in a training step on ``device`` (None: a
+    machine not known yet, so only the model's structure and mode count), with the run's autocast."""
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
+        return model.fusable(device)
 
 
-def apply_impl(model: nn.Module, impl: str, device: torch.device, precision: str) -> nn.Module:
-    """Set ``model.impl`` for a run; BadInput (one sentence) for a path the model or machine lacks."""
-    if impl == "auto":
-        return model
+def apply_impl(model: VisionMLP, impl: Impl | str, device: torch.device | None, precision: str | None) -> VisionMLP:
+    """Set ``model.impl`` for a run on ``device`` (None: planned for another machine); BadInput (one
+    sentence) for a path the model lacks, or ``fused`` where its seams cannot run the training step."""
+    impl = Impl.parse(impl)
     try:
-        set_impl(model, impl)
+        model.impl = impl
     except ValueError as e:
-        raise BadInput(f"model.impl={impl}: {e}") from None
-    if impl == "fused":
-        why = _fused_unavailable(model, device, precision)
-        if why:
+        raise BadInput(f"model.impl={impl.value}: {e}") from None
+    if impl is Impl.FUSED:
+        ok, why = _training_step_fusable(model, device, precision)
+        if not ok:
             raise BadInput(f"model.impl=fused, but the fused seams cannot run this training step: {why}; "
                            f"use model.impl=auto")
     return model
 
 
-def describe_implementation(model: nn.Module, device: torch.device, precision: str, compiled: bool) -> dict:
+def describe_implementation(model: VisionMLP, device: torch.device, precision: str, compiled: bool) -> dict:
     """How a run's training step computes ``model``: {"path": "fused seams" | "module path" |
     "definition", "impl": model.impl, "why_not_fused": the reason a Mixer takes no fused seams
     (None otherwise), "compiled", "precision", "kernels": :func:`mlplab.layers.fused.status` on
-    CPU (None elsewhere)}."""
-    impl = getattr(model, "impl", "auto")
-    why = _fused_unavailable(model, device, precision) if device.type == "cpu" else ""  # CPU kernels
-    path = "fused seams" if why is None else "definition" if impl == "definition" else "module path"
-    kernels = why != "" and impl in ("auto", "fused")  # a Mixer that would run them
-    return {"path": path, "impl": impl, "why_not_fused": why or None, "compiled": bool(compiled),
+    CPU for a model that would run them (None elsewhere)}."""
+    impl = model.impl
+    seams = Impl.FUSED in model.IMPLS and device.type == "cpu"  # the kernels are CPU only
+    fusable = _training_step_fusable(model, device, precision) if seams else Fusable(False)
+    path = "fused seams" if fusable.ok else "definition" if impl is Impl.DEFINITION else "module path"
+    kernels = seams and impl in (Impl.AUTO, Impl.FUSED)
+    return {"path": path, "impl": impl.value, "why_not_fused": fusable.reason or None, "compiled": bool(compiled),
             "precision": precision, "kernels": fused.status() if kernels else None}
 
 

@@ -45,8 +45,9 @@ EMA_FILE = "ema.safetensors"
 STATE_FILE = "state.pt"
 
 
-#: model config fields that do not change what the weights mean (a checkpoint loads across them)
-_LOADABLE_ACROSS = frozenset({"seed", "drop_rate", "drop_path_rate"})
+#: model config fields that do not change what the weights mean (a checkpoint loads across them);
+#: "impl": how a Mixer computed, a model field in the checkpoints of mlplab 0.1.0 (models.impl)
+_LOADABLE_ACROSS = frozenset({"seed", "drop_rate", "drop_path_rate", "impl"})
 
 
 class CheckpointError(RunFailure):

@@ -41,7 +41,6 @@ __all__ = [
     "RunConfig",
     "make_config",
     "validate",
-    "ensure_valid",
     "not_semantic",
     "NON_SEMANTIC",
     "load_config",
@@ -289,16 +288,6 @@ def _count_set(*values: Any) -> int:
     return sum(v is not None for v in values)
 
 
-def _fingerprint(cfg: RunConfig) -> str:
-    return json.dumps(dataclasses.asdict(cfg), sort_keys=True, default=repr)
-
-
-def ensure_valid(cfg: RunConfig) -> RunConfig:
-    """``cfg`` validated: :func:`validate` runs again only when ``cfg`` changed since it last
-    passed (``make_config`` validates, and a run plans the same config without checking twice)."""
-    if cfg.__dict__.get("_validated") == _fingerprint(cfg):
-        return cfg
-    return validate(cfg)
 def _check_finite(cfg: RunConfig) -> None:
     """Every number in the config (``model.kwargs`` and lists such as ``optim.betas`` included) is
     finite: a NaN slips past every ``<``/``>`` range check below."""
@@ -313,7 +302,25 @@ def validate(cfg: RunConfig) -> RunConfig:
     for sec in _SECTION_CLS:
         check_types(getattr(cfg, sec), f"config section {sec!r}")
     _check_finite(cfg)
-    s, r, o, d = cfg.schedule, cfg.run, cfg.optim, cfg.data
+    _check_optim(cfg.optim)
+    _check_schedule(cfg.schedule, cfg.optim)
+    _check_model(cfg.model)
+    _check_run(cfg.run)
+    _check_data(cfg.data)
+    AugmentConfig(**dataclasses.asdict(cfg.augment))  # its own range checks (__post_init__)
+    # model name and kwargs are checked by the registry (unknown name / key / type -> error)
+    get_model_entry(cfg.model.name)
+    model_config(cfg.model.name, **cfg.model.kwargs)
+    return cfg
+
+
+def _check_at_least_zero(pairs: Sequence[tuple[str, Any]]) -> None:
+    for name, v in pairs:
+        if v is not None and v < 0:
+            raise ValueError(f"{name} must be >= 0, got {v}")
+
+
+def _check_schedule(s: ScheduleSection, o: OptimSection) -> None:
     if _count_set(s.epochs, s.steps, s.examples) != 1:
         raise ValueError(
             "schedule: give exactly one training length of schedule.epochs, schedule.steps, "
@@ -325,26 +332,35 @@ def validate(cfg: RunConfig) -> RunConfig:
     for name, v in (("schedule.epochs", s.epochs), ("schedule.steps", s.steps), ("schedule.examples", s.examples)):
         if v is not None and not v > 0:
             raise ValueError(f"{name} must be > 0, got {v}")
-    for name, v in (("schedule.warmup_epochs", s.warmup_epochs), ("schedule.warmup_steps", s.warmup_steps),
-                    ("schedule.min_lr", s.min_lr), ("schedule.warmup_start_lr", s.warmup_start_lr),
-                    ("optim.weight_decay", o.weight_decay), ("run.eval_every", r.eval_every),
-                    ("run.checkpoint_every", r.checkpoint_every), ("data.num_workers", d.num_workers)):
-        if v is not None and v < 0:
-            raise ValueError(f"{name} must be >= 0, got {v}")
+    _check_at_least_zero((("schedule.warmup_epochs", s.warmup_epochs), ("schedule.warmup_steps", s.warmup_steps),
+                          ("schedule.min_lr", s.min_lr), ("schedule.warmup_start_lr", s.warmup_start_lr)))
+    if s.min_lr > o.lr:
+        raise ValueError(f"schedule.min_lr={s.min_lr} is above optim.lr={o.lr}")
+
+
+def _check_optim(o: OptimSection) -> None:
+    _check_at_least_zero((("optim.weight_decay", o.weight_decay),))
     if not (o.lr > 0 and math.isfinite(o.lr)):
         raise ValueError(f"optim.lr must be a finite number > 0, got {o.lr}")
     if o.lr_batch is not None and o.lr_batch < 1:
         raise ValueError(f"optim.lr_batch must be a batch size >= 1 (or null for no scaling), got {o.lr_batch}")
-    if s.min_lr > o.lr:
-        raise ValueError(f"schedule.min_lr={s.min_lr} is above optim.lr={o.lr}")
     if o.head_lr is not None and not (o.head_lr > 0 and math.isfinite(o.head_lr)):
         raise ValueError(f"optim.head_lr must be a finite number > 0 or null, got {o.head_lr}")
-    if cfg.model.expand < 1:
-        raise ValueError(f"model.expand must be >= 1 (the resolution factor K), got {cfg.model.expand}")
-    if cfg.model.init_from is None and (cfg.model.expand != 1 or cfg.model.new_head is True):
-        raise ValueError("model.expand and model.new_head act on a pretrained model; set model.init_from too")
     if o.grad_clip is not None and o.grad_clip <= 0:
         raise ValueError(f"optim.grad_clip must be > 0 or null, got {o.grad_clip}")
+    if o.name in ("adamw", "lion") and not all(0.0 <= b < 1.0 for b in o.betas):
+        raise ValueError(f"optim.betas must both be in [0, 1), got {list(o.betas)}; e.g. optim.betas=[0.9,0.999]")
+
+
+def _check_model(m: ModelSection) -> None:
+    if m.expand < 1:
+        raise ValueError(f"model.expand must be >= 1 (the resolution factor K), got {m.expand}")
+    if m.init_from is None and (m.expand != 1 or m.new_head is True):
+        raise ValueError("model.expand and model.new_head act on a pretrained model; set model.init_from too")
+
+
+def _check_run(r: RunSection) -> None:
+    _check_at_least_zero((("run.eval_every", r.eval_every), ("run.checkpoint_every", r.checkpoint_every)))
     if r.batch_size < 1 or (r.eval_batch_size is not None and r.eval_batch_size < 1):
         raise ValueError("run.batch_size and run.eval_batch_size must be >= 1")
     if r.divergence_factor is not None and not r.divergence_factor > 0:
@@ -352,29 +368,28 @@ def validate(cfg: RunConfig) -> RunConfig:
     if r.nan_check_every < 1:
         raise ValueError(f"run.nan_check_every must be >= 1, got {r.nan_check_every}")
     if r.accumulate_steps < 1:
-        raise ValueError(f"run.accumulate_steps must be >= 1 (micro-batches per optimiser step), got {r.accumulate_steps}")
+        raise ValueError(f"run.accumulate_steps must be >= 1 (micro-batches per optimiser step), "
+                         f"got {r.accumulate_steps}")
     if r.ema_decay is not None and not 0.0 < r.ema_decay < 1.0:
         raise ValueError(f"run.ema_decay must be in (0, 1) (e.g. 0.9999) or null, got {r.ema_decay}")
+    if r.threads is not None and r.threads < 1:
+        raise ValueError(f"run.threads must be >= 1 or null, got {r.threads}")
+    if r.name is not None and (not r.name or "/" in r.name or r.name in (".", "..")
+                               or not r.name.isprintable()):
+        raise ValueError(f"run.name {r.name!r} must be a plain folder name (no '/', newline or control character)")
+
+
+def _check_data(d: DataSection) -> None:
+    _check_at_least_zero((("data.num_workers", d.num_workers),))
     if not 0.0 <= d.val_fraction < 1.0:
         raise ValueError(f"data.val_fraction must be in [0, 1), got {d.val_fraction}")
     if d.classes is not None and (not d.classes or len(set(d.classes)) != len(d.classes) or min(d.classes) < 0):
         raise ValueError(f"data.classes must be a non-empty list of distinct class indices >= 0 "
                          f"(e.g. data.classes=[0,1,2,3,4]), got {d.classes}")
     for name, v in (("data.train_subset", d.train_subset), ("data.test_subset", d.test_subset),
-                    ("data.image_size", d.image_size), ("run.threads", r.threads)):
+                    ("data.image_size", d.image_size)):
         if v is not None and v < 1:
             raise ValueError(f"{name} must be >= 1 or null, got {v}")
-    if r.name is not None and (not r.name or "/" in r.name or r.name in (".", "..")
-                               or not r.name.isprintable()):
-        raise ValueError(f"run.name {r.name!r} must be a plain folder name (no '/', newline or control character)")
-    if o.name in ("adamw", "lion") and not all(0.0 <= b < 1.0 for b in o.betas):
-        raise ValueError(f"optim.betas must both be in [0, 1), got {list(o.betas)}; e.g. optim.betas=[0.9,0.999]")
-    AugmentConfig(**dataclasses.asdict(cfg.augment))  # its own range checks (__post_init__)
-    # model name and kwargs are checked by the registry (unknown name / key / type -> error)
-    get_model_entry(cfg.model.name)
-    model_config(cfg.model.name, **cfg.model.kwargs)
-    cfg.__dict__["_validated"] = _fingerprint(cfg)  # not a field: asdict, eq and repr ignore it
-    return cfg
 
 
 # ----------------------------------------------------------------------------- durations

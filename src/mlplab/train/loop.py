@@ -68,7 +68,7 @@ from ..utils.seeds import derive_seed
 from ..utils.units import format_count
 from . import checkpoint as ckpt
 from .accelerator import set_fp32_matmul_policy
-from .backend import apply_impl, compile_model, describe_implementation, implementation_line, keep_freed_memory, resolve_compile
+from .backend import compile_model, describe_implementation, implementation_line, keep_freed_memory, resolve_compile
 from .config import Durations, RunConfig, durations
 from .data import RunData, eval_loader, load_run_data, train_loader
 from .ema import WeightEMA
@@ -252,8 +252,7 @@ def _prepare(plan: RunPlan, dist: DistInfo) -> _Run:
     torch.manual_seed(r.seed)
     data = _load_data(plan.data_cfg, device, dist)  # a pretrained model's resolution (train.init)
     dur = durations(cfg, len(data.train), dist.world_size)
-    model = plan.build_model(data.info).to(device)
-    apply_impl(model, cfg.model.impl, device, precision)
+    model = plan.build_model(data.info).to(device)  # computing as model.impl says (plan.impl)
     fpe = float(count_flops(model, (data.info.in_chans, *data.info.image_size)))  # streamed splits hold no tensor
     optimizer = build_optimizer(model, cfg.optim)  # may freeze the body (linear probe)
     ema = WeightEMA(model, r.ema_decay) if r.ema_decay is not None else None
@@ -500,7 +499,8 @@ def _train(plan: RunPlan, dist: DistInfo, resume: bool, overwrite: bool,
         _wrap(run)
         peak = matmul_flops_per_s(run.device, torch.bfloat16 if run.precision == "bf16" else torch.float32)
         progress = Progress(r.log if dist.is_main else "none")
-        periodic_split, periodic_name = (data.val, "val") if data.val is not None else (data.test, "test")
+        tests_periodically = data.val is None  # no validation split: the periodic evaluations are on the test split
+        periodic_split, periodic_name = (data.test, "test") if tests_periodically else (data.val, "val")
         if dist.is_main:
             progress.line(f"run {run_dir}: {cfg.model.name} {format_count(run.n_params)} params, "
                           f"{format_count(run.fpe) if run.fpe else '?'}FLOP/example, {len(data.train)} train "
@@ -543,7 +543,7 @@ def _train(plan: RunPlan, dist: DistInfo, resume: bool, overwrite: bool,
                 if on_epoch_end is not None:
                     on_epoch_end(rec)
 
-            if periodic_name == "test" and state.history and "test_acc" in state.history[-1]:
+            if tests_periodically and state.history and "test_acc" in state.history[-1]:
                 final = {k: state.history[-1][f"test_{k}"] for k in ("acc", "top5", "loss")}  # just evaluated
             else:
                 final = evaluate(run.model, progress.iterate(eval_loader(data.test, data, dur.eval_batch_per_rank, dist),

@@ -93,7 +93,7 @@ def machine_info(compile_check: bool = True, timeout: float = 180.0) -> dict[str
         "compile": check_compile(timeout) if compile_check else None,
         "fused_kernels": fused.status(),
         "cuda": _cuda(),
-        "folders": {"data_cache": str(data_cache_dir()), "kernel_cache": str(fused._cache_dir()),
+        "folders": {"data_cache": str(data_cache_dir()), "kernel_cache": str(fused.build.cache_dir()),
                     "hub_cache": hub_cache_dir()},
         "datasets": _datasets(),
         "cached_weights": _cached_weights(),

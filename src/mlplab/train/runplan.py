@@ -4,7 +4,8 @@ Everything about a run that can be known before its data is loaded or a file is 
 worked out here, once, and then passed along: the validated config, the device and precision,
 the dataset's record at the resolution the data is loaded at, the model's constructor keywords
 (or, with ``model.init_from``, the checkpoint, read once), the parameter count from a build on
-the ``meta`` device, and whether the training state fits in memory. ``mlplab train`` /
+the ``meta`` device, the implementation (``model.impl``, checked on that build), and whether
+the training state fits in memory. ``mlplab train`` /
 ``mlplab finetune`` build one plan and hand it to ``--print-config`` or to
 :func:`mlplab.train.loop.train`; ``check_specs`` plans every run of an experiment for another
 machine (no device, no memory check) before anything is launched. A refused plan is one
@@ -12,28 +13,29 @@ machine (no device, no memory check) before anything is launched. A refused plan
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
-import json
 import os
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.nn as nn
-from torch.overrides import TorchFunctionMode
 
 from ..data.table import DatasetInfo, get_info, restrict_classes
 from ..errors import BadInput
+from ..models.impl import Impl
 from ..models.registry import create_model, get_model_entry
 from ..utils.cpu import cpu_has_native_bf16
 from ..utils.units import format_count
 from . import config as _config
 from .accelerator import native_bf16_cuda
+from .backend import apply_impl
 from .config import RunConfig
 from .init import check_pretrained, pretrained_model, read_init_checkpoint
 
 __all__ = ["RunPlan", "plan_run", "as_plan", "resolve_device", "resolve_precision", "resolve_model_kwargs",
-           "dataset_info", "check_memory", "meta_param_count"]
+           "dataset_info", "check_memory", "meta_model"]
 
 #: Bytes of training state per fp32 parameter: weights, gradients and two AdamW moments.
 STATE_BYTES_PER_PARAM = 16
@@ -43,53 +45,53 @@ STATE_BYTES_PER_PARAM = 16
 class RunPlan:
     """A run as it will happen on this machine (see the module docstring)."""
 
-    cfg: RunConfig  # validated; what the run folder's config.json records
+    cfg: RunConfig  # validated (a copy: a later change to the caller's config does not reach the plan); config.json
     data_cfg: RunConfig  # cfg with data.image_size at a pretrained model's resolution (= cfg otherwise)
     info: DatasetInfo  # the dataset's record, image_size at the resolution the data is loaded at
     model_kwargs: dict[str, Any] | None  # create_model keywords with the dataset's fields; None: from the images
     checkpoint: Any = None  # model.init_from read once (mlplab.interop Imported), else None
     n_params: int | None = None  # from the meta build or the checkpoint; None: known only from the images
+    impl: Impl = Impl.AUTO  # model.impl, checked against the meta build (a checkpoint's model: when built)
     device: torch.device | None = None  # None: planned for another machine (check_specs)
     precision: str | None = None  # "fp32" | "bf16"; None with device None
 
     def build_model(self, info: DatasetInfo) -> nn.Module:
-        """The run's model on the CPU for the loaded data ``info``: fresh from the registry, or the
-        checkpoint's (train.init). The checkpoint's weights are handed to the model and dropped
-        from the plan, so a run does not hold them twice (a second build reads the file again)."""
+        """The run's model on the CPU for the loaded data ``info``: fresh from the registry, or
+        from the checkpoint's weights (train.init; the plan keeps them: a second build uses them
+        again), computing as ``impl`` says."""
         if self.checkpoint is None:
             kwargs = self.model_kwargs if self.model_kwargs is not None else resolve_model_kwargs(self.cfg, info)
-            return create_model(self.cfg.model.name, **kwargs)
-        if not self.checkpoint.state:
-            self.checkpoint.state = read_init_checkpoint(self.cfg).state
-        model = pretrained_model(self.cfg, info, self.checkpoint)
-        self.checkpoint.state = {}
-        return model
+            model = create_model(self.cfg.model.name, **kwargs)
+        else:
+            model = pretrained_model(self.cfg, info, self.checkpoint)
+        return apply_impl(model, self.impl, self.device, self.precision)
 
 
 def plan_run(cfg: RunConfig, *, here: bool = True, checkpoint: Any = None) -> RunPlan:
     """Resolve ``cfg`` once. ``here=False`` plans a run for another machine (a cluster node):
-    no device, precision or memory check. ``checkpoint``: ``model.init_from`` already read
-    (``mlplab finetune`` reads it to name the model), so the file is read once."""
-    cfg = _config.ensure_valid(cfg)
+    no device, precision or memory check, and ``model.impl`` checked against the model alone.
+    ``checkpoint``: ``model.init_from`` already read (``mlplab finetune`` reads it to name the
+    model), so the file is read once."""
+    cfg = _config.validate(copy.deepcopy(cfg))
+    device = resolve_device(cfg.run.device, local_rank=_torchrun_local_rank()) if here else None
+    precision = resolve_precision(cfg.run.precision, device) if here else None
+    impl = Impl(cfg.model.impl)
     info = dataset_info(cfg)  # an unknown dataset -> BadInput naming the known ones
     data_cfg, kwargs, n_params = cfg, None, None
     if cfg.model.init_from is not None:  # the checkpoint decides the model (train.init)
-        if checkpoint is None or not checkpoint.state:  # not read yet, or its weights went to a model
+        if checkpoint is None:
             checkpoint = read_init_checkpoint(cfg)
         data_cfg = check_pretrained(cfg, info.in_chans, checkpoint, info.num_classes)
         info = dataset_info(data_cfg)
         n_params = sum(t.numel() for t in checkpoint.state.values())
     elif info.image_size != (0, 0) and info.num_classes != 0:  # image folders, packs: size and classes are known once the data is opened
         kwargs = resolve_model_kwargs(cfg, info)
-        n_params = meta_param_count(cfg.model.name, kwargs)
-    resolved = dict(cfg=cfg, data_cfg=data_cfg, info=info, model_kwargs=kwargs, checkpoint=checkpoint,
-                    n_params=n_params)
-    if not here:
-        return RunPlan(**resolved)
-    device = resolve_device(cfg.run.device, local_rank=_torchrun_local_rank())
-    if n_params is not None:
+        model = apply_impl(meta_model(cfg.model.name, kwargs), impl, device, precision)
+        n_params = sum(p.numel() for p in model.parameters())
+    if device is not None and n_params is not None:
         check_memory(n_params, device)
-    return RunPlan(**resolved, device=device, precision=resolve_precision(cfg.run.precision, device))
+    return RunPlan(cfg=cfg, data_cfg=data_cfg, info=info, model_kwargs=kwargs, checkpoint=checkpoint,
+                   n_params=n_params, impl=impl, device=device, precision=precision)
 
 
 def as_plan(run: RunConfig | RunPlan | str | os.PathLike) -> RunPlan:
@@ -167,37 +169,13 @@ def dataset_info(cfg: RunConfig) -> DatasetInfo:
     return info
 
 
-class _DataChecksPass(TorchFunctionMode):
-    """On the meta device a tensor has no values, so the checks a constructor makes on values
-    have no kernel there: ``torch.equal`` (PK layers compare index arrays with ``arange`` to
-    choose how they compute, and check permutations) answers True, and the truth value of a
-    tensor (sparse layers' "index out of range", "duplicate position") answers False: the
-    checks pass. The real build, before any file is written, checks the values."""
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        if any(getattr(a, "is_meta", False) for a in args):
-            if func in (torch.equal, torch.Tensor.equal):
-                return True
-            if func is torch.Tensor.__bool__:
-                return False
-        return func(*args, **(kwargs or {}))
-
-
-#: meta_param_count's answers by (name, kwargs): the runs of a sweep share a few architectures,
-#: and a Mixer's meta build takes ~0.1-1 s (its PK layers' index arithmetic)
-_META_COUNTS: dict[str, int] = {}
-
-
-def meta_param_count(name: str, kwargs: dict[str, Any]) -> int:
-    """The parameter count of ``create_model(name, **kwargs)``, built on the meta device (no
-    memory is allocated, so an absurd size is refused instead of allocated). The constructor's
-    own checks run too."""
-    key = json.dumps([name, kwargs], sort_keys=True, default=repr)
-    if key not in _META_COUNTS:
-        with torch.device("meta"), _DataChecksPass():
-            model = create_model(name, **kwargs)
-        _META_COUNTS[key] = sum(p.numel() for p in model.parameters())
-    return _META_COUNTS[key]
+def meta_model(name: str, kwargs: dict[str, Any]) -> nn.Module:
+    """``create_model(name, **kwargs)`` built on the meta device: no memory is allocated (an
+    absurd size is refused by its count instead of allocated), and the constructor's checks of
+    sizes run; checks of values (permutations, sparse indices) wait for the real build, before
+    any file is written."""
+    with torch.device("meta"):
+        return create_model(name, **kwargs)
 
 
 def check_memory(n_params: int, device: torch.device) -> None:

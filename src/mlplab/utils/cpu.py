@@ -49,7 +49,7 @@ def cpu_has_native_bf16() -> bool:
 def cpu_prefers_512_bit_vectors() -> bool:
     """Whether compiled loops may use 512-bit vectors (gcc's ``-march=native`` picks 256 bits on
     Intel): on an Intel CPU with AVX-512 (the fused seams use them for rows of whole vectors,
-    :func:`mlplab.layers.fused._wide`). AMD's Zen 4 executes 512-bit operations as two 256-bit
+    :func:`mlplab.layers.fused.build.wide_rows`). AMD's Zen 4 executes 512-bit operations as two 256-bit
     halves and is left to gcc's default."""
     info = cpu_info()
     return info.get("vendor_id") == "GenuineIntel" and "avx512f" in _flags()
