@@ -274,7 +274,7 @@ def test_opening_checks_each_shards_size_labels_and_images_against_the_index(tmp
     its header, is refused when the split is opened, before anything is read from it."""
     root = _with_probes(_with_sha(write_pack(tmp_path / "p")))
     assert len(Pack(root).split("train")) == 11
-    images, labels = root / "train-00001.images.npy", root / "train-00001.labels.npy"
+    images = root / "train-00001.images.npy"
     np.save(images, IMAGES[4:8].numpy() ^ 1)
     with pytest.raises(BadData, match=rf"^{images}: its content differs from what index.json records \(another "
                                       r"pack's images, or changed since it was packed\); pack again into a new folder$"):
