@@ -36,6 +36,8 @@ _DEBUG_HINT = " (MLPLAB_DEBUG=1 shows the traceback)"
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+#: torch's CPU allocator refusing (a RuntimeError, not a MemoryError): what the memory check did not foresee
+_ALLOCATOR = re.compile(r"DefaultCPUAllocator: (?:can't|not enough memory)")
 _FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 _DENIED = (errno.EACCES, errno.EPERM, errno.EROFS)
 
@@ -62,7 +64,7 @@ def explain(e: BaseException, command: str | None = None) -> tuple[int | None, s
         return 2, _ANSI.sub("", str(e))
     if isinstance(e, RunFailure):
         return 1, _ANSI.sub("", str(e))
-    if isinstance(e, MemoryError) or type(e).__name__ == "OutOfMemoryError":
+    if isinstance(e, MemoryError) or type(e).__name__ == "OutOfMemoryError" or _ALLOCATOR.search(str(e)):
         return 1, ("out of memory; lower run.batch_size or the model size, or use a machine with more "
                    "memory" + _DEBUG_HINT)
     if isinstance(e, OSError) and e.errno is not None:

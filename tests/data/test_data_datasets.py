@@ -443,5 +443,7 @@ def test_an_image_folder_with_train_and_test_uses_test_for_the_test_split(tmp_pa
     (tmp_path / "test").rename(tmp_path / "val")
     assert len(load_dataset("imagefolder", "test", root=tmp_path, cache=False).labels) == 4
     (tmp_path / "val").rename(tmp_path / "other")
-    with pytest.raises(DataError, match="holding train/<class>/<image> and val/<class>/<image>"):
+    with pytest.raises(DataError, match=r"has no val/ folder; an image folder holds train/<class>/<image> and "
+                                        r"val/<class>/<image> \(or test/\)") as e:
         load_dataset("imagefolder", "test", root=tmp_path, cache=False)
+    assert isinstance(e.value, ValueError)  # the user's folder: bad input (exit 2), not a runtime failure

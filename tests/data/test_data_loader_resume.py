@@ -191,9 +191,10 @@ def test_image_folder_sizes_and_classes(tmp_path):
     assert x.shape == (3, 6, 6) and x.dtype == torch.uint8 and y == 1
     val = ImageFolderDataset(tmp_path, "val", 4, in_chans=1)
     assert val.classes == ["a", "b"] and val.shape == (1, 1, 4, 4) and val[0][0].shape == (1, 4, 4)
-    wide = tmp_path / "wide" / "train" / "a"
-    wide.mkdir(parents=True)
-    (wide / "0.png").write_bytes(png_bytes(rng.integers(0, 256, (3, 4, 8), dtype=np.uint8)))
+    for c in ("a", "b"):  # two classes: a folder of one is refused before its images are looked at
+        wide = tmp_path / "wide" / "train" / c
+        wide.mkdir(parents=True)
+        (wide / "0.png").write_bytes(png_bytes(rng.integers(0, 256, (3, 4, 8), dtype=np.uint8)))
     with pytest.raises(BadData, match=r"0\.png is 8x4; set data\.image_size=N to stream the images at one square size"):
         ImageFolderDataset(tmp_path / "wide", "train", None)
 

@@ -245,3 +245,85 @@ def test_packed_loader_indices_read_only_those_rows(packed):
     ys = torch.cat([y for _, y in PackedLoader(packed, packed.labels, 3, shuffle=False, indices=rows,
                                                mean=(0.5,) * 3, std=(0.25,) * 3)])
     assert torch.equal(ys, packed.labels[rows])
+
+
+# ----------------------------------------------------------------------------- resuming and refusing (issue 36)
+
+def _killed_after(monkeypatch, files: int):
+    """``_save_npy`` that raises KeyboardInterrupt after ``files`` files (a kill between shards);
+    returns the function that undoes it."""
+    real, calls = packed_mod._save_npy, []
+
+    def dying(path, array):
+        if len(calls) == files:
+            raise KeyboardInterrupt
+        calls.append(path.name)
+        return real(path, array)
+
+    monkeypatch.setattr(packed_mod, "_save_npy", dying)
+    return lambda: monkeypatch.setattr(packed_mod, "_save_npy", real)
+
+
+def test_a_resumed_pack_packs_again_only_the_shards_whose_source_files_changed(folder, tmp_path, monkeypatch):
+    dst = tmp_path / "pack"
+    undo = _killed_after(monkeypatch, 4)  # shards 0 and 1 of train finished
+    with pytest.raises(KeyboardInterrupt):
+        pack(folder, dst, 8, workers=1, shard_size=5, progress="none")
+    undo()
+    times = {n: (dst / n).stat().st_mtime_ns for n in ("train-00000.images.npy", "train-00001.images.npy")}
+    # rows 5-9 (shard 1) are class0's last image and class1's; one of them is replaced
+    (folder / "train" / "class1" / "0.png").write_bytes(png_bytes(np.zeros((3, 12, 10), np.uint8)))
+    index = pack(folder, dst, 8, workers=1, shard_size=5, progress="none")
+    assert (dst / "train-00000.images.npy").stat().st_mtime_ns == times["train-00000.images.npy"]
+    assert (dst / "train-00001.images.npy").stat().st_mtime_ns != times["train-00001.images.npy"]
+    fresh = pack(folder, tmp_path / "fresh", 8, workers=1, shard_size=5, progress="none")
+    assert index["splits"] == fresh["splits"] and index["mean"] == fresh["mean"]
+    assert verify_pack(dst) == 10
+
+
+def test_histograms_count_every_byte_in_bounded_chunks(monkeypatch):
+    x = np.random.default_rng(0).integers(0, 256, (5, 3, 4, 6), dtype=np.uint8)
+    naive = [np.bincount(x[:, c].reshape(-1), minlength=256).tolist() for c in range(3)]
+    assert packed_mod._histograms(x) == naive
+    for values in (1, 7, 24, 25, 1000):  # below one image's channel, one image, several
+        monkeypatch.setattr(packed_mod, "_BINCOUNT_VALUES", values)
+        assert packed_mod._histograms(x) == naive
+
+
+def test_a_refused_pack_leaves_nothing_behind(folder, tmp_path, monkeypatch):
+    new = tmp_path / "a" / "b" / "pack"
+    (folder / "train" / "class0" / "0.png").write_bytes(b"not a png")  # in the first shard
+    with pytest.raises(BadData, match="0.png: cannot decode image"):
+        pack(folder, new, 8, workers=1, shard_size=5, progress="none")
+    assert not (tmp_path / "a").exists()  # no .pack-state.json, no .lock, no folders
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(BadData):
+        pack(folder, empty, 8, workers=1, shard_size=5, progress="none")
+    assert list(empty.iterdir()) == []
+    monkeypatch.setattr(packed_mod, "host_memory_available", lambda: 10 * 2**30)
+    with pytest.raises(BadInput, match=r"^--image-size 50000 needs about 335\.3 GiB of memory to pack \(12 images of "
+                                       r"7,152\.6 MiB per shard\), more than the 10\.0 GiB available; choose a smaller "
+                                       r"--image-size$"):
+        pack(folder, new, 50_000, progress="none")
+    with pytest.raises(BadInput, match=r"needs about 13\.4 GiB .* \(12 images of 286\.1 MiB per shard\), more than the "
+                                       r"10\.0 GiB available; choose --shard-size 8 or less, or a smaller --image-size"):
+        pack(folder, new, 10_000, progress="none")
+    with pytest.raises(BadInput, match=rf"^{folder}/sub/p is inside the source folder {folder}; the pack's files would "
+                                       rf"land among the images it packs: give a destination outside {folder}$"):
+        pack(folder, folder / "sub" / "p", 8, progress="none")
+    with pytest.raises(BadInput, match="is inside the source folder"):
+        pack(folder, folder, 8, progress="none")
+    assert not (tmp_path / "a").exists() and not (folder / "sub").exists()
+
+
+def test_an_unfinished_pack_of_an_older_mlplab_is_refused_without_deleting_it(folder, tmp_path):
+    dst = tmp_path / "pack"
+    dst.mkdir()
+    (dst / ".pack-state.json").write_text(json.dumps({"fingerprint": "x", "done": {"train-00000.images.npy": {}}}))
+    (dst / "train-00000.images.npy").write_bytes(b"a finished shard")
+    with pytest.raises(BadInput, match=rf"^{dst} holds an unfinished pack made by an older mlplab \(1 shard\(s\) done\) "
+                                       rf"with other settings than this command's; nothing was changed: delete {dst} "
+                                       r"to start over$"):
+        pack(folder, dst, 8, workers=1, progress="none")
+    assert sorted(p.name for p in dst.iterdir()) == [".pack-state.json", "train-00000.images.npy"]

@@ -12,7 +12,7 @@ import torch
 
 from mlplab.data.download import BadData
 from mlplab.data.packed import (FORMAT_NAME, FORMAT_VERSION, INDEX_NAME, Pack, is_pack, sha256_file, shard_files,
-                                verify_pack)
+                                shard_probe, verify_pack)
 from mlplab.errors import BadInput
 
 from loader_helpers import IMAGES, LABELS, write_pack
@@ -178,30 +178,40 @@ def test_sha256_file_reads_in_chunks(tmp_path, size):
     assert sha256_file(path, chunk=8) == hashlib.sha256(data).hexdigest() == sha256_file(path)
 
 
-def test_sha256_file_holds_one_chunk_at_a_time(tmp_path, monkeypatch):
-    """A shard can be gigabytes: the checksum reads it chunk by chunk, never whole."""
+class _Reads:
+    """An open file that records the size of every read."""
+
+    def __init__(self, f, reads):
+        self.f, self.reads = f, reads
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.f.close()
+
+    def seek(self, at):
+        self.f.seek(at)
+
+    def read(self, n=-1):
+        block = self.f.read(n)
+        self.reads.append(len(block) if n is not None and n >= 0 else "whole file")
+        return block
+
+
+def _record_reads(monkeypatch) -> list:
     from mlplab.data import packed
 
+    reads, real_open = [], open
+    monkeypatch.setattr(packed, "open", lambda p, mode="r": _Reads(real_open(p, mode), reads), raising=False)
+    return reads
+
+
+def test_sha256_file_holds_one_chunk_at_a_time(tmp_path, monkeypatch):
+    """A shard can be gigabytes: the checksum reads it chunk by chunk, never whole."""
     path = tmp_path / "f"
     path.write_bytes(bytes(range(256)) * 4)
-    reads, real_open = [], open
-
-    class Recording:
-        def __init__(self, f):
-            self.f = f
-
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *exc):
-            self.f.close()
-
-        def read(self, n=-1):
-            block = self.f.read(n)
-            reads.append(len(block) if n is not None and n >= 0 else "whole file")
-            return block
-
-    monkeypatch.setattr(packed, "open", lambda p, mode="r": Recording(real_open(p, mode)), raising=False)
+    reads = _record_reads(monkeypatch)
     assert sha256_file(path, chunk=100) == hashlib.sha256(bytes(range(256)) * 4).hexdigest()
     assert reads == [100] * 10 + [24, 0]
 
@@ -210,3 +220,76 @@ def test_a_pack_path_may_start_with_the_home_folder(tmp_path, monkeypatch):
     monkeypatch.setenv("HOME", str(tmp_path))
     write_pack(tmp_path / "p")
     assert Pack("~/p").root == tmp_path / "p" and len(Pack("~/p").split("train")) == 11
+
+
+def _probe_oracle(data: bytes) -> str:
+    """shard_probe from its description: the size, then 8 blocks of 4 KiB at evenly spaced
+    offsets from the first byte to the last block."""
+    h = hashlib.sha256(str(len(data)).encode())
+    for k in range(8):
+        at = max(len(data) - 4096, 0) * k // 7
+        h.update(data[at:at + 4096])
+    return h.hexdigest()
+
+
+@pytest.mark.parametrize("size", [0, 100, 4096, 4097, 51_200])
+def test_shard_probe_is_the_size_and_eight_blocks(tmp_path, size):
+    data = (bytes(range(256)) * (size // 256 + 1))[:size]
+    path = tmp_path / "s.npy"
+    path.write_bytes(data)
+    assert shard_probe(path) == _probe_oracle(data)
+
+
+def test_shard_probe_tells_other_content_and_other_sizes_apart(tmp_path, monkeypatch):
+    data = bytearray(np.random.default_rng(0).integers(0, 256, 51_200, dtype=np.uint8).tobytes())
+    path = tmp_path / "s.npy"
+    path.write_bytes(bytes(data))
+    probe = shard_probe(path)
+    for at in (0, 6729 * 3 + 100, len(data) - 1):  # inside the first, a middle and the last block
+        changed = bytearray(data)
+        changed[at] ^= 1
+        path.write_bytes(bytes(changed))
+        assert shard_probe(path) != probe
+    path.write_bytes(bytes(data) + b"\0")
+    assert shard_probe(path) != probe
+    changed = bytearray(data)
+    changed[5000] ^= 1  # between the first two blocks: the full sha256 (verify_pack) tells
+    path.write_bytes(bytes(changed))
+    assert shard_probe(path) == probe
+    reads = _record_reads(monkeypatch)
+    shard_probe(path)
+    assert reads == [4096] * 8  # 32 KiB, whatever the size
+
+
+def _with_probes(root):
+    index = _index(root)
+    for sh in index["splits"]["train"]["shards"]:
+        sh["probe"] = shard_probe(root / sh["images"])
+    (root / INDEX_NAME).write_text(json.dumps(index))
+    return root
+
+
+def test_opening_checks_each_shards_size_labels_and_images_against_the_index(tmp_path):
+    """Another pack's shard of the same shape (the images or the labels), or a file grown past
+    its header, is refused when the split is opened, before anything is read from it."""
+    root = _with_probes(_with_sha(write_pack(tmp_path / "p")))
+    assert len(Pack(root).split("train")) == 11
+    images = root / "train-00001.images.npy"
+    np.save(images, IMAGES[4:8].numpy() ^ 1)
+    with pytest.raises(BadData, match=rf"^{images}: its content differs from what index.json records \(another "
+                                      r"pack's images, or changed since it was packed\); pack again into a new folder$"):
+        Pack(root).split("train")
+    root = _with_probes(_with_sha(write_pack(tmp_path / "q")))
+    np.save(root / "train-00001.labels.npy", LABELS[4:8].numpy()[::-1].astype(np.int64))
+    with pytest.raises(BadData, match=r"train-00001\.labels\.npy: its content differs"):
+        Pack(root).split("train")
+    root = _with_probes(_with_sha(write_pack(tmp_path / "r")))
+    size = (root / "train-00002.images.npy").stat().st_size
+    with open(root / "train-00002.images.npy", "ab") as f:
+        f.write(b"\0" * 7)
+    with pytest.raises(BadData, match=rf"train-00002\.images\.npy: {size + 7} bytes, but its header says {size}; "
+                                      r"the pack is damaged — pack again into a new folder$"):
+        Pack(root).split("train")
+    old = write_pack(tmp_path / "old")  # written before indexes held probes and sha256: opened on headers and sizes
+    np.save(old / "train-00001.images.npy", IMAGES[4:8].numpy() ^ 1)
+    assert len(Pack(old).split("train")) == 11

@@ -177,6 +177,7 @@ def test_a_repository_without_weight_files_is_bad_input(monkeypatch):
         status_code, headers, url, request = 404, {}, "https://huggingface.co", None
 
     monkeypatch.setattr(huggingface_hub, "hf_hub_download", no_such_file)
+    monkeypatch.setattr(mlplab.interop.hub, "hub_reachable", lambda endpoint: True)  # online, in this test
     with pytest.raises(ValueError, match="has neither model.safetensors nor pytorch_model.bin"):
         mlplab.load_pretrained("hf-hub:me/empty")
 
@@ -191,10 +192,14 @@ class _Response:  # what huggingface_hub's HTTP errors carry
     status_code, headers, url, request = 404, {}, "https://huggingface.co", None
 
 
-def _fake_hub(monkeypatch, tmp_path, outcome):
-    """``hf_hub_download`` answering ``outcome[name]``: an exception to raise, else the text of the file;
-    returns the calls ``(repo, name, revision, local_files_only)``."""
+def _fake_hub(monkeypatch, tmp_path, outcome, reachable=True):
+    """``hf_hub_download`` answering ``outcome[name]``: an exception to raise, else the text of the file,
+    and a Hub host that accepts connections (``reachable``); returns the calls
+    ``(repo, name, revision, local_files_only)``."""
+    from mlplab.interop import hub
+
     calls = []
+    monkeypatch.setattr(hub, "hub_reachable", lambda endpoint: reachable)
 
     def fake_download(repo, name, revision=None, local_files_only=False):
         calls.append((repo, name, revision, local_files_only))
@@ -292,3 +297,34 @@ def test_push_to_hub_creates_and_uploads_a_model_repository(monkeypatch):
                                 "files": ["README.md", "config.json", "model.safetensors"]}}
     # written under a temporary folder named for mlplab, removed after the upload
     assert folder.name == "repo" and folder.parent.name.startswith("mlplab-hub-") and not folder.parent.exists()
+
+
+def test_an_unreachable_hub_goes_to_the_cache_at_once(monkeypatch, tmp_path, capsys):
+    """Offline without HF_HUB_OFFLINE: no request is made (huggingface_hub would retry five times,
+    printing each), the cache is asked, and the error says the Hub did not answer."""
+    import socket
+
+    from mlplab.interop import hub
+
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(hub_constants, "HF_HUB_OFFLINE", False)
+    for k in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(k, raising=False)
+
+    def refused(address, timeout):
+        raise ConnectionRefusedError(111, "Connection refused")
+
+    monkeypatch.setattr(socket, "create_connection", refused)
+    reachable = hub.hub_reachable
+    assert not reachable("https://huggingface.co")
+    calls = _fake_hub(monkeypatch, tmp_path, {}, reachable=False)
+    with pytest.raises(RunFailure, match=r"the Hub could not be reached \(https://huggingface\.co did not answer; "
+                                         r"model\.safetensors: LocalEntryNotFoundError"):
+        hub.download("hf-hub:me/tiny")
+    assert calls == [("me/tiny", "model.safetensors", None, True), ("me/tiny", "pytorch_model.bin", None, True)]
+    rc = cli.main(["convert", "hf-hub:me/tiny", str(tmp_path / "out.safetensors")])
+    err = capsys.readouterr().err
+    assert rc == 1 and len(err.strip().splitlines()) == 1 and "Retrying" not in err, err
+    assert not (tmp_path / "out.safetensors").exists()
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy:3128")  # behind a proxy huggingface_hub asks it itself
+    assert reachable("https://huggingface.co")

@@ -43,6 +43,30 @@ def test_train_plans_once_and_builds_on_meta_once(tmp_path, monkeypatch):
     assert (tmp_path / "once" / "results.json").exists()
 
 
+def test_a_pack_is_checked_for_memory_once_its_data_is_opened(tmp_path, monkeypatch):
+    """A pack's image size and classes are known only once it is opened: the plan leaves the
+    count to the loop, which builds on meta once, with the opened sizes, before the model."""
+    import numpy as np
+
+    from mlplab.data import pack
+    from mlplab.data.formats import png_bytes
+
+    g = np.random.default_rng(0)
+    for split in ("train", "val"):
+        for c in ("a", "b"):
+            (tmp_path / "src" / split / c).mkdir(parents=True)
+            (tmp_path / "src" / split / c / "0.png").write_bytes(png_bytes(g.integers(0, 256, (3, 8, 8), np.uint8)))
+    pack(tmp_path / "src", tmp_path / "p", 8, workers=1, progress="none")
+    meta_builds = _count(monkeypatch, runplan, "meta_param_count")
+    checks = _count(monkeypatch, runplan, "check_memory")
+    ov = tiny_overrides(tmp_path, "p1", **{"schedule.epochs": 1, "data.dataset": "packed", "data.root": tmp_path / "p",
+                                           "run.batch_size": 2, "data.image_size": None})
+    assert cli.main(["train", "synthetic_tiny", *_argv(ov)]) == 0
+    kwargs = meta_builds[0][1]
+    assert len(meta_builds) == 1 and (kwargs["image_size"], kwargs["num_classes"], kwargs["in_chans"]) == (8, 2, 3)
+    assert len(checks) == 1 and checks[0][0] == meta_param_count("s_mixer", kwargs)
+
+
 def test_a_plan_checks_its_config_and_keeps_a_copy():
     cfg = make_config(None, {"schedule.epochs": 1})
     assert "_validated" not in vars(cfg)  # no hidden mark: the plan validates what it is given

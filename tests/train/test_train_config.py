@@ -119,3 +119,31 @@ def test_peak_lr_scales_with_the_batch_only_when_lr_batch_is_set(scaling, batch,
 def test_lr_batch_must_be_a_batch_size():
     with pytest.raises(ValueError, match="optim.lr_batch must be a batch size"):
         make_config("synthetic_tiny", ["optim.lr_batch=0"])
+
+
+def test_image_folders_and_packs_are_named_by_their_folder_and_the_table_by_its_name(tmp_path, monkeypatch):
+    import hashlib
+
+    from mlplab.train.config import data_name
+
+    monkeypatch.chdir(tmp_path)
+    tag = hashlib.sha256(str(tmp_path / "packs" / "in21k").encode()).hexdigest()[:6]
+    assert data_name("packed", "packs/in21k") == {"data": f"in21k-{tag}"}  # the resolved path decides
+    assert data_name("imagefolder", str(tmp_path / "packs" / "in21k")) == {"data": f"in21k-{tag}"}
+    assert data_name("packed", "packs/other")["data"].startswith("other-")
+    assert data_name("fashion_mnist", "/data") == data_name("packed", None) == {}
+    cfg = make_config("synthetic_tiny", ["data.dataset=packed", "data.root=packs/in21k"])
+    assert cfg.run.name == f"synthetic_tiny,data=in21k-{tag},dataset=packed"
+    assert make_config("synthetic_tiny", ["data.dataset=packed", "data.root=packs/in21k", "run.name=x"]).run.name == "x"
+
+
+def test_same_data_compares_what_decides_each_datasets_content():
+    from mlplab.train.data import same_data
+
+    pack = {"dataset": "packed", "root": "/a", "index_sha256": "1"}
+    assert same_data(pack, {**pack, "root": "/moved"})  # the same index wherever it lies
+    assert not same_data(pack, {**pack, "index_sha256": "2"})  # packed again in place
+    folder = {"dataset": "imagefolder", "root": "/a"}
+    assert same_data(folder, dict(folder)) and not same_data(folder, {**folder, "root": "/b"})
+    assert same_data({"dataset": "cifar10", "root": "/a"}, {"dataset": "cifar10", "root": "/b"})  # checksummed
+    assert not same_data({"dataset": "cifar10"}, {"dataset": "cifar100"})

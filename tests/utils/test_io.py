@@ -1,5 +1,7 @@
 import json
 import os
+import re
+from pathlib import Path
 
 import pytest
 
@@ -76,3 +78,96 @@ def test_folder_lock_is_exclusive_across_processes_and_reentrant_within_one(tmp_
     with folder_lock(tmp_path):  # released
         pass
     assert FolderInUse.__mro__[1].__name__ == "RunFailure"
+
+
+def _holder(lock: Path, content: bytes):
+    """Another process holding ``lock`` (plain fcntl, as any mlplab writer does), having written ``content``."""
+    import subprocess
+    import sys
+
+    code = ("import fcntl, os, sys, time\n"
+            f"fd = os.open({str(lock)!r}, os.O_RDWR | os.O_CREAT)\n"
+            f"fcntl.flock(fd, fcntl.LOCK_EX); os.write(fd, {content!r}); print('held', flush=True)\n"
+            "time.sleep(60)\n")
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert p.stdout.readline().strip() == "held"
+    return p
+
+
+@pytest.mark.parametrize("content, holder", [(b"777\nmlplab pack A P\n", "process 777 (mlplab pack A P)"),
+                                             (b"4242\n", "process 4242"),  # an older mlplab wrote its PID only
+                                             (b"", "another process")])
+def test_a_refused_second_writer_is_told_the_holders_pid_and_command(tmp_path, monkeypatch, content, holder):
+    import sys
+
+    from mlplab.errors import FolderInUse
+    from mlplab.utils.io import folder_lock
+
+    monkeypatch.setattr(sys, "argv", ["/venv/bin/mlplab", "pack", "my images", "p"])
+    with folder_lock(tmp_path):
+        assert (tmp_path / ".lock").read_text() == f"{os.getpid()}\nmlplab pack 'my images' p\n"
+    p = _holder(tmp_path / ".lock", content)
+    try:
+        with pytest.raises(FolderInUse, match=rf"^{tmp_path} is in use by {re.escape(holder)}; wait for it to finish "
+                                              r"\(or stop it\)$"):
+            with folder_lock(tmp_path):
+                pass
+    finally:
+        p.kill()
+        p.wait()
+
+
+def test_the_command_line_a_second_writer_is_told(monkeypatch):
+    import sys
+
+    from mlplab.utils.io import command_line
+
+    for argv, expected in [(["/venv/bin/mlplab", "pack", "my images", "p"], "mlplab pack 'my images' p"),
+                           (["/src/mlplab/cli.py", "train", "x"], "mlplab train x"),  # python -m mlplab.cli
+                           (["/src/mlplab/experiments/worker.py", "/r"], "python -m mlplab.experiments.worker /r"),
+                           (["/usr/bin/pytest", "-q"], "pytest -q"), ([], "python")]:
+        monkeypatch.setattr(sys, "argv", argv)
+        assert command_line() == expected
+    monkeypatch.setattr(sys, "argv", ["tool.py", "a" * 600])
+    assert len(command_line()) == 500 and command_line().endswith("...")
+
+
+def test_a_full_disk_at_the_lock_names_the_lock_file(tmp_path, monkeypatch):
+    import errno
+
+    from mlplab.utils import io as mio
+
+    def full(fd, data, offset):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(mio.os, "pwrite", full)
+    with pytest.raises(OSError) as e:
+        with mio.folder_lock(tmp_path):
+            pass
+    assert e.value.errno == errno.ENOSPC and e.value.filename == str(tmp_path / ".lock")
+
+
+def test_a_claimed_folder_that_the_call_fails_in_is_left_as_it_was(tmp_path):
+    from mlplab.utils.io import claimed_folder
+
+    new = tmp_path / "a" / "b" / "c"
+    with pytest.raises(ValueError):
+        with claimed_folder(new):
+            raise ValueError("refused")
+    assert list(tmp_path.iterdir()) == []  # the folder, its parents and the lock: gone
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("x")
+    with pytest.raises(ValueError):
+        with claimed_folder(mine):
+            assert (mine / ".lock").exists()
+            raise ValueError("refused")
+    assert sorted(p.name for p in mine.iterdir()) == ["notes.txt"]
+    with pytest.raises(ValueError):
+        with claimed_folder(new):
+            (new / "result.json").write_text("{}")  # written before the failure: kept, with its folders
+            raise ValueError("crashed")
+    assert sorted(p.name for p in new.iterdir()) == ["result.json"]
+    with claimed_folder(new):
+        pass
+    assert sorted(p.name for p in new.iterdir()) == [".lock", "result.json"]

@@ -57,6 +57,21 @@ def test_run_tally_counts_every_stage_and_rescales_the_estimate(monkeypatch):
     assert RunTally(total=2).finish("x", "failed", "r") == "[1/2] failed  r"  # no estimates: counts only
 
 
+def test_run_tally_estimates_from_the_first_line_with_parallel_workers(monkeypatch):
+    """``reproduce --jobs 2``: each start prints the cost model's estimate over 2 workers, and the
+    first finish (the clock runs from the start, not from that line) the estimate rescaled by
+    the pace so far, never "~0 s left" with runs to go."""
+    now = [1000.0]
+    monkeypatch.setattr(P.time, "perf_counter", lambda: now[0])
+    t = RunTally({f"s/{i}": 60.0 for i in range(26)}, jobs=2)
+    for i in range(26):
+        t.track(f"d{i}", f"s/{i}")
+    assert t.starting("d0", "r0") == "[1/26] r0 (~13 min left)"  # 26 x 60 s over 2 workers
+    assert t.starting("d1", "r1") == "[2/26] r1 (~13 min left)"
+    now[0] += 90.0  # the first run took 90 s (1.5 x its estimate)
+    assert t.finish("d0", "done", "r0") == "[1/26] done    r0 (~38 min left)"  # 25 x 60 s x 90 / 60
+
+
 def test_byte_bar_is_silent_off_a_terminal_and_format_duration():
     quiet = io.StringIO()
     with byte_bar(1000, "f.gz", quiet) as bar:

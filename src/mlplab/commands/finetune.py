@@ -35,7 +35,7 @@ def _finetune_config(checkpoint: str, config: str, overrides: list[str] | dict |
     """(the run config, the checkpoint read into mlplab's terms): CONFIG with its model taken
     from CHECKPOINT."""
     from ..interop import read_checkpoint
-    from ..train.config import load_config, make_config, parse_overrides, run_name
+    from ..train.config import data_name, load_config, make_config, parse_overrides, run_name
 
     base, label = load_config(config)
     ov = parse_overrides(overrides)
@@ -50,7 +50,9 @@ def _finetune_config(checkpoint: str, config: str, overrides: list[str] | dict |
     base.get("data", {}).pop("image_size", None)  # the data is resized to the model's resolution
     if "run.name" not in ov and not base.get("run", {}).get("name"):
         stem = Path(checkpoint).stem if Path(checkpoint).is_file() else Path(checkpoint).name
-        ov["run.name"] = run_name(ov, label=f"{label}-from-{stem}")
+        data = base.get("data", {})
+        where = data_name(ov.get("data.dataset", data.get("dataset", "synthetic")), ov.get("data.root", data.get("root")))
+        ov["run.name"] = run_name({**ov, **where}, label=f"{label}-from-{stem}")
     return make_config(base, ov), imported
 
 

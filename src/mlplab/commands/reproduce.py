@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import shlex
-import shutil
 import sys
 from pathlib import Path
 from typing import Iterator
@@ -58,18 +57,10 @@ def _out_lock(id: str, scale: str, out: str | None, role: str = "exploratory") -
     """Hold the experiment folder's lock; a folder made here and refused before any run is removed."""
     from ..experiments.executors import SWEEP_BUSY
     from ..experiments.registry import default_out_dir
-    from ..utils.io import LOCK_FILE, folder_lock
+    from ..utils.io import claimed_folder
 
-    folder = Path(out) if out else default_out_dir(id, scale, role)
-    created = not folder.exists()
-    folder.mkdir(parents=True, exist_ok=True)
-    try:
-        with folder_lock(folder, SWEEP_BUSY):
-            yield
-    except BaseException:
-        if created and [p.name for p in folder.iterdir()] == [LOCK_FILE]:
-            shutil.rmtree(folder, ignore_errors=True)
-        raise
+    with claimed_folder(Path(out) if out else default_out_dir(id, scale, role), SWEEP_BUSY):
+        yield
 
 
 def _protocol(args: argparse.Namespace) -> int:

@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import BadInput
-from ..utils.io import atomic_save
+from ..utils.io import atomic_save, torch_load
 from ..utils.seeds import derive_generator
 from .download import BadData, DataError, cache_dir, download_file, safe_extract, verify_checksum
 from .formats import (read_cifar_batches, read_idx_pair, read_image_folder, read_stl10,
@@ -291,13 +291,16 @@ def load_dataset(name: str, split: str, root: str | os.PathLike | None = None, d
     if found is None and download and info.archives():
         found = dirs[0]
         _download(info, found, source)
+    if found is None and info.format == "imagefolder" and root is not None:  # the user's own folder, misshapen
+        raise BadData(f"{root} has no {source}/ folder; an image folder holds train/<class>/<image> and "
+                      f"val/<class>/<image> (or test/): make one folder per class under each")
     if found is None:
         raise DataError(_missing_message(info, source, dirs))
     _extract_if_needed(info, found, source, verify)
 
     cache_file = found / f".mlplab_decoded_{source}_{_side(image_size) or 'orig'}.pt"
     if cache and info.format in ("tiny_imagenet", "imagefolder") and cache_file.is_file():
-        blob = torch.load(cache_file, weights_only=True)
+        blob = torch_load(cache_file)
         x, y, classes = blob["images"], blob["labels"], list(blob["classes"])
     else:
         xn, yn, classes = _read(info, found, source, verify, image_size)

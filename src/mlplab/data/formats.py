@@ -171,6 +171,16 @@ def _is_image(p: Path) -> bool:
     return p.is_file() and p.suffix.lower() in IMAGE_EXTENSIONS
 
 
+def _files_below(folder: Path) -> list[Path]:
+    """Every file below ``folder``, sorted; a folder that cannot be read is an error naming it
+    (``Path.rglob`` would skip it, and its class would look empty)."""
+    def unreadable(e: OSError) -> None:
+        raise BadData(f"{e.filename}: cannot read the folder ({e.strerror}); fix its permissions "
+                      f"(chmod -R u+rX {e.filename}) or remove it")
+
+    return sorted(Path(top) / f for top, _, files in os.walk(folder, onerror=unreadable) for f in files)
+
+
 def list_image_folder(split_dir: str | os.PathLike, classes: Sequence[str] | None = None, *,
                       require_images: bool = True) -> tuple[list[Path], np.ndarray, list[str]]:
     """Files of ``split_dir/<class>/**/<image>``; classes are the sorted folder names (or given).
@@ -178,14 +188,19 @@ def list_image_folder(split_dir: str | os.PathLike, classes: Sequence[str] | Non
     Files without an image extension (``IMAGE_EXTENSIONS``) and hidden files are skipped, with
     one note on stderr giving their count and an example. A class folder without images is an
     error naming it when ``require_images`` (the train split: it would be a class that the model
-    can never learn); elsewhere (val) a class may be absent.
+    can never learn), and so is a train split of one class (a classifier of one class is always
+    right); elsewhere (val) a class may be absent. A folder that cannot be read is named.
     """
     split_dir = Path(split_dir)
     if not split_dir.is_dir():
-        raise DataError(f"{split_dir} is not a folder; an image folder holds train/ and val/ (or test/), "
-                        "each with one subfolder per class")
+        what = f"{split_dir} is not a folder" if split_dir.exists() else \
+            f"{split_dir.parent} has no {split_dir.name}/ folder"
+        raise BadData(f"{what}; an image folder holds train/ and val/ (or test/), each with one subfolder per class")
     found = sorted(d.name for d in split_dir.iterdir() if d.is_dir() and not d.name.startswith("."))
     classes = list(classes) if classes is not None else found
+    if require_images and len(classes) == 1:
+        raise BadData(f"{split_dir} holds one class folder ({classes[0]}); a classifier needs two or more: add a "
+                      f"folder per class ({split_dir}/<class>/<image>)")
     index = {c: i for i, c in enumerate(classes)}
     paths, labels, skipped = [], [], []
     for c in found:
@@ -193,9 +208,8 @@ def list_image_folder(split_dir: str | os.PathLike, classes: Sequence[str] | Non
             raise BadData(f"{split_dir / c}: class folder not among the train classes ({', '.join(classes)}); "
                           f"remove it or add it to train/")
         files, other = [], []
-        for p in sorted((split_dir / c).rglob("*")):
-            if p.is_file():
-                (files if _is_image(p) and not p.name.startswith(".") else other).append(p)
+        for p in _files_below(split_dir / c):
+            (files if _is_image(p) and not p.name.startswith(".") else other).append(p)
         if not files and require_images:
             raise BadData(f"{split_dir / c}: class folder holds no images (extensions: "
                           f"{' '.join(IMAGE_EXTENSIONS)}); add images or remove the folder")

@@ -16,7 +16,8 @@ Every shard holds ``shard_size`` examples except the last of a split. ``index.js
     mean, std           per-channel statistics of the packed train split, in [0, 1] units
     source              what was packed (a dataset name of the table, or "imagefolder:<path>")
     shard_size          examples per shard; fingerprint: sha256 of the packing plan (resume key)
-    splits              {split: {count, shards: [{images, labels, count, sha256: {images, labels}}]}}
+    splits              {split: {count, shards: [{images, labels, count, sha256: {images, labels}, probe}]}}
+                        (probe: ``shard_probe`` of the images file, checked each time a split is opened)
 
 Why ``.npy``: it is numpy's own documented format (a short text header giving dtype and shape,
 then the raw bytes), so any tool reads a shard with ``np.load`` and no mlplab, and a reader can
@@ -44,7 +45,7 @@ from ..errors import BadInput
 from .download import BadData
 
 __all__ = ["FORMAT_NAME", "FORMAT_VERSION", "INDEX_NAME", "Pack", "PackedImages", "verify_pack", "is_pack",
-           "shard_files", "sha256_file"]
+           "shard_files", "sha256_file", "shard_probe"]
 
 FORMAT_NAME = "mlplab.packed"
 FORMAT_VERSION = 1
@@ -62,6 +63,24 @@ def sha256_file(path: str | os.PathLike, chunk: int = 1 << 22) -> str:
     with open(path, "rb") as f:
         while block := f.read(chunk):
             h.update(block)
+    return h.hexdigest()
+
+
+#: :func:`shard_probe` reads this many blocks of this many bytes of a shard
+PROBE_BLOCKS, PROBE_BYTES = 8, 4096
+
+
+def shard_probe(path: str | os.PathLike) -> str:
+    """A cheap fingerprint of a shard file: the sha256 of its size and of ``PROBE_BLOCKS`` blocks
+    of ``PROBE_BYTES`` spread evenly over it, the first and the last included (32 KiB read,
+    whatever the shard's size). Another pack's shard, a cut or a grown file differ in it; a bit
+    flipped between the blocks needs the full sha256 (``verify_pack``)."""
+    size = os.path.getsize(path)
+    h = hashlib.sha256(str(size).encode())
+    with open(path, "rb") as f:
+        for k in range(PROBE_BLOCKS):
+            f.seek(max(size - PROBE_BYTES, 0) * k // (PROBE_BLOCKS - 1))
+            h.update(f.read(PROBE_BYTES))
     return h.hexdigest()
 
 
@@ -128,8 +147,10 @@ class PackedImages:
     """One split of a pack: images read from memory-mapped shards, labels held in memory (int64).
 
     ``take(rows)`` gathers any rows into a new uint8 array (n, ch, H, W), reading each shard's
-    rows in increasing order. Opening checks every shard's header (dtype, shape, count) but not
-    its sha256 (that reads the whole pack: ``verify_pack``).
+    rows in increasing order. Opening checks every shard against the index before anything is
+    read from it (:func:`_check_shard`): its header (dtype, shape, count), its size, the sha256
+    of its labels and the :func:`shard_probe` of its images. The full sha256 of the images reads
+    the whole pack: ``verify_pack``.
     """
 
     def __init__(self, root: Path, entry: dict[str, Any], in_chans: int, image_size: tuple[int, int]):
@@ -137,19 +158,15 @@ class PackedImages:
         labels = []
         for sh in entry["shards"]:
             n = int(sh["count"])
-            want = (n, in_chans, *image_size)
-            for key in ("images", "labels"):
+            for key, shape, dtype in (("images", (n, in_chans, *image_size), np.uint8), ("labels", (n,), np.int64)):
                 path = root / sh[key]
                 try:
-                    a = np.load(path, mmap_mode="r") if key == "images" else np.load(path)
+                    a = np.load(path, mmap_mode="r")
                 except (OSError, ValueError, EOFError) as e:
                     raise BadData(f"{path}: cannot read the shard ({e}); it is missing or truncated — pack again "
                                   f"into a new folder") from e
-                shape, dtype = (want, np.uint8) if key == "images" else ((n,), np.int64)
-                if a.shape != shape or a.dtype != dtype:
-                    raise BadData(f"{path}: holds {a.dtype} {a.shape}, the index says {np.dtype(dtype)} {shape}; "
-                                  f"the pack is damaged — pack again")
-                (self.shards if key == "images" else labels).append(a)
+                _check_shard(path, a, shape, dtype, sh, key)
+                (self.shards if key == "images" else labels).append(a if key == "images" else np.array(a))
         self.starts = np.cumsum([0] + [len(a) for a in self.shards])
         self.labels = torch.from_numpy(np.concatenate(labels) if labels else np.zeros(0, np.int64))
         self.shape = (int(self.starts[-1]), in_chans, *image_size)
@@ -170,6 +187,27 @@ class PackedImages:
             s = shard[lo]
             out[order[lo:hi]] = self.shards[s][sorted_rows[lo:hi] - self.starts[s]]
         return out
+
+
+def _check_shard(path: Path, a: np.memmap, shape: tuple[int, ...], dtype: type, entry: dict[str, Any],
+                 key: str) -> None:
+    """The shard file ``path`` (opened as ``a``) is the one ``index.json`` describes: its header,
+    its size (header + data, no more), and its content: the labels' sha256 (they are read whole
+    anyway), the images' :func:`shard_probe` (in packs written since the index holds one)."""
+    if a.shape != shape or a.dtype != dtype:
+        raise BadData(f"{path}: holds {a.dtype} {a.shape}, the index says {np.dtype(dtype)} {shape}; "
+                      f"the pack is damaged — pack again")
+    size = os.path.getsize(path)
+    if size != a.offset + a.nbytes:
+        raise BadData(f"{path}: {size} bytes, but its header says {a.offset + a.nbytes}; the pack is damaged — "
+                      f"pack again into a new folder")
+    if key == "labels":
+        same = "sha256" not in entry or sha256_file(path) == entry["sha256"]["labels"]
+    else:
+        same = "probe" not in entry or shard_probe(path) == entry["probe"]
+    if not same:
+        raise BadData(f"{path}: its content differs from what {INDEX_NAME} records (another pack's images, or "
+                      f"changed since it was packed); pack again into a new folder")
 
 
 def verify_pack(root: str | os.PathLike) -> int:

@@ -17,7 +17,6 @@ records the status of every run. One sweep at a time writes to an output folder:
 """
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import signal
@@ -33,6 +32,7 @@ from typing import Any, Callable, Sequence
 
 from ..errors import BadInput, Interrupted, UnreadableFile
 from ..utils.io import atomic_write_json, atomic_write_text, folder_lock, read_json
+from ..utils.processes import die_with_parent
 from ..utils.progress import RunTally
 from .sweep import RunSpec, Sweep, expand, run_dir_overrides
 
@@ -223,21 +223,13 @@ def worker_slots(jobs: int, gpus: list[str]) -> list[str | None]:
     return list(gpus[:max(1, min(jobs, len(gpus)))])
 
 
-_PR_SET_PDEATHSIG = 1  # linux/prctl.h
-
-
 def _owned_by(parent: int) -> Callable[[], None]:
     """The executor owns its workers: each starts its own process group (so stopping it stops
     whatever it started) and, on Linux, is sent SIGTERM when the executor dies — even by SIGKILL,
     which no handler sees — so killing ``reproduce`` never leaves a run going on its own."""
     def child() -> None:
-        os.setpgid(0, 0)
-        try:
-            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
-        except (OSError, AttributeError):  # not Linux: the process group still lets us stop it
-            pass
-        if os.getppid() != parent:  # the executor died before prctl took effect
-            os._exit(1)
+        os.setpgid(0, 0)  # not Linux: the process group still lets us stop it
+        die_with_parent(parent, signal.SIGTERM)
     return child
 
 
@@ -268,6 +260,7 @@ def _run_local(dirs: list[Path], jobs: int, log, out: dict[Path, str], tally: Ru
                 if slot in running or not pending:
                     continue
                 d = pending.pop(0)
+                log(tally.starting(d, d.name))
                 env = dict(os.environ)
                 env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads),
                            MLPLAB_NUM_THREADS=str(threads))

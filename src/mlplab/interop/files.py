@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..utils.io import atomic_save, torch_load_error
+from ..utils.io import atomic_save, torch_load, torch_load_error
 
 __all__ = ["read_tensors", "write_tensors", "resolve_weights_path", "CHECKPOINT_DIRS"]
 
@@ -85,7 +85,7 @@ def _read_safetensors(p: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]
 
 def _read_torch(p: Path) -> dict[str, torch.Tensor]:
     try:
-        obj = torch.load(p, map_location="cpu", weights_only=True)
+        obj = torch_load(p)
     except Exception as e:
         raise ValueError(f"{p} is neither safetensors, .npz nor a PyTorch file loadable with weights_only=True "
                          f"({torch_load_error(e)})") from None

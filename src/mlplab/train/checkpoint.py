@@ -35,7 +35,7 @@ from ..errors import BadInput, RunFailure
 from ..interop.files import CHECKPOINT_DIRS
 from ..interop.native import model_metadata
 from ..models.registry import get_model_entry
-from ..utils.io import atomic_save, torch_load_error
+from ..utils.io import atomic_save, torch_load, torch_load_error
 
 __all__ = ["save_checkpoint", "load_checkpoint", "find_checkpoint", "save_weights", "load_weights",
            "MODEL_FILE", "EMA_FILE", "STATE_FILE", "CheckpointError"]
@@ -176,7 +176,7 @@ def load_checkpoint(ckpt_dir: str | os.PathLike, model: nn.Module, ema: nn.Modul
 
 def _load_checkpoint(ckpt_dir: Path, model: nn.Module, ema: nn.Module | None) -> dict[str, Any]:
     try:
-        state = torch.load(ckpt_dir / STATE_FILE, map_location="cpu", weights_only=True)
+        state = torch_load(ckpt_dir / STATE_FILE)
     except FileNotFoundError:
         raise
     except Exception as e:  # a cut file is a RuntimeError, an EOFError or an OSError (EINVAL) by where it ends

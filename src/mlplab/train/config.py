@@ -46,6 +46,8 @@ __all__ = [
     "load_config",
     "parse_overrides",
     "run_name",
+    "data_name",
+    "ROOTED_DATASETS",
     "config_diff",
     "flatten",
     "Durations",
@@ -495,6 +497,21 @@ def run_name(overrides: dict[str, Any], keys: Sequence[str] | None = None, label
     return name
 
 
+#: datasets whose content ``data.root`` decides (the table's other datasets are checksummed files)
+ROOTED_DATASETS = ("imagefolder", "packed")
+
+
+def data_name(dataset: str, root: str | None) -> dict[str, str]:
+    """The part of a derived run name that tells apart runs on different data where the config
+    alone does not: ``{"data": "<folder>-<6 hex>"}`` for an image folder or a pack (its folder's
+    name and a hash of its resolved path), ``{}`` for every dataset whose name says what it
+    holds, so that their run names stay as they were."""
+    if dataset not in ROOTED_DATASETS or root is None:
+        return {}
+    path = Path(root).expanduser().resolve()
+    return {"data": f"{path.name}-{hashlib.sha256(str(path).encode()).hexdigest()[:6]}"}
+
+
 # ----------------------------------------------------------------------------- building
 
 def load_config(base: str | Path) -> tuple[dict[str, Any], str]:
@@ -531,5 +548,5 @@ def make_config(base: dict | str | Path | RunConfig | None = None,
         _set(cfg, k, v)
     if cfg.run.name is None:
         label = label or f"{cfg.data.dataset}_{cfg.model.name}"
-        cfg.run.name = run_name(ov, label=label)
+        cfg.run.name = run_name({**ov, **data_name(cfg.data.dataset, cfg.data.root)}, label=label)
     return validate(cfg)

@@ -23,12 +23,14 @@ import torch
 from ..data import (DeviceLoader, ImageFolderDataset, Pack, PackedImages, PackedLoader, StreamingLoader, build_augment,
                     get_info, holdout_split, load_dataset, restrict_classes)
 from ..data.datasets import search_dirs
+from ..data.packed import INDEX_NAME, sha256_file
 from ..errors import BadInput
 from ..utils.seeds import derive_seed
-from .config import RunConfig
+from .config import ROOTED_DATASETS, RunConfig
 from .distributed import DistInfo, shard_indices
 
-__all__ = ["Split", "RunData", "load_run_data", "train_loader", "eval_loader", "SPLIT_SEED", "STREAM_BYTES"]
+__all__ = ["Split", "RunData", "load_run_data", "train_loader", "eval_loader", "data_identity", "same_data",
+           "describe_data", "SPLIT_SEED", "STREAM_BYTES"]
 
 #: The train/val holdout is drawn with a fixed seed, so runs with different seeds share a val set.
 SPLIT_SEED = 0
@@ -159,6 +161,40 @@ def _streamed_run_data(cfg: RunConfig, device: torch.device, train_images, test_
                    cfg.run.seed)
     return RunData(train, _keep_classes(val, d.classes), test, info, build_augment(cfg.augment, info), device,
                    d.num_workers)
+
+
+def data_identity(cfg: RunConfig) -> dict[str, str]:
+    """What the run's data is (``results.json``'s ``data``; the resume check compares it):
+    ``dataset``, and with ``data.root`` its resolved path ``root``; for a pack also
+    ``index_sha256``, the sha256 of its ``index.json``, which lists every shard's sha256: the
+    pack's content wherever it lies."""
+    d = cfg.data
+    ident = {"dataset": d.dataset}
+    if d.root is not None:
+        root = Path(d.root).expanduser().resolve()
+        ident["root"] = str(root)
+        if d.dataset == "packed" and (root / INDEX_NAME).is_file():
+            ident["index_sha256"] = sha256_file(root / INDEX_NAME)
+    return ident
+
+
+def same_data(saved: dict[str, Any], now: dict[str, Any]) -> bool:
+    """Whether two :func:`data_identity` records name the same data: a pack by its index, an image
+    folder by its resolved path; the table's datasets by their name (their files are checksummed)."""
+    if saved.get("dataset") != now.get("dataset"):
+        return False
+    if now.get("dataset") == "packed":
+        return saved.get("index_sha256") == now.get("index_sha256")
+    return now.get("dataset") not in ROOTED_DATASETS or saved.get("root") == now.get("root")
+
+
+def describe_data(ident: dict[str, Any]) -> str:
+    """A :func:`data_identity` record in words: ``the pack /p (index sha256 1a2b3c4d5e6f)``."""
+    if ident.get("dataset") == "packed":
+        return f"the pack {ident.get('root')} (index sha256 {str(ident.get('index_sha256'))[:12]})"
+    if ident.get("dataset") == "imagefolder":
+        return f"the image folder {ident.get('root')}"
+    return f"{ident.get('dataset')}" + (f" from {ident['root']}" if ident.get("root") else "")
 
 
 def _on_device(flag: bool | str, train: Split, device: torch.device) -> bool:

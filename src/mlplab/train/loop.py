@@ -74,7 +74,7 @@ from .data import RunData, eval_loader, load_run_data, train_loader
 from .ema import WeightEMA
 from .distributed import DistInfo, all_reduce_sum, barrier, cleanup, init_distributed
 from .loggers import open_loggers
-from .metrics import Progress, matmul_flops_per_s, mfu
+from .metrics import MatmulPeak, Progress
 from .optim import build_optimizer, lr_at, set_lr
 from .rundir import RunExistsError, RunFolder, RunLockedError, open_run_folder, truncate_metrics
 from .runplan import RunPlan, as_plan, resolve_device, resolve_model_kwargs, resolve_precision
@@ -251,6 +251,7 @@ def _prepare(plan: RunPlan, dist: DistInfo) -> _Run:
         set_fp32_matmul_policy()  # fp32 means IEEE fp32 (train.accelerator)
     torch.manual_seed(r.seed)
     data = _load_data(plan.data_cfg, device, dist)  # a pretrained model's resolution (train.init)
+    plan.check_memory_with(data.info)  # image folders, packs: their sizes are known now
     dur = durations(cfg, len(data.train), dist.world_size)
     model = plan.build_model(data.info).to(device)  # computing as model.impl says (plan.impl)
     fpe = float(count_flops(model, (data.info.in_chans, *data.info.image_size)))  # streamed splits hold no tensor
@@ -439,8 +440,8 @@ def _save_checkpoint(run: _Run, state: RunState, run_dir: Path, guard: _Guard, t
     barrier(run.dist)
 
 
-def _results(run: _Run, state: RunState, final: dict[str, float], run_dir: Path, peak: float,
-             t_start: float) -> dict[str, Any]:
+def _results(run: _Run, state: RunState, final: dict[str, float], run_dir: Path, peak: MatmulPeak,
+             t_start: float, data: dict[str, Any] | None = None) -> dict[str, Any]:
     """The results dict (``results.json``): final test metrics, speed, cost, provenance."""
     digest = weights_digest(run.model)
     if run.dist.enabled:  # DDP keeps replicas identical; check it once, cheaply
@@ -467,8 +468,8 @@ def _results(run: _Run, state: RunState, final: dict[str, float], run_dir: Path,
         # masked (SW-MLP) weights counted by their nonzeros: what the comparison tables show
         "effective_params": count_params(run.model, effective=True),
         "flops_per_s": run.train_fpe * ips if run.train_fpe else None,
-        "matmul_flops_per_s": peak,
-        "mfu": mfu(run.train_fpe * ips, peak, run.dist.world_size) if run.train_fpe else None,
+        "mfu": peak.mfu(run.train_fpe * ips, run.dist.world_size) if run.train_fpe else None,
+        "matmul_flops_per_s": peak.rate, "data": data,
         "precision": run.precision, "compiled": run.compiled, "device": str(run.device),
         "implementation": describe_implementation(run.model, run.device, run.precision, run.compiled),
         "world_size": run.dist.world_size, "threads": torch.get_num_threads(), "loadavg": list(os.getloadavg()),
@@ -497,7 +498,7 @@ def _train(plan: RunPlan, dist: DistInfo, resume: bool, overwrite: bool,
         run_dir = folder.path
         state = _resume(run, folder)
         _wrap(run)
-        peak = matmul_flops_per_s(run.device, torch.bfloat16 if run.precision == "bf16" else torch.float32)
+        peak = MatmulPeak(run.device, torch.bfloat16 if run.precision == "bf16" else torch.float32)
         progress = Progress(r.log if dist.is_main else "none")
         tests_periodically = data.val is None  # no validation split: the periodic evaluations are on the test split
         periodic_split, periodic_name = (data.test, "test") if tests_periodically else (data.val, "val")
@@ -528,7 +529,7 @@ def _train(plan: RunPlan, dist: DistInfo, resume: bool, overwrite: bool,
                 rec["epoch_time_s"] = time.perf_counter() - t_epoch
                 if run.train_fpe:
                     rec["flops_per_s"] = run.train_fpe * rec["images_per_s"]
-                    rec["mfu"] = mfu(rec["flops_per_s"], peak, dist.world_size)
+                    rec["mfu"] = peak.mfu(rec["flops_per_s"], dist.world_size)
                 state.history.append(rec)
                 state.epoch = epoch + 1
                 loggers.log(rec, state.step)
@@ -537,7 +538,7 @@ def _train(plan: RunPlan, dist: DistInfo, resume: bool, overwrite: bool,
                     progress.line(f"epoch {epoch + 1}/{dur.total_epochs} step {state.step} " +
                                   " ".join(f"{k} {v:.4f}" for k, v in shown.items()) +
                                   f" {rec['images_per_s']:.0f} img/s {rec['epoch_time_s']:.1f}s" +
-                                  (f" mfu {rec['mfu']:.1%}" if "mfu" in rec else ""))
+                                  (f" mfu {rec['mfu']:.1%}" if rec.get("mfu") is not None else ""))
                 if (r.checkpoint_every and (epoch + 1) % r.checkpoint_every == 0) or last:
                     _save_checkpoint(run, state, run_dir, guard, t_start)
                 if on_epoch_end is not None:
@@ -548,7 +549,7 @@ def _train(plan: RunPlan, dist: DistInfo, resume: bool, overwrite: bool,
             else:
                 final = evaluate(run.model, progress.iterate(eval_loader(data.test, data, dur.eval_batch_per_rank, dist),
                                                              "test"), dist, run.autocast, cfg.augment.test_hflip)
-            results = _results(run, state, final, run_dir, peak, t_start)
+            results = _results(run, state, final, run_dir, peak, t_start, folder.data)
             if run.ema is not None:
                 ema = evaluate(run.ema.model, eval_loader(data.test, data, dur.eval_batch_per_rank, dist), dist,
                                run.autocast, cfg.augment.test_hflip)

@@ -6,14 +6,15 @@ It then
 
 1. takes the folder's lock (``mlplab.utils.io.folder_lock``: ``fcntl.flock`` on ``<run>/.lock``,
    held until the run ends and dropped by the kernel when the process dies). A second process is
-   refused with a message naming the holder's PID.
-2. decides whether the call may use the folder: a new run, a resumed run with the same config,
-   or a refusal. A finished run, or an unfinished one with a checkpoint, is never replaced without
+   refused with a message naming the holder's PID and command.
+2. decides whether the call may use the folder: a new run, a resumed run with the same config
+   and the same data (``data.json``: an image folder's path, a pack's index hash), or a refusal. A finished run, or an unfinished one with a checkpoint, is never replaced without
    ``overwrite``; a run that stopped before its first checkpoint (it diverged, crashed or was
    interrupted) holds nothing worth keeping, so the same command simply starts it again. A folder
    of someone else's files is not trained into without ``overwrite``; ``resume`` of a folder
    that holds no run is refused (a mistyped ``run.name`` does not silently start a new run).
-3. for a new run, clears what an earlier run left and writes ``config.json``; for a resumed
+3. for a new run, clears what an earlier run left and writes ``config.json`` (and
+   ``data.json``); for a resumed
    one, drops ``metrics.jsonl`` records of epochs after the checkpoint. A ``results.json`` that
    cannot be read counts as unfinished: the resumed run writes it again.
 4. turns Ctrl-C (and SIGTERM, which ``mlplab.cli`` maps to it) inside the run into
@@ -30,16 +31,19 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from ..errors import BadInput, FolderInUse, Interrupted, UnreadableFile
-from ..utils.io import LOCK_FILE, atomic_write_json, atomic_write_text, folder_lock, read_json
+from ..utils.io import LOCK_FILE, atomic_write_json, atomic_write_text, claimed_folder, read_json
 from .checkpoint import find_checkpoint
-from .config import RunConfig, config_diff, from_dict, to_dict
+from .config import ROOTED_DATASETS, RunConfig, config_diff, from_dict, to_dict
+from .data import data_identity, describe_data, same_data
 from .distributed import DistInfo, barrier
 
 __all__ = ["RunFolder", "open_run_folder", "RunExistsError", "RunLockedError", "LOCK_FILE",
            "truncate_metrics", "read_results", "checkpoint_epoch"]
 
 # files a new run clears when it replaces an old one (``.lock`` stays: it is held)
-_RUN_FILES = ("metrics.jsonl", "results.json", "error.txt")
+_RUN_FILES = ("metrics.jsonl", "results.json", "error.txt", "data.json")
+#: what the run trained on, when the config alone does not say (image folders, packs: train.data.data_identity)
+DATA_FILE = "data.json"
 _RUN_DIRS = ("checkpoint", "checkpoint.prev", "checkpoint.new", "tb", "wandb")
 # what a sweep's run folder holds before its trainer starts (``mlplab.experiments.executors``)
 _SWEEP_FILES = ("spec.json", "log.txt", "error.txt", "error.previous.txt", "results.unreadable.json")
@@ -56,6 +60,7 @@ class RunFolder:
     path: Path
     continuing: bool  # an existing run is resumed
     finished: dict[str, Any] | None  # its results when it had already finished
+    data: dict[str, Any] | None = None  # what it trains on (train.data.data_identity)
 
 
 def read_results(run_dir: str | Path) -> dict[str, Any] | None:
@@ -83,20 +88,13 @@ def checkpoint_epoch(run_dir: str | Path) -> int | None:
 
 @contextlib.contextmanager
 def _lock(run_dir: Path, enabled: bool) -> Iterator[None]:
-    """Hold ``<run_dir>/.lock`` for the duration (rank 0 only under torchrun); a folder this call
-    created is removed again when the call fails before writing ``config.json``."""
+    """Hold ``<run_dir>/.lock`` for the duration (rank 0 only under torchrun); what this call
+    made is removed again when it fails before writing ``config.json`` (``claimed_folder``)."""
     if not enabled:
         yield
         return
-    created = not run_dir.exists()
-    run_dir.mkdir(parents=True, exist_ok=True)
-    try:
-        with folder_lock(run_dir, "wait for it to finish (or stop it), then --resume"):
-            yield
-    except BaseException:
-        if created and not (run_dir / "config.json").exists():
-            shutil.rmtree(run_dir, ignore_errors=True)  # refused before writing: leave nothing
-        raise
+    with claimed_folder(run_dir, "wait for it to finish (or stop it), then --resume"):
+        yield
 
 
 def _siblings(run_dir: Path) -> list[str]:
@@ -106,7 +104,28 @@ def _siblings(run_dir: Path) -> list[str]:
         return []
 
 
-def _check(cfg: RunConfig, run_dir: Path, resume: bool, overwrite: bool) -> bool:
+def _saved_data(run_dir: Path) -> dict[str, Any] | None:
+    """The data a run in ``run_dir`` trained on (``data.json``); None for a run that did not
+    record it (one of the table's datasets, or an older mlplab)."""
+    try:
+        return read_json(run_dir / DATA_FILE, "run data record", fix="remove it, or pass --overwrite")
+    except FileNotFoundError:
+        return None
+
+
+def _check_data(run_dir: Path, data: dict[str, Any], resume: bool) -> None:
+    """Refuse to continue or report a run that trained on other data than this call's."""
+    saved = _saved_data(run_dir)
+    if saved is None or same_data(saved, data):
+        return
+    if resume:
+        raise RunExistsError(f"cannot resume {run_dir}: it trained on {describe_data(saved)}, not on "
+                             f"{describe_data(data)}. Nothing was changed; give its data.root, or a new run.name")
+    raise RunExistsError(f"{run_dir} holds a run trained on {describe_data(saved)}, not on {describe_data(data)}; "
+                         "choose another run.name, or pass --overwrite to replace it")
+
+
+def _check(cfg: RunConfig, run_dir: Path, resume: bool, overwrite: bool, data: dict[str, Any]) -> bool:
     """May this call use ``run_dir``? Returns whether an existing run is continued."""
     cfg_file = run_dir / "config.json"
     if not cfg_file.is_file():
@@ -129,6 +148,8 @@ def _check(cfg: RunConfig, run_dir: Path, resume: bool, overwrite: bool) -> bool
     keepsake = results is not None or find_checkpoint(run_dir) is not None
     if not keepsake:  # stopped before its first checkpoint: nothing to keep, the run starts again (new config.json)
         return False
+    if not overwrite:
+        _check_data(run_dir, data, resume)
     if resume:
         try:
             saved = from_dict(read_json(cfg_file, "run config",
@@ -152,13 +173,16 @@ def _check(cfg: RunConfig, run_dir: Path, resume: bool, overwrite: bool) -> bool
                          "continue it, --overwrite to replace it, or choose another run.name")
 
 
-def _init(cfg: RunConfig, run_dir: Path) -> None:
-    """A new run: clear what an earlier run left, then write ``config.json``."""
+def _init(cfg: RunConfig, run_dir: Path, data: dict[str, Any]) -> None:
+    """A new run: clear what an earlier run left, then write ``config.json`` (and ``data.json``
+    for data that its config does not name: an image folder, a pack)."""
     for name in _RUN_DIRS:
         shutil.rmtree(run_dir / name, ignore_errors=True)
     for name in _RUN_FILES:
         (run_dir / name).unlink(missing_ok=True)
     atomic_write_json(run_dir / "config.json", to_dict(cfg))
+    if data["dataset"] in ROOTED_DATASETS:
+        atomic_write_json(run_dir / DATA_FILE, data)
 
 
 def truncate_metrics(run_dir: Path, epoch: int) -> None:
@@ -206,9 +230,10 @@ def open_run_folder(cfg: RunConfig, dist: DistInfo, resume: bool, overwrite: boo
     """Lock, check and (for a new run) initialise the run folder; see the module docstring."""
     assert cfg.run.name is not None, "make_config fills run.name"
     run_dir = Path(cfg.run.out_dir) / cfg.run.name
+    data = data_identity(cfg)
     with _lock(run_dir, dist.is_main):
         barrier(dist)  # rank 0 holds the lock before any rank looks
-        continuing = _check(cfg, run_dir, resume, overwrite)
+        continuing = _check(cfg, run_dir, resume, overwrite, data)
         barrier(dist)  # every rank has looked before rank 0 writes
         finished = None
         if continuing:
@@ -217,10 +242,10 @@ def open_run_folder(cfg: RunConfig, dist: DistInfo, resume: bool, overwrite: boo
                 print(f"{run_dir} finished before (test acc {finished.get('test_acc')}); nothing to do. "
                       "--overwrite trains it again", flush=True)
         elif dist.is_main:
-            _init(cfg, run_dir)
+            _init(cfg, run_dir, data)
         barrier(dist)
         try:
-            yield RunFolder(run_dir, continuing, finished)
+            yield RunFolder(run_dir, continuing, finished, data)
         except KeyboardInterrupt as e:
             if isinstance(e, Interrupted) and e.message:
                 raise

@@ -5,7 +5,9 @@ worked out here, once, and then passed along: the validated config, the device a
 the dataset's record at the resolution the data is loaded at, the model's constructor keywords
 (or, with ``model.init_from``, the checkpoint, read once), the parameter count from a build on
 the ``meta`` device, the implementation (``model.impl``, checked on that build), and whether
-the training state fits in memory. ``mlplab train`` /
+the training state fits in memory (for image folders and packs, whose image size and classes
+are known only once they are opened, the loop asks the plan again with the opened data:
+:meth:`RunPlan.check_memory_with`). ``mlplab train`` /
 ``mlplab finetune`` build one plan and hand it to ``--print-config`` or to
 :func:`mlplab.train.loop.train`; ``check_specs`` plans every run of an experiment for another
 machine (no device, no memory check) before anything is launched. A refused plan is one
@@ -27,6 +29,7 @@ from ..errors import BadInput
 from ..models.impl import Impl
 from ..models.registry import create_model, get_model_entry
 from ..utils.cpu import cpu_has_native_bf16
+from ..utils.machine import host_memory_available
 from ..utils.units import format_count
 from . import config as _config
 from .accelerator import native_bf16_cuda
@@ -54,6 +57,13 @@ class RunPlan:
     impl: Impl = Impl.AUTO  # model.impl, checked against the meta build (a checkpoint's model: when built)
     device: torch.device | None = None  # None: planned for another machine (check_specs)
     precision: str | None = None  # "fp32" | "bf16"; None with device None
+
+    def check_memory_with(self, info: DatasetInfo) -> None:
+        """The memory check of a run whose model size was known only once its data was opened
+        (image folders, packs, streamed or not: their image size, channels and classes): called
+        with the opened data's record before the model is built; a no-op where the plan checked."""
+        if self.n_params is None and self.checkpoint is None and self.device is not None:
+            check_memory(meta_param_count(self.cfg.model.name, resolve_model_kwargs(self.cfg, info)), self.device)
 
     def build_model(self, info: DatasetInfo) -> nn.Module:
         """The run's model on the CPU for the loaded data ``info``: fresh from the registry, or
@@ -182,14 +192,9 @@ def check_memory(n_params: int, device: torch.device) -> None:
     """Refuse a model whose weights, gradients and optimiser state (16 bytes per fp32 parameter
     with AdamW) cannot fit in the memory available now on ``device``."""
     need = STATE_BYTES_PER_PARAM * n_params
-    if device.type == "cuda":
-        free = torch.cuda.mem_get_info(device)[0]
-    else:
-        try:
-            with open("/proc/meminfo") as f:
-                free = next(int(ln.split()[1]) * 1024 for ln in f if ln.startswith("MemAvailable:"))
-        except (OSError, StopIteration, ValueError):
-            return
+    free = torch.cuda.mem_get_info(device)[0] if device.type == "cuda" else host_memory_available()
+    if free is None:
+        return
     if need > free:
         raise BadInput(f"the model has {format_count(n_params)} parameters, needing about {need / 2**30:.1f} GiB "
                        f"for weights, gradients and optimiser state; {device.type} has {free / 2**30:.1f} GiB "

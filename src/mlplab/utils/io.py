@@ -18,6 +18,8 @@ import fcntl
 import json
 import os
 import re
+import shlex
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -25,7 +27,7 @@ from typing import Any, Callable, Iterator
 from ..errors import BadInput, FolderInUse, UnreadableFile
 
 __all__ = ["atomic_write_bytes", "atomic_write_text", "atomic_write_json", "atomic_save", "read_json",
-           "folder_lock", "file_mode", "torch_load_error", "LOCK_FILE"]
+           "folder_lock", "claimed_folder", "command_line", "file_mode", "torch_load", "torch_load_error", "LOCK_FILE"]
 
 LOCK_FILE = ".lock"
 _HELD: set[str] = set()  # folders whose lock this process holds
@@ -148,6 +150,20 @@ def read_json(path: str | os.PathLike, what: str = "file", expect: type | None =
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+_GLOBAL = re.compile(r"GLOBAL (\S+) was not an allowed global")
+
+
+def torch_load(path: str | os.PathLike) -> Any:
+    """``torch.load(path, map_location="cpu", weights_only=True)``: no code in the file runs, and
+    the warnings torch prints on its way to refusing a file (a pickle protocol it did not expect)
+    are not shown; the caller's error says what is wrong (:func:`torch_load_error`)."""
+    import warnings
+
+    import torch
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return torch.load(path, map_location="cpu", weights_only=True)
 
 
 def torch_load_error(e: BaseException) -> str:
@@ -157,8 +173,9 @@ def torch_load_error(e: BaseException) -> str:
     text = _ANSI.sub("", str(e))
     if "WeightsUnpickler error:" in text:
         reason = text.split("WeightsUnpickler error:", 1)[1].strip().splitlines()[0].strip()
-        if reason.startswith("Unsupported global"):
-            return f"it holds objects other than tensors and plain types ({reason})"
+        if reason.startswith("Unsupported global"):  # torch's advice to allow-list it would run the file's code
+            found = _GLOBAL.search(reason)
+            return f"it holds objects other than tensors and plain types (a pickled {found.group(1) if found else 'object'})"
         return "it is cut short or not a PyTorch file"
     if "Weights only load failed" in text:
         return "it is not a PyTorch file of tensors and plain types"
@@ -167,29 +184,56 @@ def torch_load_error(e: BaseException) -> str:
     return f"{type(e).__name__}: {text.strip().splitlines()[0] if text.strip() else ''}"
 
 
+def command_line() -> str:
+    """This process's command as a person typed it (``mlplab pack A B``; ``python -m mlplab.cli``
+    reads as ``mlplab``), cut to 500 characters: what a refused second writer is told."""
+    argv = list(sys.argv) or ["python"]
+    prog = os.path.basename(argv[0])
+    _, inside, module = argv[0].rpartition(f"{os.sep}mlplab{os.sep}")
+    if inside and module.endswith(".py"):  # python -m mlplab.cli / mlplab.experiments.worker
+        module = "mlplab." + module[:-3].replace(os.sep, ".")
+        prog = "mlplab" if module == "mlplab.cli" else f"python -m {module}"
+    text = " ".join([prog, *(shlex.quote(a) for a in argv[1:])])
+    return text if len(text) <= 500 else text[:497] + "..."
+
+
+def _holder(fd: int) -> str:
+    """Who holds a lock, from its file: ``process PID (COMMAND)``; an older holder wrote its PID only."""
+    pid, _, command = os.pread(fd, 4096, 0).decode(errors="replace").strip().partition("\n")
+    if not pid.strip():
+        return "another process"
+    return f"process {pid.strip()}" + (f" ({command.strip()})" if command.strip() else "")
+
+
 @contextlib.contextmanager
 def folder_lock(folder: str | os.PathLike, hint: str = "wait for it to finish (or stop it)") -> Iterator[Path]:
     """Hold ``<folder>/.lock`` exclusively, or raise :class:`~mlplab.errors.FolderInUse` naming
-    the holder's PID. The holder writes its PID into the file; the kernel releases the lock when
-    the process ends, however it ends. Re-entrant within a process (``reproduce`` holds its
-    output folder while each stage's sweep takes it again)."""
+    the holder (its PID and command). The holder writes both into the file; the kernel releases
+    the lock when the process ends, however it ends. Re-entrant within a process (``reproduce``
+    holds its output folder while each stage's sweep takes it again). An ``OSError`` (a full
+    disk, a read-only folder) names the lock file."""
     folder = Path(folder)
     key = os.path.realpath(folder)
     if key in _HELD:
         yield folder
         return
     path = folder / LOCK_FILE
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    except OSError as e:
+        raise type(e)(e.errno, e.strerror, str(path)) from None
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as e:
             if e.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
                 raise
-            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "another process"
-            raise FolderInUse(f"{folder} is in use by process {holder}; {hint}") from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+            raise FolderInUse(f"{folder} is in use by {_holder(fd)}; {hint}") from None
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n{command_line()}\n".encode(), 0)
+        except OSError as e:  # a full disk: the lock is held, but the file cannot say by whom
+            raise type(e)(e.errno, e.strerror, str(path)) from None
         _HELD.add(key)
         try:
             yield folder
@@ -198,3 +242,34 @@ def folder_lock(folder: str | os.PathLike, hint: str = "wait for it to finish (o
             os.ftruncate(fd, 0)
     finally:
         os.close(fd)  # releases the lock
+
+
+@contextlib.contextmanager
+def claimed_folder(folder: str | os.PathLike, hint: str = "wait for it to finish (or stop it)") -> Iterator[Path]:
+    """``folder`` made if missing (with its parents) and held (:func:`folder_lock`) for the body.
+    When the body fails, what this call made and nothing else filled is removed again: the lock
+    file, and the folder and the parents it created once they are empty (a refusal, or a write
+    that failed before the first file). A refused command leaves nothing behind."""
+    folder = Path(folder)
+    made = [p for p in (folder, *folder.parents) if not p.exists()]  # innermost first
+    lock = folder / LOCK_FILE
+    had_lock = lock.exists()
+    folder.mkdir(parents=True, exist_ok=True)
+    held = False
+    try:
+        with folder_lock(folder, hint):
+            held = True
+            yield folder
+    except BaseException as e:
+        if not had_lock and (held or not isinstance(e, FolderInUse)):  # another's lock file stays
+            lock.unlink(missing_ok=True)
+        _remove_empty(made)
+        raise
+
+
+def _remove_empty(folders: list[Path]) -> None:
+    for d in folders:
+        try:
+            d.rmdir()
+        except OSError:
+            return

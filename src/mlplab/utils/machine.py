@@ -15,10 +15,20 @@ import torch
 
 from .cpu import cpu_has_native_bf16, cpu_info, machine_tag
 
-__all__ = ["MATMUL_FLAGS", "machine_record"]
+__all__ = ["MATMUL_FLAGS", "machine_record", "host_memory_available"]
 
 #: the /proc/cpuinfo flags that decide the fastest matmul path (``cpu_flags`` lists those present)
 MATMUL_FLAGS = frozenset({"avx512_bf16", "amx_bf16", "avx512f", "avx2"})
+
+
+def host_memory_available() -> int | None:
+    """Bytes of host memory a new allocation can have now without swapping (``MemAvailable`` of
+    ``/proc/meminfo``); None where the kernel does not say."""
+    try:
+        with open("/proc/meminfo") as f:
+            return next(int(ln.split()[1]) * 1024 for ln in f if ln.startswith("MemAvailable:"))
+    except (OSError, StopIteration, ValueError, IndexError):
+        return None
 
 
 def _cpu_capability() -> str:

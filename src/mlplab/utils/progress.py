@@ -106,7 +106,8 @@ class RunTally:
 
     ``estimates``: seconds per run key (``"sweep/run"``) from the cost model; ``jobs`` runs go at
     once. The time left is the estimate of the runs not yet done, divided by ``jobs`` until a run
-    has finished, then scaled by (wall time so far) / (estimate of the runs finished)."""
+    has finished, then scaled by (wall time since the tally was made) / (estimate of the runs
+    finished): the cost model's estimate from the first line, corrected by the runs' real pace."""
 
     def __init__(self, estimates: Mapping[str, float] | None = None, total: int | None = None, jobs: int = 1,
                  on_finish: Callable[[object, str], None] | None = None):
@@ -115,10 +116,11 @@ class RunTally:
         self.total = total if total is not None else len(self.estimates)
         self.jobs = max(1, jobs)
         self.done = 0
+        self.started = 0  # runs started (or skipped as finished before)
         self._keys: dict[object, str] = {}
         self._finished: set[str] = set()
         self._done_estimate = 0.0
-        self._t0: float | None = None
+        self._t0 = time.perf_counter()
 
     def track(self, where: object, key: str) -> None:
         """Name the run at ``where`` (its folder) by its key."""
@@ -128,17 +130,15 @@ class RunTally:
         """A run finished before this call (it counts as done and takes no time)."""
         self._finished.add(self._keys.get(where, str(where)))
         self.done += 1
+        self.started += 1
 
     def starting(self, where: object, name: str) -> str:
         """The line for a run that starts now."""
-        if self._t0 is None:
-            self._t0 = time.perf_counter()
-        return f"[{self.done + 1}/{self.total}] {name}{self._left()}"
+        self.started += 1
+        return f"[{self.started}/{self.total}] {name}{self._left()}"
 
     def finish(self, where: object, status: str, name: str) -> str:
         """Count a run as ended with ``status``; the line that says so."""
-        if self._t0 is None:
-            self._t0 = time.perf_counter()
         key = self._keys.get(where, str(where))
         if key not in self._finished:
             self._finished.add(key)
@@ -153,7 +153,7 @@ class RunTally:
         left = sum(s for k, s in self.estimates.items() if k not in self._finished)
         if not self.estimates:
             return None
-        if self._done_estimate > 0 and self._t0 is not None:
+        if self._done_estimate > 0:
             return left * (time.perf_counter() - self._t0) / self._done_estimate
         return left / self.jobs
 
