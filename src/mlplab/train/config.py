@@ -130,6 +130,7 @@ class RunSection:
     eval_every: int = 1  # epochs between evaluations; 0 -> only the final test
     checkpoint_every: int = 1  # epochs between checkpoints; 0 -> only at the end
     nan_check_every: int = not_semantic(50)  # steps between reads of the non-finite flag (one host sync each)
+    log_every_steps: int = not_semantic(0)  # N: a "step" record (loss, acc, lr, img/s, MFU) every N steps; 0: epochs only
     out_dir: str = not_semantic("runs")
     name: str | None = not_semantic(None)  # run folder name; None -> derived from the overrides
     log: Literal["auto", "bar", "lines", "none"] = not_semantic("auto")  # auto: a bar on a TTY, else lines
@@ -325,7 +326,8 @@ def validate(cfg: RunConfig) -> RunConfig:
     for name, v in (("schedule.warmup_epochs", s.warmup_epochs), ("schedule.warmup_steps", s.warmup_steps),
                     ("schedule.min_lr", s.min_lr), ("schedule.warmup_start_lr", s.warmup_start_lr),
                     ("optim.weight_decay", o.weight_decay), ("run.eval_every", r.eval_every),
-                    ("run.checkpoint_every", r.checkpoint_every), ("data.num_workers", d.num_workers)):
+                    ("run.checkpoint_every", r.checkpoint_every), ("run.log_every_steps", r.log_every_steps),
+                    ("data.num_workers", d.num_workers)):
         if v is not None and v < 0:
             raise ValueError(f"{name} must be >= 0, got {v}")
     if not (o.lr > 0 and math.isfinite(o.lr)):
