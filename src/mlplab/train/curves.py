@@ -77,8 +77,9 @@ def save_curves(run_dir: str | Path) -> Path | None:
                 ax.set_xlabel(xlabel)
     axes[0][0].legend(fontsize=8)
     fig.suptitle(Path(run_dir).resolve().name)
+    fig.subplots_adjust(left=0.08, right=0.98, bottom=0.08, top=0.93, hspace=0.08, wspace=0.2)
     try:
-        return save_figure(fig, Path(run_dir) / CURVES_FILE, formats=("png",), dpi=100)[0]
+        return save_figure(fig, Path(run_dir) / CURVES_FILE, formats=("png",), dpi=100, tight=False)[0]
     except OSError as e:  # a full disk after results.json was written: the run stands, say so
         print(f"mlplab train: warning: cannot write {Path(run_dir) / CURVES_FILE} ({e.strerror or e}); the run's "
               "results are written", file=sys.stderr)
