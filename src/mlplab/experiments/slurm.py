@@ -84,7 +84,8 @@ def sbatch_script(run_dir: str | os.PathLike, params: dict[str, Any] | None = No
     torchrun = [[python, "-m", "torch.distributed.run"],
                 ['--nnodes="$SLURM_JOB_NUM_NODES"', f"--nproc-per-node={procs}"],
                 ["--rdzv-backend=c10d", '--rdzv-id="$SLURM_JOB_ID"', '--rdzv-endpoint="$head:$port"'],
-                ["--signals-to-handle=SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1", f"--shutdown-timeout={max(delay - 10, 10)}"],
+                ["--signals-to-handle=SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1",
+                 f"--shutdown-timeout={max(delay - 10, 10)}"],
                 ["-m", "mlplab.experiments.worker", str(run_dir)]]
     setup = list(params.get("slurm_setup") or [])
     lines = ["#!/bin/bash",

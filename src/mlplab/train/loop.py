@@ -393,6 +393,7 @@ def _train_epoch(run: _Run, epoch: int, state: RunState, guard: _Guard, progress
     run.train_model.train()
     params = [p for p in run.model.parameters() if p.requires_grad]
     start, partial = state.position, state.partial or {}
+    t_before = partial.get("train_time_s", 0.0)  # of this epoch, before a stop signal (resumed mid-epoch)
     loader = train_loader(run.data, epoch, dur.batch_per_rank, cfg.run.seed, dist, start=start)
     sums = partial["sums"].to(device) if partial else torch.zeros(2, dtype=torch.float64, device=device)  # loss·n, correct
     no_sync = run.ddp.no_sync if run.ddp is not None else None
@@ -420,8 +421,8 @@ def _train_epoch(run: _Run, epoch: int, state: RunState, guard: _Guard, progress
             guard.check(state.checkpoint_epoch)
         run.step_log.after_step(state.step, epoch + 1, batch, len(labels))
         if run.stop.requested(state.step):  # preemption: checkpoint here, mid-epoch (train.preemption)
-            state.position, state.partial = i + 1, {"sums": sums.cpu(), "seen": seen,
-                                                    "train_time_s": partial.get("train_time_s", 0.0) + time.perf_counter() - t_epoch}
+            state.position = i + 1
+            state.partial = {"sums": sums.cpu(), "seen": seen, "train_time_s": t_before + time.perf_counter() - t_epoch}
             return None
         if progress.due():  # a TTY only: one sync per 0.5 s to show the running loss
             l_, a_ = sums.tolist()
@@ -433,7 +434,7 @@ def _train_epoch(run: _Run, epoch: int, state: RunState, guard: _Guard, progress
     seen *= dist.world_size  # every rank runs the same number of equal batches
     if device.type == "cuda":
         torch.cuda.synchronize(device)
-    train_time = partial.get("train_time_s", 0.0) + time.perf_counter() - t_epoch
+    train_time = t_before + time.perf_counter() - t_epoch
     state.position, state.partial = 0, None
     return {"epoch": epoch + 1, "step": state.step, "lr": run.optimizer.param_groups[0]["lr"],
             "train_loss": loss_sum / max(seen, 1), "train_acc": correct / max(seen, 1),
@@ -547,7 +548,8 @@ def _train(plan: RunPlan, dist: DistInfo, resume: bool, overwrite: bool,
         run.stop = StopSignals(dist, r.nan_check_every, run.device)
         with open_loggers(run_dir, cfg, enabled=dist.is_main) as loggers, run.stop:
             clock = lambda: state.wall_before + time.perf_counter() - t_start  # noqa: E731 (the run's wall time)
-            run.step_log = StepLog(r.log_every_steps, loggers, dist, run.device, run.optimizer, run.train_fpe, peak, clock)
+            run.step_log = StepLog(r.log_every_steps, loggers, dist, run.device, run.optimizer, run.train_fpe, peak,
+                                   clock)
             run.step_log.load_state_dict(state.step_log)
             for epoch in range(state.epoch, dur.total_epochs):
                 t_epoch = time.perf_counter()

@@ -53,7 +53,8 @@ def requeue(job_id: str) -> str:
         return f"requeueing Slurm job {job_id} failed ({e}); submit it again to resume"
     if done.returncode != 0:
         why = (done.stderr or done.stdout).strip().splitlines()
-        return f"requeueing Slurm job {job_id} failed ({why[-1] if why else f'exit {done.returncode}'}); submit it again to resume"
+        why = why[-1] if why else f"exit {done.returncode}"
+        return f"requeueing Slurm job {job_id} failed ({why}); submit it again to resume"
     return f"Slurm job {job_id} requeued: it resumes from there"
 
 
