@@ -7,9 +7,10 @@
 
 Sources (one file per measurement, named by what and where it was measured):
 
-- ``docs/results/<id>-<scale>-<machine>/``: a reproduction's own ``verdicts.json`` (with
-  ``experiment.json``, ``report.md``, ``results.csv`` and its figure when the run folder was kept;
-  a ``verdicts.json`` alone records what an earlier report said, with ``source`` saying so).
+- ``docs/results/<id>-<scale>-<machine>/``: a confirmatory reproduction (``mlplab reproduce --all
+  --confirm``): ``verdicts.json``, ``report.md``, tables, figure, ``protocol.json`` and every run's
+  results under ``runs/``; ``docs/results/explore/...``: exploratory ones (seeds 0–2);
+  ``docs/results/recovered/...``: a ``verdicts.json`` alone, what an earlier report said (``source``).
 - ``benchmarks/results/<what>-pt<torch>-<machine>.json``: what ``benchmarks/`` wrote (or recorded
   from an earlier report), each with its ``tables``.
 
@@ -33,13 +34,17 @@ BENCH = REPO / "benchmarks" / "results"
 TARGETS = ("README.md", "docs/experiments.md", "docs/performance.md")
 SCALE_RANK = {"paper": 3, "cpu": 2, "quick": 1, "smoke": 0}
 BLOCK = re.compile(r"(<!-- gen_docs: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /gen_docs -->)", re.S)
-VERDICTS = ("HELD", "DID NOT HOLD", "UNDECIDED")
+VERDICTS = ("HELD", "DID NOT HOLD", "NOT TESTABLE", "UNDECIDED")
 
 
 # ----------------------------------------------------------------------------------- reproductions
 
+CLASSES = ("trained", "identity", "measurement")
+BH_Q = 0.05  # the false discovery rate of the summary across experiments
+
+
 def load_result(folder: Path) -> dict[str, Any]:
-    """One committed reproduction: id, scale, machine, date, minutes, verdicts and the file to link."""
+    """One committed reproduction: id, scale, machine, date, minutes, role, seeds, claims and the file to link."""
     v = json.loads((folder / "verdicts.json").read_text())
     manifest = json.loads((folder / "experiment.json").read_text()) if (folder / "experiment.json").exists() else {}
     exp = v["experiment"]
@@ -50,21 +55,40 @@ def load_result(folder: Path) -> dict[str, Any]:
         minutes = round(manifest["wall_s"] / 60, 1)
     link = folder / ("report.md" if (folder / "report.md").exists() else "verdicts.json")
     where = json.loads((folder / "machine.json").read_text()) if (folder / "machine.json").exists() else {}
+    protocol = v.get("protocol") or {}
+    recovered = "source" in v
+    claims = [{"claim": c["claim"], "verdict": c["verdict"], "class": c.get("class") or ("trained" if c.get("trained", True)
+                                                                                          else "measurement"),
+               "reason": c.get("reason", ""), "p_two_sided": (c.get("stats") or {}).get("p_two_sided")}
+              for c in v["verdicts"]]
     return {"id": exp, "scale": scale, "machine": machine, "minutes": minutes, "load": v.get("loadavg") or where.get("loadavg"),
-            "measured": v.get("measured") or manifest.get("finished", "")[:10],
-            "verdicts": [c["verdict"] for c in v["verdicts"]], "link": link.relative_to(REPO).as_posix(),
-            "recovered": "source" in v}
+            "measured": v.get("measured") or manifest.get("finished", "")[:10], "claims": claims,
+            "verdicts": [c["verdict"] for c in claims], "link": link.relative_to(REPO).as_posix(), "recovered": recovered,
+            "role": "recovered" if recovered else protocol.get("role", "exploratory"), "seeds": protocol.get("seeds"),
+            "hash": protocol.get("hash")}
 
 
 def load_results(root: Path = RESULTS) -> list[dict[str, Any]]:
-    return [load_result(f) for f in sorted(root.iterdir()) if (f / "verdicts.json").exists()] if root.exists() else []
+    """Every committed reproduction: confirmed ones in ``root``, exploratory ones in ``root/explore``,
+    those recovered from an earlier report's prose (no run data) in ``root/recovered``."""
+    if not root.exists():
+        return []
+    out = []
+    for where, role in ((root, None), (root / "explore", "exploratory"), (root / "recovered", "recovered")):
+        for f in sorted(where.iterdir()) if where.exists() else []:
+            if (f / "verdicts.json").exists():
+                r = load_result(f)
+                out.append({**r, "role": role or r["role"]})
+    return out
 
 
-def latest(results: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Per id the most recent result; on the same day the larger scale, then a kept run folder."""
+def latest(results: list[dict[str, Any]], role: str = "confirmatory") -> dict[str, dict[str, Any]]:
+    """Per id the most recent result of ``role``; on the same day the larger scale."""
     best: dict[str, dict[str, Any]] = {}
     for r in results:
-        key = (r["measured"], SCALE_RANK.get(r["scale"], 0), not r["recovered"])
+        if r["role"] != role:
+            continue
+        key = (r["measured"], SCALE_RANK.get(r["scale"], 0))
         if r["id"] not in best or key > best[r["id"]]["_key"]:
             best[r["id"]] = {**r, "_key": key}
     return best
@@ -78,40 +102,103 @@ def verdict_summary(verdicts: list[str]) -> str:
     return ", ".join(f"**{w}**" + (f" ×{n}" if n > 1 or len(parts) > 1 else "") for w, n in parts)
 
 
+def by_class(claims: list[dict[str, Any]]) -> str:
+    """``trained: **HELD** ×2; identity: **HELD**`` — the verdicts of each class apart."""
+    parts = [f"{cls}: {verdict_summary([c['verdict'] for c in claims if c['class'] == cls])}" for cls in CLASSES
+             if any(c["class"] == cls for c in claims)]
+    return "; ".join(parts) or "–"
+
+
+def _seeds(seeds: list[int] | None) -> str:
+    if not seeds:
+        return "–"
+    return f"{len(seeds)} ({seeds[0]}–{seeds[-1]})" if seeds == list(range(seeds[0], seeds[-1] + 1)) else str(seeds)
+
+
 def experiments_table(results: list[dict[str, Any]], titles: dict[str, str], link_prefix: str = "") -> str:
-    """The README's table: every registered id, what it tests, the latest verdict and its report."""
+    """The README's table: every registered id, what it tests, its confirmatory verdicts by class,
+    seeds and report; then the totals over all ids with Benjamini–Hochberg over the trained claims."""
     best = latest(results)
-    lines = ["| id | what it tests | latest verdict | scale, machine | report |", "|---|---|---|---|---|"]
+    explored = latest(results, "exploratory")
+    lines = ["| id | what it tests | confirmed verdicts, by class | seeds | report |", "|---|---|---|---|---|"]
     for id, title in titles.items():
         r = best.get(id)
         if r is None:
-            lines.append(f"| `{id}` | {title} | not run yet | – | – |")
+            e = explored.get(id)
+            where = f"[exploratory only]({link_prefix}{e['link']})" if e else "–"
+            lines.append(f"| `{id}` | {title} | not confirmed yet | – | {where} |")
             continue
-        lines.append(f"| `{id}` | {title} | {verdict_summary(r['verdicts'])} | {r['scale']}, {r['machine']} | "
+        lines.append(f"| `{id}` | {title} | {by_class(r['claims'])} | {_seeds(r['seeds'])} | "
                      f"[{Path(r['link']).parent.name}]({link_prefix}{r['link']}) |")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n\n" + summary_line(best) + "\n"
+
+
+def summary_line(best: dict[str, dict[str, Any]]) -> str:
+    """The totals of the confirmed verdicts by class, and the trained claims' decisions that
+    survive Benjamini–Hochberg at ``BH_Q`` across every id."""
+    claims = [c for r in best.values() for c in r["claims"]]
+    if not claims:
+        return "**Totals:** no experiment is confirmed yet."
+    parts = []
+    for cls in CLASSES:
+        mine = [c["verdict"] for c in claims if c["class"] == cls]
+        if mine:
+            parts.append(f"{cls} {len(mine)}: " + ", ".join(f"{mine.count(w)} {w}" for w in VERDICTS if w in mine))
+    trained = [c for c in claims if c["class"] == "trained" and c["verdict"] in ("HELD", "DID NOT HOLD")
+               and c.get("p_two_sided") is not None]
+    tested = [c for c in claims if c["class"] == "trained" and c.get("p_two_sided") is not None
+              and c["verdict"] != "NOT TESTABLE"]
+    adj = bh(sorted(c["p_two_sided"] for c in tested))
+    cut = max((p for p, a in zip(sorted(c["p_two_sided"] for c in tested), adj) if a < BH_Q), default=-1.0)
+    kept = [c for c in trained if c["p_two_sided"] <= cut]
+    return (f"**Totals over {len(best)} confirmed ids:** " + "; ".join(parts) + f". Benjamini–Hochberg at "
+            f"{BH_Q:g} over the {len(tested)} tested trained claims keeps {len(kept)} of the {len(trained)} decided "
+            f"({sum(c['verdict'] == 'HELD' for c in kept)} HELD, {sum(c['verdict'] == 'DID NOT HOLD' for c in kept)} "
+            "DID NOT HOLD).")
+
+
+def bh(p_sorted: list[float]) -> list[float]:
+    """Benjamini–Hochberg adjusted p-values of ascending ``p_sorted`` (as mlplab.experiments.verdicts)."""
+    m = len(p_sorted)
+    out, running = [0.0] * m, 1.0
+    for i in range(m - 1, -1, -1):
+        running = min(running, p_sorted[i] * m / (i + 1))
+        out[i] = running
+    return out
 
 
 def all_results_table(results: list[dict[str, Any]]) -> str:
     """docs/experiments.md: every committed reproduction, one row each."""
-    lines = ["| id | scale | machine | verdicts | minutes (load) | files |", "|---|---|---|---|---|---|"]
-    for r in sorted(results, key=lambda r: (r["id"], -SCALE_RANK.get(r["scale"], 0), r["machine"])):
+    lines = ["| id | scale | machine | role | seeds | verdicts, by class | minutes (load) | files |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in sorted(results, key=lambda r: (r["id"], -SCALE_RANK.get(r["scale"], 0), r["role"], r["machine"])):
         minutes = "–" if r["minutes"] is None else f"{r['minutes']:g}" + (f" ({r['load']})" if r.get("load") else "")
-        kind = "recorded from an earlier report" if r["recovered"] else "report, figure, results.csv"
-        lines.append(f"| `{r['id']}` | {r['scale']} | {r['machine']} | {verdict_summary(r['verdicts'])} | {minutes} | "
-                     f"[{kind}]({r['link'].removeprefix('docs/')}) |")
+        kind = "recorded from an earlier report, no run data" if r["recovered"] else "report, figure, per-run data"
+        lines.append(f"| `{r['id']}` | {r['scale']} | {r['machine']} | {r['role']} | {_seeds(r['seeds'])} | "
+                     f"{by_class(r['claims'])} | {minutes} | [{kind}]({r['link'].removeprefix('docs/')}) |")
     return "\n".join(lines) + "\n"
 
 
+def open_claims_table(results: list[dict[str, Any]]) -> str:
+    """docs/experiments.md: every confirmed claim that is UNDECIDED or NOT TESTABLE, with its reason."""
+    lines = ["| id | claim | verdict | why |", "|---|---|---|---|"]
+    for id, r in sorted(latest(results).items()):
+        for c in r["claims"]:
+            if c["verdict"] in ("UNDECIDED", "NOT TESTABLE"):
+                lines.append(f"| `{id}` | {c['claim']} | {c['verdict']} | {c['reason'] or '–'} |")
+    return "\n".join(lines) + "\n" if len(lines) > 2 else "No confirmed claim is UNDECIDED or NOT TESTABLE.\n"
+
+
 def add_run(run_dir: Path, machine: str | None = None, load: str | None = None) -> Path:
-    """Copy a finished ``mlplab reproduce`` folder's report files to ``docs/results/<id>-<scale>-<machine>/``,
+    """Copy a finished exploratory ``mlplab reproduce`` folder's report files to
+    ``docs/results/explore/<id>-<scale>-<machine>/`` (confirmed ones are committed by the campaign),
     with ``machine.json`` (the machine tag, the CPU and the load average while it ran, when given)."""
     sys.path.insert(0, str(REPO / "src"))
     from mlplab.utils.cpu import cpu_has_native_bf16, cpu_info, machine_tag
 
     manifest = json.loads((run_dir / "experiment.json").read_text())
     exp, scale = manifest["experiment"], manifest["scale"]["scale"]
-    dest = RESULTS / f"{exp}-{scale}-{machine or machine_tag()}"
+    dest = RESULTS / "explore" / f"{exp}-{scale}-{machine or machine_tag()}"
     if dest.exists():
         shutil.rmtree(dest)
     dest.mkdir(parents=True)
@@ -174,9 +261,11 @@ def render(name: str) -> str:
         return experiments_table(load_results(), experiment_titles())
     if name == "all-results":
         return all_results_table(load_results())
+    if name == "open-claims":
+        return open_claims_table(load_results())
     if name == "benchmarks":
         return benchmark_sections()
-    raise KeyError(f"unknown generated block {name!r}: expected experiments, all-results or benchmarks")
+    raise KeyError(f"unknown generated block {name!r}: expected experiments, all-results, open-claims or benchmarks")
 
 
 def regenerate(text: str) -> str:

@@ -32,18 +32,37 @@ def test_a_stale_table_is_detected(tmp_path):
 
 
 def test_unknown_generated_block_is_an_error():
-    with pytest.raises(KeyError, match="experiments, all-results or benchmarks"):
+    with pytest.raises(KeyError, match="experiments, all-results, open-claims or benchmarks"):
         gen_docs.regenerate("<!-- gen_docs: nonsense -->\n<!-- /gen_docs -->")
 
 
-def test_latest_result_per_id_wins():
-    old = {"id": "fig5", "scale": "cpu", "machine": "a", "measured": "2026-01-01", "verdicts": ["UNDECIDED"],
-           "link": "docs/results/old/verdicts.json", "recovered": True, "minutes": 1}
-    new = {**old, "machine": "b", "measured": "2026-01-02", "verdicts": ["HELD"] * 3,
-           "link": "docs/results/new/report.md", "recovered": False}
-    table = gen_docs.experiments_table([new, old], {"fig5": "width", "fig6": "S ≈ C"})
-    assert "| `fig5` | width | **HELD** ×3 | cpu, b | [new](docs/results/new/report.md) |" in table
-    assert "| `fig6` | S ≈ C | not run yet |" in table
+def _result(**kw):
+    claims = [{"claim": "c", "verdict": "HELD", "class": "trained", "reason": "", "p_two_sided": 0.001}] * 3
+    return {"id": "fig5", "scale": "cpu", "machine": "a", "measured": "2026-01-01", "claims": claims,
+            "verdicts": [c["verdict"] for c in claims], "link": "docs/results/a/report.md", "recovered": False,
+            "role": "confirmatory", "seeds": [3, 4, 5, 6, 7], "hash": "h", "minutes": 1, **kw}
+
+
+def test_the_readme_table_shows_the_latest_confirmed_result_per_id_by_class():
+    old = _result(machine="a", measured="2026-01-01", link="docs/results/old/report.md")
+    new = _result(machine="b", measured="2026-01-02", link="docs/results/new/report.md")
+    explored = _result(id="fig6", role="exploratory", seeds=[0, 1, 2], link="docs/results/x/report.md")
+    recovered = _result(id="fig7", role="recovered", recovered=True, link="docs/results/y/verdicts.json")
+    table = gen_docs.experiments_table([new, old, explored, recovered], {"fig5": "width", "fig6": "S ≈ C", "fig7": "d"})
+    assert "| `fig5` | width | trained: **HELD** ×3 | 5 (3–7) | [new](docs/results/new/report.md) |" in table
+    assert "| `fig6` | S ≈ C | not confirmed yet | – | [exploratory only](docs/results/x/report.md) |" in table
+    assert "| `fig7` | d | not confirmed yet | – | – |" in table  # recovered from prose: not in the table
+    assert "trained 3: 3 HELD" in table and "keeps 3 of the 3 decided" in table
+
+
+def test_the_summary_applies_benjamini_hochberg_across_ids():
+    claims = [{"claim": "c", "verdict": "HELD", "class": "trained", "reason": "", "p_two_sided": p}
+              for p in (0.001, 0.02, 0.04, 0.3)]
+    claims[3]["verdict"] = "UNDECIDED"
+    line = gen_docs.summary_line({"fig5": _result(claims=claims)})
+    # BH over 4 tested: the adjusted p of 0.02 is 0.04 and of 0.04 is 0.053: two of the three decided survive
+    assert "keeps 2 of the 3 decided (2 HELD, 0 DID NOT HOLD)" in line
+    assert gen_docs.bh([0.001, 0.02, 0.04, 0.3]) == pytest.approx([0.004, 0.04, 0.04 * 4 / 3, 0.3])
 
 
 def test_verdict_summary_counts_each_word():

@@ -132,3 +132,45 @@ def test_light_entry_points_do_not_import_plotting_or_scipy(entry):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={"PYTHONPATH": str(SRC), "PATH": ""}).stdout.strip()
     assert out == "", f"import {entry} imports {out}"
+
+
+# A spec module holds settings, claims and wiring (docs/adding-an-experiment.md): the numbers an
+# analysis computes live in experiments/measures.py, aggregate.py or analysis/, the rules in
+# verdicts.py, the tasks in tasks.py (a sweep names its task by a string)
+SPECS = sorted(m for m in MODULES if m == "mlplab.experiments.specs" or m.startswith("mlplab.experiments.specs."))
+SPEC_FORBIDDEN = ("numpy", "scipy", "torch", "statistics")
+SPEC_FORBIDDEN_MLPLAB = ("mlplab.train", "mlplab.experiments.executors", "mlplab.experiments.tasks")
+SPEC_MAX_LINES = 300
+
+
+def _external_imports(module: str) -> set[str]:
+    """The top-level names of the non-relative imports of ``module`` (function-level included)."""
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(MODULES[module].read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            out.update(a.name.split(".")[0] for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            out.add(node.module.split(".")[0])
+    return out
+
+
+def test_there_are_spec_modules_to_check():
+    assert len(SPECS) > 20 and "mlplab.experiments.specs.sm_transfer" in SPECS
+
+
+@pytest.mark.parametrize("module", SPECS)
+def test_spec_modules_are_settings_claims_and_wiring(module):
+    numeric = sorted(_external_imports(module) & set(SPEC_FORBIDDEN))
+    assert not numeric, f"{module} imports {numeric}: move the computation to experiments/measures.py or analysis/"
+    wrong = sorted(t for t in imports_of(module) if any(t == f or t.startswith(f + ".") for f in SPEC_FORBIDDEN_MLPLAB))
+    assert not wrong, f"{module} imports {wrong}: a spec names its task by string and leaves training to the tasks"
+    lines = len(MODULES[module].read_text(encoding="utf-8").splitlines())
+    assert lines <= SPEC_MAX_LINES, f"{module} has {lines} lines (at most {SPEC_MAX_LINES}): split it by experiment id"
+
+
+def test_the_spec_rule_sees_a_forbidden_import(tmp_path, monkeypatch):
+    bad = tmp_path / "bad.py"
+    bad.write_text("def f():\n    import numpy as np\n    from scipy.stats import t\n    from ..tasks import task\n")
+    monkeypatch.setitem(MODULES, "mlplab.experiments.specs.bad", bad)
+    assert _external_imports("mlplab.experiments.specs.bad") == {"numpy", "scipy"}
+    assert "mlplab.experiments.tasks" in imports_of("mlplab.experiments.specs.bad")

@@ -17,7 +17,7 @@ _LAZY = {
     "models_table": "mlplab.analysis.cost",  # params and FLOPs of every registered model
     "count_flops": "mlplab.models.counting",  # forward matmul FLOPs per example
     "load_dataset": "mlplab.data",
-    "pack": "mlplab.data",  # `mlplab pack`: an image folder or dataset -> streamable .npy shards
+    "pack": "mlplab.data",  # `mlplab pack`: an image folder, tar/Parquet shards or dataset -> streamable .npy shards
     "make_config": "mlplab.train",
     "reproduce": "mlplab.experiments",
     "run_sweep": "mlplab.experiments",

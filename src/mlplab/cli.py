@@ -134,14 +134,50 @@ def command_parser(name: str) -> argparse.ArgumentParser:
     return parser
 
 
+def dotted_options(argv: list[str], form: str | None) -> list[str]:
+    """``--section.key=value`` and ``--section.key value`` (the timm / torchtitan / tyro habit) as
+    the command's own override items, after its other arguments: ``section.key=value`` when
+    ``form`` is ``"positional"``, ``--set section.key=value`` when it is ``"--set"``; unchanged
+    for a command without overrides (``form`` None). No option of mlplab has a dot in its name."""
+    if form is None:
+        return list(argv)
+    kept: list[str] = []
+    items: list[str] = []
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        key, eq, value = a[2:].partition("=")
+        if a == "--" or not a.startswith("--") or "." not in key:
+            kept.append(a)
+            if a == "--":  # everything after it is positional
+                kept += argv[i + 1:]
+                break
+            i += 1
+            continue
+        if not eq:
+            if i + 1 == len(argv) or argv[i + 1].startswith("--"):
+                raise ValueError(f"{a} needs a value: {a}=VALUE or {a} VALUE")
+            value = argv[i + 1]
+            i += 1
+        items += [f"{key}={value}"] if form == "positional" else [form, f"{key}={value}"]
+        i += 1
+    return kept + items
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The command line as a namespace with ``command``. A command's arguments are parsed
     intermixed, so positional overrides may follow a flag (``train CONFIG --overwrite k=v``), which
-    plain ``parse_args`` refuses."""
+    plain ``parse_args`` refuses; ``--section.key=value`` / ``--section.key value`` are overrides
+    too (:func:`dotted_options`, where the command module's ``OVERRIDES`` says how it takes them)."""
     argv = sys.argv[1:] if argv is None else list(argv)
     if not argv or argv[0] not in COMMANDS:  # help, no command, or an unknown one (argparse says so)
         return build_parser().parse_args(argv)
-    args = command_parser(argv[0]).parse_intermixed_args(argv[1:])
+    parser = command_parser(argv[0])
+    try:
+        rest = dotted_options(argv[1:], getattr(importlib.import_module(COMMANDS[argv[0]][0]), "OVERRIDES", None))
+    except ValueError as e:
+        parser.error(str(e))  # usage and one sentence, exit 2, as argparse's own errors
+    args = parser.parse_intermixed_args(rest)
     args.command = argv[0]
     return args
 

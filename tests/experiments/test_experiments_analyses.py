@@ -62,7 +62,7 @@ def test_figS5_best_inner_patch(tmp_path):
             run(tmp_path, "patch", f"P={P},s={s}", {"model.name": "s_mixer", "model.kwargs.patch_size": P,
                                                      "meta.S0": (28 // P) ** 2, "run.seed": s}, trained(e + 0.1 * s))
     assert held(tmp_path, "figS5") == [True]
-    assert "best mean at P=4" in (tmp_path / "report.md").read_text()
+    assert "vertex at log2(P)" in (tmp_path / "report.md").read_text()
 
 
 def test_figS6_S8_paired_gaps(tmp_path):
@@ -78,18 +78,24 @@ def test_figS6_S8_paired_gaps(tmp_path):
 
 
 def test_tableS3_time_ratios(tmp_path):
+    """One run times the models interleaved; each claim is the median of the per-round ratios."""
     manifest(tmp_path, "tableS3")
     g = np.random.default_rng(1)
+    rounds = 40
+    load = 1 + 0.2 * g.random(rounds)  # a load shared by the models of one round
+    rows = []
     for label, model, t in (("MLP-Mixer", "mlp_mixer", 1.0), ("RP-Mixer", "rp_mlp_mixer", 1.05),
                             ("SW-MLP", "sw_mlp", 4.6)):
-        times = list(t * (1 + 0.01 * g.standard_normal(9)))
-        run(tmp_path, "cost", label, {"setting": "cifar", "label": label},
-            {"model": model, "label": label, "params": 1, "params_nonzero": 1, "weight_MB": 1.0,
-             "flops_per_example": 1e6, "step_s": float(np.median(times)), "step_times": times,
-             "epoch_s": 100 * float(np.median(times)), "peak_MB": None, "device": "cpu"})
+        times = list(t * load * (1 + 0.01 * g.standard_normal(rounds)))
+        rows.append({"label": label, "model": model, "params": 1, "params_nonzero": 1, "weight_MB": 1.0,
+                     "flops_per_example": 1e6, "step_s": float(np.median(times)), "step_times": times,
+                     "epoch_s": 100 * float(np.median(times)), "peak_MB": None})
+    run(tmp_path, "cost", "setting=cifar", {"setting": "cifar"},
+        {"rows": rows, "machine": {"loadavg": [1.5, 1.0, 1.0]}, "load_after": [1.6, 1.0, 1.0], "device": "cpu"})
     assert held(tmp_path, "tableS3") == [True, True]
     md = (tmp_path / "report.md").read_text()
-    assert "n = 9 measurements" in md and "95% CI" in md
+    assert "n = 40 pairs" in md and "95% CI" in md and "load average 1.50 before" in md
+    assert [c["class"] for c in json.loads((tmp_path / "verdicts.json").read_text())["verdicts"]] == ["measurement"] * 2
 
 
 def test_implicit_bias_is_deterministic(tmp_path):

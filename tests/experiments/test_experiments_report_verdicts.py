@@ -70,35 +70,34 @@ def test_report_of_another_experiment_is_refused(tmp_path):
         report_experiment("fig5", tmp_path, verbose=False)
 
 
-def test_runs_that_have_not_plateaued_give_no_verdict(tmp_path):
-    """The clear minimum of the first test, but the training loss still falls ~11% per epoch:
-    HELD becomes UNDECIDED, and the report says why and what to change."""
+def test_runs_that_have_not_plateaued_are_not_testable(tmp_path):
+    """The clear minimum of the first test, but the training loss still falls ~11% per epoch in
+    every condition: NOT TESTABLE (never HELD or DID NOT HOLD), and the report says which
+    conditions and why."""
     fake_fig6(tmp_path, lambda x, s: 12 + x * x + 0.05 * s, losses=[0.50, 0.40, 0.36, 0.32])
     res = report_experiment("fig6", tmp_path, verbose=False)
-    assert [v["held"] for v in res["verdicts"]] == [None]
+    assert [v["verdict"] for v in res["verdicts"]] == ["NOT TESTABLE"]
+    assert res["verdicts"][0]["held"] is True  # the rule's decision is kept, the verdict is not it
     md = (tmp_path / "report.md").read_text()
-    assert "**UNDECIDED**" in md and "not plateaued" in md and "the statistics said HELD" in md
-    assert "schedule.epochs" in md
+    assert "**NOT TESTABLE**" in md and "still falling: pairs/S=124,C=8" in md and "%/epoch" in md
 
 
-def test_require_plateau_rule():
-    from mlplab.experiments.claims import PLATEAU_MAX, Claim, require_plateau
-    from mlplab.experiments.registry import get_experiment
-    from mlplab.experiments.verdicts import compare
-
-    def claims():
-        held = compare({0: 1.0, 1: 1.1, 2: 0.9, 3: 1.05}, {0: 2.0, 1: 2.1, 2: 1.9, 3: 2.0})  # a < b, decided
-        return [Claim("stat", "r", held.held, "", held), Claim("exact", "r", True)]
-
-    cs = claims()
-    assert cs[0].held is not None
-    assert require_plateau(cs, [-1.0, -2.0, float("nan")]) is None and cs[0].held is not None
-    assert require_plateau(cs, []) is None  # nothing trained (spectra, timings): nothing to gate
-    note = require_plateau(cs, [-(PLATEAU_MAX + 1)] * 3 + [-0.1])
-    assert note and cs[0].held is None and cs[1].held is True  # only statistical verdicts are gated
-    assert get_experiment("scaling").needs_plateau is False and get_experiment("fig6").needs_plateau
-    random_weights = Claim("spectrum", "r", cs[0].stats.held, "", cs[0].stats, trained=False)
-    assert require_plateau([random_weights], [-(PLATEAU_MAX + 1)] * 3) and random_weights.held is not None
+def test_a_longer_run_that_still_learns_makes_the_claim_not_testable(tmp_path):
+    fake_fig6(tmp_path, lambda x, s: 12 + x * x + 0.05 * s)
+    S, C = PAIRS[2]
+    d = tmp_path / "pairs-longer" / f"S={S},C={C},seed=0"
+    d.mkdir(parents=True)
+    ov = {"model.name": "s_mixer", "meta.omega": 65536, "meta.family": "s_mixer", "meta.S": S, "meta.C": C,
+          "meta.m": S * C, "run.seed": 0, "meta.longer": 2.0}
+    atomic_write_json(d / "spec.json", {"sweep": "pairs-longer", "name": d.name, "overrides": ov})
+    atomic_write_json(d / "results.json", {"test_acc": 1 - 9.0 / 100, "train_acc": 0.95, "params": 1000,
+                                           "history": [{"train_loss": x} for x in PLATEAUED]})
+    res = report_experiment("fig6", tmp_path, verbose=False)
+    assert [v["verdict"] for v in res["verdicts"]] == ["NOT TESTABLE"]
+    assert "still learning: pairs/S=41,C=40" in (tmp_path / "report.md").read_text()
+    atomic_write_json(d / "results.json", {"test_acc": 1 - 12.0 / 100, "train_acc": 0.95, "params": 1000,
+                                           "history": [{"train_loss": x} for x in PLATEAUED]})
+    assert [v["verdict"] for v in report_experiment("fig6", tmp_path, verbose=False)["verdicts"]] == ["HELD"]
 
 
 def test_group_runs_counts_the_seeds_of_the_test_error():

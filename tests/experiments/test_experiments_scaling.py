@@ -28,22 +28,24 @@ def _runs(widths, subsets=(3750, 15000, 60000), epochs=(1, 2, 4), noise=0.0, see
     return runs
 
 
-def test_a_frontier_over_two_model_sizes_is_undecided():
+def test_a_frontier_over_two_model_sizes_is_not_testable():
     an = _analyse_scaling(_runs([16, 32]), MANIFEST)
-    frontier = [c for c in an.claims if "compute-optimal" in c.claim]
-    assert len(frontier) == 2 and all(c.held is None for c in frontier)
-    assert all("set by the grid" in c.stats.detail for c in frontier)
-    assert any("one measurement, not two" in n for n in an.notes)
+    frontier = [c for c in an.claims if c.key == "beta-p"]
+    assert len(frontier) == 1 and frontier[0].verdict == "NOT TESTABLE"
+    assert "frontier_levels >= 3" in frontier[0].reason() and "ours 2" in frontier[0].reason()
+    assert any("one measurement, one verdict" in n for n in an.notes)
 
 
-def test_a_frontier_over_many_model_sizes_is_decided_on_its_interval():
+def test_a_frontier_over_many_model_sizes_is_decided_against_the_foil():
+    """The made-up runs follow P* ∝ C^0.35: the interval of β_P lies below the equal split 0.5."""
     an = _analyse_scaling(_runs([8, 16, 32, 64, 128, 256, 512], subsets=(1000, 3750, 15000, 60000),
                                 epochs=(1, 2, 4, 8)), MANIFEST)
     fr = [r for r in an.table if r["frontier"]]
     assert len({r["params"] for r in fr}) >= MIN_FRONTIER_LEVELS
-    for c in an.claims:
-        if "compute-optimal" in c.claim:
-            assert "set by the grid" not in c.stats.detail and c.held is not None
+    (beta,) = [c for c in an.claims if c.key == "beta-p"]
+    assert beta.verdict != "NOT TESTABLE" and beta.stats.extra["foil"] == 0.5
+    lo, hi = beta.stats.interval
+    assert beta.held is (True if hi < 0.5 else (False if lo > 0.5 else None))
 
 
 def test_bootstrap_interval_of_alpha_holds_the_truth():

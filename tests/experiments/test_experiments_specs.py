@@ -43,9 +43,31 @@ def test_tasks_by_name_or_module_function_and_each_has_an_estimate():
 
     assert get_task("cka") is TASKS["cka"]
     assert get_task("mlplab.experiments.tasks:echo_task") is TASKS["echo"]
-    assert set(TASK_S) == set(TASKS)
+    assert not set(TASKS) - set(TASK_S), "a registered task has no estimate in cost.TASK_S"
+    assert not set(TASK_S) - set(TASKS), "cost.TASK_S estimates a task that is not registered"
     with pytest.raises(ValueError, match="unknown task 'spectra'; registered tasks: train, cka"):
         get_task("spectra")
+
+
+def test_each_table_is_written_only_by_its_own_module():
+    """Tasks are registered with ``@task`` in tasks.py and estimated in cost.py's ``TASK_S``
+    literal: no module writes an entry into either table at import time."""
+    import ast
+    from pathlib import Path
+
+    import mlplab
+
+    own = {"TASKS": "tasks.py", "TASK_S": "cost.py"}
+    writes = []
+    for path in sorted(Path(mlplab.__file__).parent.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
+            for tgt in targets:
+                if isinstance(tgt, ast.Subscript):
+                    table = tgt.value.id if isinstance(tgt.value, ast.Name) else getattr(tgt.value, "attr", None)
+                    if table in own and not (path.name == own[table] and path.parent.name == "experiments"):
+                        writes.append(f"{path.name}:{node.lineno} writes {table}")
+    assert not writes
 
 
 def test_imagenet_variants_are_their_own_ids():

@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 
 from mlplab.experiments import estimate_cost, expand, plan_experiment, report_experiment, reproduce
-from mlplab.experiments.specs.inference import (MIXER_PUBLISHED, SM_PUBLISHED, TABLE4_MODELS, all_hold, build_model)
-from mlplab.experiments.verdicts import Verdict
+from mlplab.experiments.specs.mixer_cost import MIXER_PUBLISHED
+from mlplab.experiments.specs.sm_inference import SM_PUBLISHED, TABLE4_MODELS
+from mlplab.experiments.tasks import build_model
 from mlplab.models.counting import count_flops, count_params, measured_flops
 from mlplab.utils.io import atomic_write_json
 
@@ -62,16 +63,6 @@ def test_table4_flops_agree_with_flop_counter(label):
     assert count_flops(m) - attention == measured_flops(m, batch=1)
 
 
-def test_all_hold_combines_intervals():
-    def v(h):
-        return Verdict(held=h, kind="interval", n=5, effect_name="x")
-
-    assert all_hold([v(True), v(True)], "w").held is True
-    assert all_hold([v(True), v(None)], "w").held is None
-    assert all_hold([v(None), v(False)], "w").held is False
-    assert all_hold([], "w").held is None
-
-
 # ------------------------------------------------------------------ analyses on known answers
 
 
@@ -101,7 +92,7 @@ def verdicts(out, id):
     return [v["held"] for v in res["verdicts"]]
 
 
-def sm_rows(mlp_speedup, latency_speedup, n=7, params=None):
+def sm_rows(mlp_speedup, latency_speedup, n=20, params=None):
     params = params or {k: int(p[0] * 1e6) for k, p in SM_PUBLISHED.items()}
     return [row(k, params[k], 2e9 * p[3], (p[2] if k != "B-12/Wi-768" else 300.0 * mlp_speedup),
                 0.4 / (latency_speedup if k == "B-12/Wi-768" else 1.0), n) if k != "B-12/Wi-768" else
@@ -110,23 +101,27 @@ def sm_rows(mlp_speedup, latency_speedup, n=7, params=None):
 
 
 def test_sm_inference_verdicts(tmp_path):
+    """Three claims: the parameter identity, then one throughput and one latency verdict over the
+    three references (one measurement, one verdict)."""
     # the MLP 40–100× the references' throughput (500·40 over 506, 222, 319) and 40× their speed at batch 1
     write_run(tmp_path / "a", "sm-inference", sm_rows(40.0, 40.0))
-    assert verdicts(tmp_path / "a", "sm-inference") == [True] * 7
+    assert verdicts(tmp_path / "a", "sm-inference") == [True] * 3
     md = (tmp_path / "a" / "report.md").read_text()
-    assert "n = 7 measurements" in md and "no GPU measured" in md and "process CPU time" in md
-    assert "| B-12/Wi-768 | 66.89 | 66.89 |" in md
+    assert "n = 20 pairs" in md and "no GPU measured" in md and "process CPU time" in md
+    assert "| B-12/Wi-768 | 66.89 | 66.89 |" in md and "FLOP ratio" in md
+    got = json.loads((tmp_path / "a" / "verdicts.json").read_text())["verdicts"]
+    assert [c["class"] for c in got] == ["identity", "measurement", "measurement"]
     # 2× only and one parameter count off by 0.01M
     params = {k: int(p[0] * 1e6) for k, p in SM_PUBLISHED.items()}
     params["ViT-B/4"] += 10_000
     write_run(tmp_path / "b", "sm-inference", sm_rows(1.0, 2.0, params=params))
-    assert verdicts(tmp_path / "b", "sm-inference") == [False] * 7
-    # two passes: no timing claim decided
+    assert verdicts(tmp_path / "b", "sm-inference") == [False] * 3
+    # too few interleaved rounds: no timing claim decided
     write_run(tmp_path / "c", "sm-inference", sm_rows(40.0, 40.0, n=2), scale="smoke")
-    assert verdicts(tmp_path / "c", "sm-inference") == [True] + [None] * 6
+    assert verdicts(tmp_path / "c", "sm-inference") == [True, None, None]
 
 
-def mixer_rows(rates, n=5):
+def mixer_rows(rates, n=20):
     return [row(k, 10 ** 7, 10 ** 9, r, 0.0, n) | {"latency_s": []} for k, r in zip(MIXER_PUBLISHED, rates)]
 
 
@@ -135,14 +130,14 @@ def test_mixer_cost_verdicts(tmp_path):
     write_run(tmp_path / "a", "mixer-cost", mixer_rows([r / 50 for r in v100]))  # the published, 50× slower
     assert verdicts(tmp_path / "a", "mixer-cost") == [True, True]
     md = (tmp_path / "a" / "report.md").read_text()
-    assert "Mixer-S/32 > Mixer-B/16 > Mixer-L/16 > ViT-L/16 > Mixer-H/14" in md and "| Mixer-H/14 | 194 | 58 |" in md
+    assert "Mixer-S/32 > B/16 > L/16 > ViT-L/16 > H/14" in md and "| Mixer-H/14 | 194 | 58 |" in md
     # ViT-L/16 and Mixer-H/14 swapped, and S/32 30× B/16 instead of 10.7×
     swapped = [r / 50 for r in v100]
     swapped[3], swapped[4] = swapped[4], swapped[3]
     swapped[0] = 30 * swapped[1]
     write_run(tmp_path / "b", "mixer-cost", mixer_rows(swapped))
     assert verdicts(tmp_path / "b", "mixer-cost") == [False, False]
-    # ViT-L/16 within a per cent of Mixer-H/14: the order is not decided; 2 passes: nothing is
+    # ViT-L/16 within a per cent of Mixer-H/14: the order is not decided; 2 rounds: nothing is
     close = [r / 50 for r in v100]
     close[3] = close[4] * 1.003
     write_run(tmp_path / "c", "mixer-cost", mixer_rows(close))
@@ -154,17 +149,17 @@ def test_mixer_cost_verdicts(tmp_path):
 # ------------------------------------------------------------------ smoke, end to end
 
 
-@pytest.mark.parametrize("id, n", [("sm-inference", 7), ("mixer-cost", 2)])
+@pytest.mark.parametrize("id, n", [("sm-inference", 3), ("mixer-cost", 2)])
 def test_smoke_runs_and_pins_its_undecided_reasons(tmp_path, id, n):
     res = reproduce(id, "smoke", out_dir=tmp_path, verbose=False)
     assert res["failed"] == []
     v = json.loads((tmp_path / "verdicts.json").read_text())["verdicts"]
-    assert [c["verdict"] for c in v] == ["UNDECIDED"] * n
-    reasons = [c["stats"]["detail"] for c in v]
+    words = [c["verdict"] for c in v]
     if id == "sm-inference":
-        assert reasons[0] == "not testable: the run built other models than Table 4's"
-        reasons = reasons[1:]
-    assert all("fewer than 3 measurements of each: no interval" in r for r in reasons)
+        assert words[0] == "NOT TESTABLE" and "table4_models >= 1" in v[0]["reason"]
+        v, words = v[1:], words[1:]
+    assert words == ["UNDECIDED"] * len(v)
+    assert all(c["stats"]["detail"].startswith("no test at") and "UNDECIDED" in c["stats"]["detail"] for c in v)
     run = tmp_path / ("table4" if id == "sm-inference" else "table2") / "seed=0"
     res = json.loads((run / "results.json").read_text())
     rows = res["rows"]

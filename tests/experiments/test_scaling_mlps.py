@@ -1,6 +1,6 @@
-"""sm-table1 and sm-weights (Scaling MLPs Table 1, Figs. 10–11): the plans at every scale, the
-Holm-over-claims rule and the localisation measure r½ on made-up numbers with known answers, both
-analyses on made-up runs, and both ids end to end at smoke scale."""
+"""sm-table1 and sm-weights (Scaling MLPs Table 1, Figs. 10–11): the plans at every scale, both
+analyses on made-up runs, and both ids end to end at smoke scale (the localisation measure r½:
+tests/analysis/test_analysis_units.py)."""
 import json
 from pathlib import Path
 from types import SimpleNamespace
@@ -12,10 +12,8 @@ import torch
 from mlplab.experiments import estimate_cost, expand, plan_experiment, reproduce
 from mlplab.experiments.aggregate import RunRecord
 from mlplab.experiments.recipes import cpu_lr
-from mlplab.experiments.specs.scaling_mlps import (CLAIM_DA, CLAIM_EPOCHS, CLAIM_INV, CLAIM_W_DA, CLAIM_W_DATA, INV,
-                                                   LOCALISED_BELOW, MLP,
-                                                   _analyse_table1, _analyse_weights, half_energy_radius, initial_model,
-                                                   holm_over_claims, stem_unit_images, uniform_half_energy_radius)
+from mlplab.experiments.specs.sm_table1 import CLAIM_DA, CLAIM_EPOCHS, CLAIM_INV, INV, MLP, _analyse_table1
+from mlplab.experiments.specs.sm_weights import CLAIM_W_DA, CLAIM_W_DATA, LOCALISED_BELOW, _analyse_weights
 
 MANIFEST = {"scale": {"dataset": "made-up"}, "settings": {"units drawn": 4}}
 
@@ -32,7 +30,10 @@ def _runs_of(id, scale):
 def test_table1_cpu_plan_is_the_2x2_table_and_a_longer_budget_at_held_out_lrs_within_30_minutes():
     plan, runs = _runs_of("sm-table1", "cpu")
     table, longer = runs["table"], runs["longer-128"]
-    assert len(table) == 12 and len(longer) == 3 and set(runs) == {"table", "longer-128"}
+    assert len(table) == 12 and len(longer) == 3
+    assert set(runs) == {"table", "longer-128", "table-longer", "longer-128-longer"}  # + each condition's 2× run
+    assert [o["schedule.epochs"] for o in runs["table-longer"]] == [64] * 4
+    assert {o["run.seed"] for o in runs["table-longer"] + runs["longer-128-longer"]} == {0}
     for o in table + longer:
         assert o["data.dataset"] == "fashion_mnist" and o["data.train_subset"] == 3000
         assert o["augment.label_smoothing"] == 0.3 and o["optim.name"] == "adamw"
@@ -79,96 +80,6 @@ def test_weights_plans_compare_da_and_data_size_at_equal_steps():
     assert estimate_cost(plan)["est_s"] <= 30 * 60
 
 
-# ------------------------------------------------------------------------------ the rules
-
-
-def test_holm_over_claims_reaches_each_verdict():
-    lower = {s: 1.0 + 0.01 * s for s in range(5)}
-    higher = {s: 2.0 + 0.02 * s for s in range(5)}
-    v = holm_over_claims({"a < b": [("a − b", lower, higher)], "b < a": [("b − a", higher, lower)],
-                          "two seeds": [("a − b", {0: 1.0, 1: 1.0}, {0: 2.0, 1: 2.0})]})
-    assert v["a < b"].held is True and v["b < a"].held is False
-    assert v["two seeds"].held is None and "fewer than 3" in v["two seeds"].detail
-
-
-def test_holm_over_claims_adjusts_over_every_comparison_and_needs_all_of_a_claims():
-    # one comparison significant alone (p ≈ 0.03), with a flat one beside it: the claim needs both
-    rng = np.random.default_rng(0)
-    a = {s: float(x) for s, x in enumerate(rng.normal(0, 1, 6))}
-    b = {s: a[s] + 0.8 + 0.1 * (-1) ** s for s in range(6)}  # a clearly below b
-    flat = {s: a[s] + 0.3 * (-1) ** s for s in range(6)}  # no direction
-    v = holm_over_claims({"both": [("a − b", a, b), ("a − flat", a, flat)]})["both"]
-    assert v.held is None and set(v.extra["holm_claim"]) == {"a − b", "a − flat"}
-    alone = holm_over_claims({"one": [("a − b", a, b)]})["one"]
-    assert alone.held is True
-    # Holm: the smallest of k p-values is multiplied by k
-    tight = {s: a[s] + 0.5 + 0.45 * (-1) ** s for s in range(6)}
-    single = holm_over_claims({"x": [("a − tight", a, tight)]})["x"]
-    many = holm_over_claims({"x": [("a − tight", a, tight)], "y": [("a − flat", a, flat)]})["x"]
-    assert many.extra["holm_claim"]["a − tight"] == pytest.approx(min(1.0, 2 * single.p))
-
-
-def test_half_energy_radius_exact_values():
-    delta = np.zeros((1, 5, 5))
-    delta[0, 3, 1] = 2.0
-    assert half_energy_radius(delta)[0] == 0.0
-    assert half_energy_radius(np.ones((1, 3, 3)))[0] == 1.0  # centre 1, ring at 1 holds 5 of 9 ≥ 4.5
-    two = np.zeros((1, 1, 5))
-    two[0, 0, 0] = two[0, 0, 4] = 1.0  # centre at x = 2: both pixels at distance 2
-    assert half_energy_radius(two)[0] == 2.0
-    # energy Σ_ch w²: a colour unit with its energy split over channels counts once per pixel
-    rgb = np.zeros((1, 3, 3, 3))
-    rgb[0, 1, 1] = [1.0, 1.0, 1.0]
-    rgb[0, 0, 0, 0] = 1.0
-    r = half_energy_radius(rgb)[0]  # energies 3 at (1, 1) and 1 at (0, 0): centre of mass (0.75, 0.75)
-    assert r == pytest.approx(np.hypot(0.25, 0.25))  # the centre pixel alone holds 3/4 ≥ 1/2
-    assert np.isnan(half_energy_radius(np.zeros((1, 4, 4)))[0])
-    side = 28
-    assert uniform_half_energy_radius(side) == pytest.approx(np.sqrt(side * side / 2 / np.pi), rel=0.1)
-    # a localised blob is smaller than a spread-out unit
-    yy, xx = np.mgrid[0:side, 0:side]
-    blob = np.exp(-((yy - 10) ** 2 + (xx - 17) ** 2) / 8.0)[None]
-    assert half_energy_radius(blob)[0] < 0.3 * uniform_half_energy_radius(side)
-    # a unit spread evenly over a centred disc of a quarter of the image: r½ ≈ half an even spread's
-    disc = (np.hypot(yy - 13.5, xx - 13.5) <= np.sqrt(side * side / 4 / np.pi)).astype(float)[None]
-    assert half_energy_radius(disc)[0] / uniform_half_energy_radius(side) == pytest.approx(0.5, abs=0.02)
-    assert 0.5 < LOCALISED_BELOW < 1.0
-
-
-def test_stem_unit_images_follow_the_flattening_order():
-    from mlplab.models.registry import create_model
-
-    model = create_model("bottleneck_mlp", width=4, depth=1, image_size=5, in_chans=3, num_classes=2)
-    imgs = stem_unit_images(model)
-    assert imgs.shape == (4, 5, 5, 3)
-    x = torch.zeros(1, 3, 5, 5)
-    x[0, 2, 1, 3] = 1.0  # channel 2, row 1, column 3
-    with torch.no_grad():
-        out = model.embed(x) - model.stem.bias
-    assert np.allclose(out[0].double().numpy(), imgs[:, 1, 3, 2])
-
-
-def test_initial_model_is_the_trainers_initial_weights(tmp_path):
-    """A run whose lr is too small to move any weight ends where it started: initial_model must
-    rebuild exactly those weights from run.seed (random subset and augmentation on, as the runs)."""
-    from mlplab.experiments.tasks import load_trained_model
-    from mlplab.train import train
-    from mlplab.train.config import make_config
-
-    o = {"data.dataset": "synthetic", "data.train_subset": 64, "data.subset": "random", "data.test_subset": 32,
-         "model.name": "bottleneck_mlp", "model.kwargs.width": 8, "model.kwargs.depth": 1, "optim.name": "sgd",
-         "optim.lr": 1e-30, "optim.weight_decay": 0.0, "schedule.epochs": 1, "run.batch_size": 32, "run.seed": 3,
-         "run.out_dir": str(tmp_path), "run.name": "still", "run.log": "lines", "run.tensorboard": False,
-         "augment.crop_padding": 1, "augment.hflip": True}
-    train(make_config(None, o))
-    model, cfg = load_trained_model(tmp_path / "still")
-    state = torch.random.get_rng_state()
-    init = initial_model(model, cfg.run.seed)
-    assert torch.equal(torch.random.get_rng_state(), state)
-    assert torch.equal(init.stem.weight, model.stem.weight)
-    assert not torch.equal(initial_model(model, cfg.run.seed + 1).stem.weight, model.stem.weight)
-
-
 # ------------------------------------------------------------------------------ the analyses
 
 
@@ -176,7 +87,8 @@ def _record(model, da, epochs, seed, err, sweep="table"):
     hist = [{"train_loss": 1.0}, {"train_loss": 0.99}, {"train_loss": 0.985}]  # plateaued
     return RunRecord(sweep, f"{model}-{da}-{epochs}-{seed}", Path("."),
                      {"meta.model": model, "meta.da": da, "schedule.epochs": epochs, "run.seed": seed},
-                     results={"test_acc": 1 - err / 100, "history": hist, "params": 1000})
+                     results={"test_acc": 1 - err / 100, "train_acc": 0.9 if da else 1.0, "history": hist,
+                              "params": 1000})
 
 
 def _table1_runs(effect_da=-2.0, effect_inv=-3.0, effect_epochs=-1.5, seeds=4):
@@ -195,8 +107,8 @@ def _table1_runs(effect_da=-2.0, effect_inv=-3.0, effect_epochs=-1.5, seeds=4):
 
 def test_table1_analysis_holds_when_every_effect_is_there():
     an = _analyse_table1(_table1_runs(), MANIFEST)
-    verdicts = {c.claim: c.held for c in an.claims}
-    assert verdicts == {CLAIM_DA: True, CLAIM_INV: True, CLAIM_EPOCHS: True}
+    verdicts = {c.key: c.verdict for c in an.claims}
+    assert verdicts == {CLAIM_DA.key: "HELD", CLAIM_INV.key: "HELD", CLAIM_EPOCHS.key: "HELD"}
     pub = {p["row"]: p for p in an.published}
     assert pub["MLP-Inv + DA @1000E"]["ours (made-up, epochs)"].endswith("@32E (n=4)")  # the longer budget
     assert pub["MLP-Inv + DA @5000E"]["ours (made-up, epochs)"] == "–"
@@ -205,10 +117,19 @@ def test_table1_analysis_holds_when_every_effect_is_there():
 
 def test_table1_analysis_reaches_did_not_hold_and_undecided():
     an = _analyse_table1(_table1_runs(effect_da=+2.0, effect_epochs=0.0), MANIFEST)
-    verdicts = {c.claim: c.held for c in an.claims}
-    assert verdicts[CLAIM_DA] is False and verdicts[CLAIM_INV] is True
+    verdicts = {c.key: c.verdict for c in an.claims}
+    assert verdicts[CLAIM_DA.key] == "DID NOT HOLD" and verdicts[CLAIM_INV.key] == "HELD"
     an = _analyse_table1(_table1_runs(seeds=2), MANIFEST)
-    assert all(c.held is None and "fewer than 3" in c.stats.detail for c in an.claims)
+    assert all(c.held is None and "no test at" in c.stats.detail for c in an.claims)
+
+
+def test_table1_da_claim_is_not_testable_when_the_models_without_da_do_not_overfit():
+    runs = _table1_runs()
+    for r in runs:
+        if not r.get("meta.da"):  # training error as high as the test error: nothing for DA to fix
+            r.results["train_acc"] = r.results["test_acc"]
+    (da,) = [c for c in _analyse_table1(runs, MANIFEST).claims if c.key == CLAIM_DA.key]
+    assert da.held is True and da.verdict == "NOT TESTABLE" and "no_da_overfit >= 2" in da.reason()
 
 
 def _fake_model(radius, seed=0):
@@ -226,8 +147,8 @@ def _zero_init(model, seed):
 
 
 def test_weights_analysis_decides_on_r_half(monkeypatch):
+    from mlplab.analysis import units
     from mlplab.experiments import tasks
-    from mlplab.experiments.specs import scaling_mlps
 
     radius = {"no DA": 4.0, "DA": 1.5, "DA, fewer images": 3.0}
     runs = [RunRecord("units", f"{c}-{s}", Path(f"{c}|{s}"), {"meta.condition": c, "run.seed": s},
@@ -238,17 +159,18 @@ def test_weights_analysis_decides_on_r_half(monkeypatch):
         return _fake_model(radius[c] * (1 + 0.03 * int(s)), int(s))
 
     monkeypatch.setattr(tasks, "load_trained_model", load)
-    monkeypatch.setattr(scaling_mlps, "initial_model", _zero_init)
+    monkeypatch.setattr(units, "initial_model", _zero_init)
     an = _analyse_weights(runs, MANIFEST)
-    assert {c.claim: c.held for c in an.claims} == {CLAIM_W_DA: True, CLAIM_W_DATA: True}
+    assert [c.verdict for c in an.claims] == ["HELD", "HELD"]
     radius.update({"DA": 5.0})  # DA spreads the units out: both claims fail
     an = _analyse_weights(runs, MANIFEST)
-    assert {c.claim: c.held for c in an.claims} == {CLAIM_W_DA: False, CLAIM_W_DATA: False}
+    assert [c.verdict for c in an.claims] == ["DID NOT HOLD", "DID NOT HOLD"]
     assert len(an.table) == 9 and "sm-weights" in an.figures
     radius.update({"no DA": 30.0, "DA": 20.0, "DA, fewer images": 30.0})  # all spread out: not testable
     an = _analyse_weights(runs, MANIFEST)
-    assert all(c.held is None and "not testable at this scale" in c.stats.detail for c in an.claims)
-    assert "the test said HELD" in an.claims[0].stats.detail
+    assert [c.verdict for c in an.claims] == ["NOT TESTABLE"] * 2 and an.claims[0].held is True
+    assert "min_relative_r_half < 0.9" in an.claims[0].reason()
+    assert 0.5 < LOCALISED_BELOW < 1.0
 
 
 # ------------------------------------------------------------------------------ smoke, end to end
@@ -262,5 +184,6 @@ def test_smoke_runs_end_to_end_and_is_undecided_on_one_seed(tmp_path, id, claims
     assert (out / f"{id}.png").exists() and (out / f"{id}.pdf").exists()
     v = json.loads((out / "verdicts.json").read_text())
     assert len(v["verdicts"]) == claims
-    for c in v["verdicts"]:  # pinned: one seed at smoke scale, so no test
-        assert c["verdict"] == "UNDECIDED" and "fewer than 3 paired seeds" in c["stats"]["detail"]
+    for c in v["verdicts"]:  # pinned: one seed and one epoch at smoke scale: not converged, or no test
+        assert c["verdict"] in ("UNDECIDED", "NOT TESTABLE")
+        assert "fewer than 3" in c["stats"]["detail"] or "no test at" in c["stats"]["detail"]

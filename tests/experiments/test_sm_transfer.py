@@ -9,9 +9,9 @@ import torch
 
 from mlplab.experiments import estimate_cost, expand, plan_experiment, reproduce
 from mlplab.experiments.aggregate import RunRecord
-from mlplab.experiments.specs.sm_transfer import (TABLE2, TABLE3, _analyse_batch_size, _analyse_transfer, all_of,
-                                                  finetune_task)
-from mlplab.experiments.verdicts import compare
+from mlplab.experiments.specs.sm_batch_size import _analyse_batch_size
+from mlplab.experiments.specs.sm_transfer import TABLE2, TABLE3, _analyse_transfer
+from mlplab.experiments.tasks import finetune_task
 
 IDS = ("sm-transfer", "sm-batch-size")
 
@@ -24,7 +24,9 @@ def _by_sweep(plan):
 def test_transfer_plan_points_every_later_run_at_its_pretrained_run(scale):
     _, _, plan = plan_experiment("sm-transfer", scale, dataset="fashion_mnist" if scale == "cpu" else None,
                                  check_available=False)
-    assert [[sw.name for sw in st] for st in plan.stages] == [["pretrain"], ["finetune", "scratch", "probe"]]
+    longer = scale == "cpu"  # each trained condition's 2× run (the fine-tuning task is not a training sweep)
+    names = [["pretrain"] + ["pretrain-longer"] * longer, ["finetune", "scratch", "probe"] + ["scratch-longer"] * longer]
+    assert [[sw.name for sw in st] for st in plan.stages] == names
     runs = _by_sweep(plan)
     pre = {f"pretrain/{s.name}": s.overrides for s in runs["pretrain"]}
     seeds = {s.overrides["run.seed"] for s in runs["pretrain"]}
@@ -50,7 +52,7 @@ def test_transfer_plan_points_every_later_run_at_its_pretrained_run(scale):
         assert all(s.overrides["optim.freeze"] == "body" and s.overrides["optim.name"] == "lion"
                    for s in runs["probe"])
     if scale == "cpu":
-        assert len(seeds) >= 3 and estimate_cost(plan, "cpu")["est_s"] <= 30 * 60
+        assert len(seeds) >= 3
 
 
 def pre_epochs(pre, n_max):
@@ -113,27 +115,13 @@ def test_finetune_starts_from_the_pretrained_body_with_a_new_head(tmp_path):
     assert not torch.equal(a["head.weight"], b["head.weight"])
 
 
-# ------------------------------------------------------------------------------------------ all_of
-
-
-def test_all_of_needs_every_part_and_holm():
-    down = {0: 1.0, 1: 2.0, 2: 3.0, 3: 4.0}
-    up = {s: v + 5.0 + 0.1 * s * s for s, v in down.items()}
-    held = all_of({"a": compare(down, up), "b": compare(down, up)})
-    assert held.held is True and len(held.extra["p_claim_holm"]) == 2
-    assert all_of({"a": compare(down, up), "b": compare(up, down)}).held is False
-    flat = {s: v + (0.3 if s % 2 else -0.3) for s, v in down.items()}
-    assert all_of({"a": compare(down, up), "b": compare(down, flat)}).held is None
-    two = all_of({"a": compare({0: 1.0, 1: 2.0}, {0: 3.0, 1: 4.0})})
-    assert two.held is None and "fewer than 3 seeds" in two.detail
-
-
 # ------------------------------------------------------------------------------ analyses, made up
 
 
 def _rec(sweep, seed, err, **labels):
     ov = {"run.seed": seed, **{f"meta.{k}": v for k, v in labels.items()}}
-    res = {"test_acc": 1 - err / 100, "history": [{"train_loss": 1.0}, {"train_loss": 0.99}]}
+    n = 30000 if sweep == "pretrain" else 3000  # the pre-training set 10× the downstream one: the regime
+    res = {"test_acc": 1 - err / 100, "train_examples": n, "history": [{"train_loss": 1.0}, {"train_loss": 0.99}]}
     if sweep == "probe":
         res = {"probe": {"acc": 1 - err / 100, "l2": 1.0}}
     return RunRecord(sweep, f"{sweep}-{seed}-{labels}", Path("."), ov, results=res)
@@ -159,11 +147,21 @@ def test_transfer_analysis_reaches_each_verdict():
     paper_like = {(1000, False): 20.0, (1000, True): 10.0, (5000, False): 18.0, (5000, True): 8.0}
     an = _analyse_transfer(_transfer_runs(paper_like, paper_like, 12.0), {})
     assert _verdicts(an) == ["HELD"] * 5
-    # no transfer, DA hurts, data size matters more than DA
+    # no transfer: the first claim DID NOT HOLD, and the rest, whose premise it is, are NOT TESTABLE
     reverse = {(1000, False): 10.0, (1000, True): 20.0, (5000, False): 8.0, (5000, True): 18.0}
     an = _analyse_transfer(_transfer_runs(reverse, reverse, 12.0), {})
-    assert _verdicts(an) == ["DID NOT HOLD"] * 5
-    assert any("did not transfer" in n for n in an.notes)
+    assert _verdicts(an) == ["DID NOT HOLD"] + ["NOT TESTABLE"] * 4
+    assert all("transfers >= 1" in c.reason() for c in an.claims[1:])
+    # transfer, but DA hurts and data size matters more than DA
+    mixed = {(1000, False): 10.0, (1000, True): 11.0, (5000, False): 8.0, (5000, True): 9.0}
+    an = _analyse_transfer(_transfer_runs(mixed, mixed, 12.0), {})
+    assert _verdicts(an) == ["HELD"] + ["DID NOT HOLD"] * 4
+    # a pre-training set only twice the downstream one: out of the regime, whatever the numbers
+    runs = _transfer_runs(paper_like, paper_like, 12.0)
+    for r in runs:
+        if r.sweep == "pretrain":
+            r.results["train_examples"] = 6000
+    assert _verdicts(_analyse_transfer(runs, {})) == ["NOT TESTABLE"] * 5
     an = _analyse_transfer(_transfer_runs(paper_like, paper_like, 12.0, seeds=(0, 1)), {})
     assert _verdicts(an) == ["UNDECIDED"] * 5
     pub = {(r["what"][:4], r["model"]): r for r in an.published}
@@ -206,8 +204,10 @@ def test_smoke_runs_every_stage_and_is_undecided_on_one_seed(tmp_path, id):
     assert res["failed"] == []
     out = Path(res["out_dir"])
     v = json.loads((out / "verdicts.json").read_text())
-    assert v["verdicts"] and all(c["verdict"] == "UNDECIDED" for c in v["verdicts"])
-    assert all("fewer than 3" in c["stats"]["detail"] for c in v["verdicts"])  # one seed at smoke scale
+    # one seed at smoke scale; sm-transfer's tiny sets are also out of its regime (≥ 10× the downstream set)
+    assert v["verdicts"] and all(c["verdict"] == ("NOT TESTABLE" if id == "sm-transfer" else "UNDECIDED")
+                                 for c in v["verdicts"])
+    assert all("fewer than 3" in c["stats"]["detail"] or "no test at" in c["stats"]["detail"] for c in v["verdicts"])
     assert list(out.glob("*.png"))
     md = (out / "report.md").read_text()
     assert "Analysis error" not in md and ("69.9" in md if id == "sm-transfer" else "Fig. 4" in md)

@@ -12,7 +12,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "mutation.py"
-CORE = ["experiments/verdicts.py", "experiments/claims.py", "theory/budget.py", "theory/effective.py", "layers/pk.py",
+CORE = ["experiments/verdicts.py", "experiments/claims.py", "experiments/protocol.py", "theory/budget.py", "theory/effective.py", "layers/pk.py",
         "layers/fused.py",
         "data/augment.py", "data/loader.py", "train/checkpoint.py", "train/optim.py", "train/loop.py", "interop"]
 

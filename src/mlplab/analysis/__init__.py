@@ -1,4 +1,5 @@
-"""Analysis: CKA, linear few-shot evaluation, spectra, weight pictures, implicit regularisation, scaling-law fits, cost.
+"""Analysis: CKA, linear few-shot evaluation, spectra, weight pictures, what first-layer and token-mixing units
+learn, implicit regularisation, scaling-law fits, cost.
 
 Submodules are imported on first use (matplotlib and scipy cost seconds to import), so
 ``import mlplab.analysis.cost`` stays cheap for the training loop.
@@ -49,6 +50,16 @@ _EXPORTS = {
     "FewShotResult": "fewshot",
     "extract_features": "fewshot",
     "linear_few_shot": "fewshot",
+    "INVERSE_TAU": "units",
+    "half_energy_radius": "units",
+    "initial_model": "units",
+    "inverse_partners": "units",
+    "mean_frequency": "units",
+    "paired_units": "units",
+    "stem_unit_images": "units",
+    "uniform_half_energy_radius": "units",
+    "unit_picture": "units",
+    "weight_stats": "units",
     "count_flops": "cost",
     "count_params": "cost",
     "model_summary": "cost",

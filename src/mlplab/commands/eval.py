@@ -15,12 +15,16 @@ from __future__ import annotations
 import argparse
 import json
 
+#: how this command takes overrides (``mlplab.cli.dotted_options``): KEY=VALUE positionals
+OVERRIDES = "positional"
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("checkpoint", help="run folder, checkpoint folder or checkpoint file (mlplab, timm, Flax, "
                                            "Scaling-MLPs)")
     parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
-                        help="data.* keys (data.dataset=cifar10 data.root=DIR data.image_size=64), "
+                        help="data.* keys (data.dataset=cifar10 data.root=DIR data.image_size=64; or "
+                             "--data.dataset cifar10), "
                              "run.eval_batch_size, run.precision, run.device, run.threads, augment.test_hflip")
     parser.add_argument("--split", default="test", choices=("train", "val", "test"), help="the split (default test)")
     parser.add_argument("--ema", action="store_true", help="evaluate the run's EMA of the weights (run.ema_decay)")

@@ -1,8 +1,8 @@
-"""``mlplab finetune CHECKPOINT CONFIG [section.key=value ...] [--resume] [--overwrite] [--print-config]``
+"""``mlplab finetune CHECKPOINT CONFIG [section.key=value ...] [--resume] [--overwrite] [--print-config [--format yaml]]``
 
-Trains CONFIG (a named config such as ``fmnist_finetune`` / ``fmnist_linear_probe``, or a JSON
-file) starting from CHECKPOINT: a run folder, an mlplab file or a timm / Flax / Scaling-MLPs
-checkpoint. The checkpoint decides the model (CONFIG's model section keeps only ``expand``,
+Trains CONFIG (a named config such as ``fmnist_finetune`` / ``fmnist_linear_probe``, or a JSON,
+YAML or TOML file; overrides also as ``--section.key=value``) starting from CHECKPOINT: a run
+folder, an mlplab file or a timm / Flax / Scaling-MLPs checkpoint. The checkpoint decides the model (CONFIG's model section keeps only ``expand``,
 ``new_head``, ``init_format``, and ``kwargs`` when it names no model); the data is resized to the model's
 resolution. Equivalent to ``mlplab train CONFIG model.init_from=CHECKPOINT model.name=...``.
 
@@ -11,18 +11,24 @@ resolution. Equivalent to ``mlplab train CONFIG model.init_from=CHECKPOINT model
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
+
+from .train import add_format_argument, check_format
+
+#: how this command takes overrides (``mlplab.cli.dotted_options``): KEY=VALUE positionals
+OVERRIDES = "positional"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("checkpoint", help="run folder or checkpoint file (mlplab, timm, Flax .npz, Scaling-MLPs)")
-    parser.add_argument("config", help="a named config (mlplab train --list) or a JSON file")
-    parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="dotted overrides, e.g. optim.head_lr=0.01")
+    parser.add_argument("config", help="a named config (mlplab train --list) or a JSON, YAML or TOML file")
+    parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
+                        help="dotted overrides, e.g. optim.head_lr=0.01 or --optim.head_lr=0.01")
     parser.add_argument("--resume", action="store_true", help="continue the run in its folder")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing run folder")
-    parser.add_argument("--print-config", action="store_true", help="print the resolved config as JSON and exit")
+    parser.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
+    add_format_argument(parser)
 
 
 def _finetune_config(checkpoint: str, config: str, overrides: list[str] | dict | None):
@@ -64,13 +70,15 @@ def finetune_plan(checkpoint: str, config: str, overrides: list[str] | dict | No
 def run(args: argparse.Namespace) -> int:
     from ..train import train
     from ..train.config import to_dict
+    from ..utils.configfile import format_config
 
     if args.resume and args.overwrite:
         print("mlplab finetune: error: --resume and --overwrite exclude each other", file=sys.stderr)
         return 2
+    check_format(args)
     plan = finetune_plan(args.checkpoint, args.config, args.overrides)  # before anything is written
     if args.print_config:
-        print(json.dumps(to_dict(plan.cfg), indent=2))
+        print(format_config(to_dict(plan.cfg), args.format))
         return 0
     results = train(plan, resume=args.resume, overwrite=args.overwrite)
     return 0 if results else 1

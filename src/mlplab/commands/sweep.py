@@ -11,6 +11,9 @@ from pathlib import Path
 
 from ..experiments.recipes import SCALES
 
+#: how this command takes overrides (``mlplab.cli.dotted_options``): --optim.lr=0.1 is --set optim.lr=0.1
+OVERRIDES = "--set"
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("sweep", help="an experiment id (see `mlplab reproduce --list`) or a .json/.py sweep file")
@@ -24,7 +27,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", default=None, help="output folder (default: runs/experiments/ID-SCALE or runs/sweeps/NAME)")
     parser.add_argument("--dry-run", action="store_true", help="list the runs and their folders; run nothing")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
-                        help="run-config override for every training run of an experiment id (repeatable)")
+                        help="run-config override for every training run of an experiment id (repeatable; "
+                             "--optim.lr=0.1 is the same as --set optim.lr=0.1)")
     parser.add_argument("--slurm", action="append", default=[], metavar="KEY=VALUE",
                         help="submitit parameter for --executor slurm, e.g. slurm_partition=gpu (repeatable)")
 

@@ -1,4 +1,5 @@
-"""``pack``: write an image folder or a dataset of the table as a pack (format: ``mlplab.data.packed``).
+"""``pack``: write an image folder, WebDataset tar or Parquet shards (``mlplab.data.sources``) or a
+dataset of the table as a pack (format: ``mlplab.data.packed``).
 
 Each shard is written to a temporary file and renamed when complete; finished shards (with their
 sha256 and byte histograms, for the mean/std) are recorded in ``.pack-state.json``, so a killed
@@ -24,6 +25,7 @@ import numpy as np
 from ..errors import BadInput
 from ..utils.io import atomic_save, atomic_write_json
 from .formats import decode_image, list_image_folder
+from .sources import SHARD_KINDS, find_shards, open_shards
 from .packed import (FORMAT_NAME, FORMAT_VERSION, INDEX_NAME, STATE_NAME, _read_json, is_pack, sha256_file,
                      shard_files, verify_pack)
 
@@ -103,10 +105,19 @@ def _table_source(name: str, size: int, root: str | None, download: bool) -> _So
     return _Source(name, classes, int(info.in_chans), splits)
 
 
-def _open_source(source: str | os.PathLike, size: int, in_chans: int, root: str | None, download: bool) -> _Source:
+def _open_source(source: str | os.PathLike, size: int, in_chans: int, root: str | None, download: bool,
+                 keys: tuple[str | None, str | None] = (None, None)) -> _Source:
     from .table import DATASETS
 
     path = Path(source).expanduser()
+    shards = find_shards(path)
+    if shards:
+        s = open_shards(path, shards, size, in_chans, *keys)
+        return _Source(s.name, s.classes, in_chans,
+                       {k: _SplitSource(v.labels, v.read, v.digest) for k, v in s.splits.items()})
+    if keys != (None, None):
+        raise BadInput("--image-key and --label-key name what tar and Parquet shards hold; "
+                       f"{source} holds no .tar or .parquet files")
     if str(source) in DATASETS and not path.is_dir():
         if DATASETS[str(source)].format in ("imagefolder", "synthetic", "packed"):
             raise BadInput(f"pack an image folder by its path (mlplab pack DIR DST), not the table name {source!r}")
@@ -114,7 +125,7 @@ def _open_source(source: str | os.PathLike, size: int, in_chans: int, root: str 
     if path.is_dir():
         return _folder_source(path, size, in_chans)
     raise BadInput(f"{source} is neither a folder nor a dataset of the table; give an image folder "
-                   f"(DIR/train/<class>/<image>) or one of: "
+                   f"(DIR/train/<class>/<image>), a folder of .tar or .parquet shards, or one of: "
                    f"{', '.join(k for k, v in sorted(DATASETS.items()) if v.format not in ('imagefolder', 'synthetic', 'packed'))}")
 
 
@@ -183,11 +194,13 @@ class _Report:
 
 def pack(source: str | os.PathLike, dst: str | os.PathLike, image_size: int, *, workers: int = 2,
          shard_size: int = DEFAULT_SHARD_SIZE, in_chans: int = 3, root: str | None = None, download: bool = False,
-         progress: str = "auto") -> dict[str, Any]:
-    """Pack an image folder (``source`` a path holding ``train/<class>/<image>``) or a dataset of
-    the table (``source`` its name; ``root``/``download`` as in ``load_dataset``) into ``dst``
-    (module docstring), images resized to ``image_size`` (shorter side, centre crop for folders;
-    antialiased bilinear for tensor datasets). ``workers`` processes decode image files.
+         progress: str = "auto", image_key: str | None = None, label_key: str | None = None) -> dict[str, Any]:
+    """Pack an image folder (``source`` a path holding ``train/<class>/<image>``), WebDataset tar
+    or Parquet shards (``source`` a folder of them or one file; ``image_key``/``label_key`` as in
+    ``mlplab.data.sources``) or a dataset of the table (``source`` its name; ``root``/``download``
+    as in ``load_dataset``) into ``dst`` (module docstring), images resized to ``image_size``
+    (shorter side, centre crop for files; antialiased bilinear for tensor datasets). ``workers``
+    processes decode image files.
     Returns the index. A finished pack of the same plan is verified and returned as it is."""
     if int(image_size) < 1:
         raise BadInput(f"--image-size must be a positive number of pixels, got {image_size}")
@@ -198,7 +211,7 @@ def pack(source: str | os.PathLike, dst: str | os.PathLike, image_size: int, *, 
     dst = Path(dst).expanduser()
     if dst.exists() and not dst.is_dir():
         raise BadInput(f"{dst} is a file; give a folder (new or empty) for the pack")
-    src = _open_source(source, int(image_size), in_chans, root, download)
+    src = _open_source(source, int(image_size), in_chans, root, download, (image_key, label_key))
     fingerprint = _plan_fingerprint(src, int(image_size), shard_size)
     if is_pack(dst):
         index = _read_json(dst / INDEX_NAME)
@@ -225,7 +238,8 @@ def pack(source: str | os.PathLike, dst: str | os.PathLike, image_size: int, *, 
 
     total = sum(len(s.labels) for s in src.splits.values())
     report = _Report(total, progress)
-    ex = ProcessPoolExecutor(workers) if workers > 1 and src.name.startswith("imagefolder:") else None
+    decoded = ("imagefolder:", *(f"{k}:" for k in SHARD_KINDS.values()))  # sources of encoded image files
+    ex = ProcessPoolExecutor(workers) if workers > 1 and src.name.startswith(decoded) else None
     splits_index: dict[str, Any] = {}
     train_hists: list[list[int]] | None = None
     try:

@@ -23,7 +23,7 @@ from ..train.config import flatten
 from ..utils.io import read_json
 
 __all__ = ["RunRecord", "load_runs", "mean_std", "group_runs", "test_error", "rows_to_csv",
-           "spearman", "select"]
+           "spearman", "select", "flat_results", "test_error_sd"]
 
 
 def union_columns(rows: Sequence[dict[str, Any]]) -> list[str]:
@@ -119,6 +119,17 @@ def test_error(r: RunRecord) -> float:
     return 100.0 * (1.0 - acc) if acc <= 1.0 else 100.0 - acc
 
 
+def test_error_sd(r: RunRecord, default_n: int = 10000) -> float:
+    """The sampling sd (points) of one run's test error over its test images: binomial,
+    100·sqrt(e(1 − e)/N) — the noise a different draw of test images would add, beside the seeds'."""
+    acc = (r.results or {}).get("test_acc")
+    n = (r.results or {}).get("test_examples") or r.get("data.test_subset") or default_n
+    if acc is None or not n:
+        return float("nan")
+    e = 1.0 - (float(acc) if float(acc) <= 1.0 else float(acc) / 100.0)
+    return 100.0 * math.sqrt(e * (1.0 - e) / float(n))
+
+
 def loss_change(r: RunRecord, last: int = 2) -> float:
     """Relative change (%) of the training loss per epoch over the last ``last`` epochs: near 0
     when training has plateaued, e.g. −0.5 means the loss still fell 0.5% per epoch at the end."""
@@ -175,6 +186,21 @@ def spearman(x: Sequence[float], y: Sequence[float]) -> float:
     return float(spearmanr(a, b).statistic)
 
 
+def flat_results(results: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """A run's results with nested dicts flattened to dotted keys (``few_shot.5.mean``,
+    ``probe.acc``) and lists kept whole (a CSV cell holds them as JSON): every per-run number a
+    statistic reads, one column each. The per-epoch ``history`` stays in ``metrics.jsonl``."""
+    out: dict[str, Any] = {}
+    for k, v in results.items():
+        if not prefix and k == "history":
+            continue
+        if isinstance(v, dict):
+            out.update(flat_results(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
 def rows_to_csv(rows: Sequence[dict[str, Any]], columns: Sequence[str] | None = None) -> str:
     """CSV text of ``rows`` (columns: given, or the union in first-seen order)."""
     if columns is None:
@@ -188,8 +214,8 @@ def rows_to_csv(rows: Sequence[dict[str, Any]], columns: Sequence[str] | None = 
 
 
 def _cell(v: Any) -> Any:
-    if isinstance(v, float):
-        return "" if not math.isfinite(v) else f"{v:.6g}"
+    if isinstance(v, float):  # the shortest text that reads back to the same float: statistics recompute exactly
+        return "" if not math.isfinite(v) else repr(v)
     if isinstance(v, (list, tuple, dict)):
         return json.dumps(v)
     return "" if v is None else v

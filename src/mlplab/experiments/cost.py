@@ -248,14 +248,17 @@ def echo_task_s(o: dict[str, Any], machine: Machine) -> float:
 
 
 def cost_task_s(o: dict[str, Any], machine: Machine) -> float:
-    """``cost``: build the model, then ``steps`` + 1 training steps of ``batch`` examples at t(F, A)
-    (an SW-MLP stored as CSR nonzeros counted as its masked twin: counting it would draw its masks)."""
-    name, kw = str(o["model"]), {k: v for k, v in o.get("kwargs", {}).items() if k != "storage"}
-    flops, acts = _model_counts(name, tuple(sorted((k, _hashable(v)) for k, v in kw.items())))
-    rp = 1.0 + (machine.rp_slowdown - 1.0) * _rp_share(name, kw)
-    steps = int(o.get("steps", 5)) + 1
-    build = task_unit_s("cost_build") * flops / 2
-    return build + steps * int(o.get("batch", 128)) * machine.example_s(flops, acts, rp)
+    """``cost``: build each model, then ``steps`` + 1 interleaved training steps of ``batch``
+    examples of each at t(F, A) (an SW-MLP stored as CSR nonzeros counted as its masked twin:
+    counting it would draw its masks)."""
+    total = 0.0
+    for spec in o["models"]:
+        name, kw = str(spec["model"]), {k: v for k, v in spec.get("kwargs", {}).items() if k != "storage"}
+        flops, acts = _model_counts(name, tuple(sorted((k, _hashable(v)) for k, v in kw.items())))
+        rp = 1.0 + (machine.rp_slowdown - 1.0) * _rp_share(name, kw)
+        steps = int(o.get("steps", 20)) + 1
+        total += task_unit_s("cost_build") * flops / 2 + steps * int(o.get("batch", 128)) * machine.example_s(flops, acts, rp)
+    return total
 
 
 @functools.lru_cache(maxsize=None)
@@ -296,10 +299,26 @@ def inference_task_s(o: dict[str, Any], machine: Machine) -> float:
     return total
 
 
+def finetune_task_s(o: dict[str, Any], machine: Any) -> float:
+    """``finetune``: a training run of its overrides (the checkpoint's read is noise beside it)."""
+    scale = "paper" if machine == paper_machine() else "cpu"
+    ov = {k: v for k, v in o.items() if k != "pretrained"}
+    return spec_s(RunSpec("finetune", ov, task="train"), scale)
+
+
+MIXER_WEIGHTS_S = 2.0  # seconds per analysed run: two models' first blocks, a few small FFTs
+
+
+def mixer_weights_task_s(o: dict[str, Any], machine: Machine) -> float:
+    """``mixer_weights``: a fixed time per analysed run."""
+    return MIXER_WEIGHTS_S
+
+
 # the estimate of each registered task (``mlplab.experiments.tasks.TASKS``), by its name
 TASK_S = {"spectrum": spectrum_task_s, "normalised_spectrum": normalised_spectrum_task_s, "cka": cka_task_s,
           "pictures": pictures_task_s, "linear_eval": linear_eval_task_s, "implicit_bias": implicit_bias_task_s, "cost": cost_task_s,
-          "echo": echo_task_s, "inference": inference_task_s}
+          "echo": echo_task_s, "inference": inference_task_s, "finetune": finetune_task_s,
+          "mixer_weights": mixer_weights_task_s}
 
 
 def _hashable(v: Any) -> Any:

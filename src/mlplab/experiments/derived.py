@@ -72,3 +72,17 @@ def match(point: dict[str, Any], keys: Sequence[str], rows: Sequence[dict[str, A
         if all(row.get(k) == point.get(k) for k in keys):
             return row
     raise KeyError(f"no row with {', '.join(f'{k}={point.get(k)!r}' for k in keys)}")
+
+
+@derived_key("longer")
+def longer(point: dict[str, Any], factor: float) -> dict[str, Any]:
+    """The same run trained ``factor`` × as long (its duration key scaled — epochs, steps or
+    examples, whichever it has), labelled ``meta.longer``: the convergence check's longer run
+    (:func:`mlplab.experiments.claims.require_convergence`)."""
+    out: dict[str, Any] = {"meta.longer": factor}
+    for k in ("schedule.epochs", "schedule.steps", "schedule.examples"):
+        v = point.get(k)
+        if v is not None:
+            out[k] = int(round(v * factor)) if isinstance(v, int) else float(v) * factor
+            return out
+    raise ValueError("a longer run needs its duration in schedule.epochs, schedule.steps or schedule.examples")

@@ -37,7 +37,7 @@ from ..train.distributed import launch_env
 from ..utils.io import atomic_write_json, atomic_write_text, folder_lock, read_json
 from ..utils.progress import RunTally
 from .slurm import job_gpus, spec_of, write_sbatch
-from .sweep import RunSpec, Sweep, expand
+from .sweep import RunSpec, Sweep, expand, run_dir_overrides
 
 __all__ = ["SweepResult", "run_sweep", "run_specs", "execute_run", "available_cores", "EXECUTORS",
            "run_dir_overrides"]
@@ -83,12 +83,6 @@ def _load_task(task: str):
     from .tasks import get_task  # a registered name, or 'module:function' from a sweep file
 
     return get_task(task)
-
-
-def run_dir_overrides(run_dir: str | os.PathLike) -> dict[str, Any]:
-    """The run-config keys that put a run's files in ``run_dir`` (``run.out_dir/run.name``)."""
-    run_dir = Path(run_dir)
-    return {"run.out_dir": str(run_dir.parent), "run.name": run_dir.name}
 
 
 def _train_config(spec: RunSpec, run_dir: Path):

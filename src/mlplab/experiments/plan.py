@@ -10,6 +10,7 @@ import inspect
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
+from .claims import ClaimSpec
 from .recipes import SCALES, Scale
 from .sweep import Sweep
 
@@ -41,8 +42,17 @@ class Experiment:
     default_dataset: str = "cifar10"
     aliases: tuple[str, ...] = ()
     doc: str = ""
-    needs_plateau: bool = True  # verdicts need trained runs (claims.require_plateau); False for compute sweeps
+    needs_plateau: bool = True  # its trained claims need converged runs (claims.require_convergence), and at
+    # cpu scale each training condition gets a longer run; False for experiments that train nothing
     scales: tuple[str, ...] = SCALES  # the scales it can be planned at (ImageNet ids: smoke and paper)
+    claims: tuple[ClaimSpec, ...] = ()  # the published claims it decides, declared before it runs (the protocol)
+
+    def claim(self, key: str) -> ClaimSpec:
+        """The declared claim ``key``."""
+        for c in self.claims:
+            if c.key == key:
+                return c
+        raise KeyError(f"{self.id} declares no claim {key!r} (it declares {', '.join(c.key for c in self.claims)})")
 
 
 # Filled by ``@experiment`` as the spec modules are imported (``mlplab.experiments.specs``);
@@ -52,14 +62,18 @@ ALIASES: dict[str, str] = {}  # lower-case id or alias -> id
 
 
 def experiment(id: str, title: str, *, analyse: Callable[..., Any], default_dataset: str = "cifar10",
-               aliases: Sequence[str] = (), needs_plateau: bool = True, scales: Sequence[str] = SCALES):
-    """Register ``plan(scale) -> Plan`` as experiment ``id`` (decorator)."""
+               aliases: Sequence[str] = (), needs_plateau: bool = True, scales: Sequence[str] = SCALES,
+               claims: Sequence[ClaimSpec] = ()):
+    """Register ``plan(scale) -> Plan`` as experiment ``id`` (decorator), with the ``claims`` it decides."""
 
     def deco(fn: Callable[[Scale], Plan]) -> Callable[[Scale], Plan]:
         if id in EXPERIMENTS:
             raise ValueError(f"experiment {id!r} is registered twice")
+        keys = [c.key for c in claims]
+        if len(set(keys)) != len(keys):
+            raise ValueError(f"experiment {id!r} declares a claim key twice: {keys}")
         EXPERIMENTS[id] = Experiment(id, title, fn, analyse, default_dataset, tuple(aliases),
-                                     inspect.cleandoc(fn.__doc__ or ""), needs_plateau, tuple(scales))
+                                     inspect.cleandoc(fn.__doc__ or ""), needs_plateau, tuple(scales), tuple(claims))
         for a in (id, *aliases):
             ALIASES[a.lower()] = id
         return fn

@@ -25,9 +25,10 @@ from importlib import resources
 from typing import Any, Mapping
 
 from .derived import derived_key
+from .protocol import CONFIRM_FIRST, CONFIRM_SEEDS, ROLES
 
 __all__ = ["SCALES", "Scale", "make_scale", "AUGMENT", "dataset_available", "CPU_SEEDS", "CPU_BATCH",
-           "DEFAULT_LR", "cpu_lr", "lr_search_table", "family_lr"]
+           "DEFAULT_LR", "cpu_lr", "lr_search_table", "family_lr", "preset"]
 
 CPU_SEEDS = 3  # seeds per point at cpu scale: the fewest the verdict rules test (verdicts.MIN_SEEDS);
 # experiments with small effects ask for 5 (fig2d, figS5, figS6-S8)
@@ -111,6 +112,14 @@ class Scale:
     image_size: int = 32  # the side the models see
     in_chans: int = 3
     notes: list[str] = field(default_factory=list)
+    role: str = "exploratory"  # protocol.ROLES: seeds 0, 1, … explore a proxy; fresh seeds confirm it
+
+    def seeds(self, n: int, confirm: int = CONFIRM_SEEDS) -> list[int]:
+        """The seeds of every point of a sweep: 0 … n − 1 when exploring; when confirming, ``confirm``
+        fresh seeds from ``protocol.CONFIRM_FIRST`` on (never an exploratory one)."""
+        if self.role == "confirmatory":
+            return list(range(CONFIRM_FIRST, CONFIRM_FIRST + max(confirm, CONFIRM_SEEDS)))
+        return list(range(n))
 
     @property
     def paper(self) -> bool:
@@ -208,14 +217,18 @@ class Scale:
     def to_dict(self) -> dict[str, Any]:
         return {"scale": self.name, "dataset": self.dataset, "requested_dataset": self.requested_dataset,
                 "train_subset": self.train_subset, "test_subset": self.test_subset,
-                "image_size": self.image_size, "in_chans": self.in_chans, "notes": list(self.notes)}
+                "image_size": self.image_size, "in_chans": self.in_chans, "notes": list(self.notes), "role": self.role}
 
 
-def make_scale(name: str, dataset: str | None, default_dataset: str, *, check_available: bool = True) -> Scale:
+def make_scale(name: str, dataset: str | None, default_dataset: str, *, check_available: bool = True,
+               role: str = "exploratory") -> Scale:
     """Resolve scale and dataset: smoke → synthetic; cpu → the requested dataset if it is on this
-    machine, else Fashion-MNIST; paper → the requested dataset (it must be there to run)."""
+    machine, else Fashion-MNIST; paper → the requested dataset (it must be there to run). ``role``:
+    exploratory (seeds 0, 1, …) or confirmatory (fresh seeds, :meth:`Scale.seeds`)."""
     if name not in SCALES:
         raise ValueError(f"unknown scale {name!r}; choose one of {', '.join(SCALES)}")
+    if role not in ROLES:
+        raise ValueError(f"unknown role {role!r}; choose one of {', '.join(ROLES)}")
     want = dataset or default_dataset
     notes: list[str] = []
     if name == "smoke":
@@ -230,6 +243,7 @@ def make_scale(name: str, dataset: str | None, default_dataset: str, *, check_av
     else:
         sc = Scale(name, want, want)
     sc.notes.extend(notes)
+    sc.role = role
     try:
         from ..data.table import get_info
 
@@ -246,3 +260,12 @@ def make_scale(name: str, dataset: str | None, default_dataset: str, *, check_av
                         "learned W̃ ∈ R^{S×S0} (SkipLayer, docs/science.md §2), so every planned S is reached; where a "
                         "spec lists patch sizes they are divisors of 28 (1, 2, 4, 7, 14, 28)")
     return sc
+
+
+def preset(name: str) -> dict[str, Any]:
+    """The run-config preset ``name`` (:data:`mlplab.train.presets.CONFIGS`) as flat dotted
+    overrides: the published recipe a paper-scale plan starts from."""
+    from ..train.config import flatten
+    from ..train.presets import CONFIGS
+
+    return flatten(CONFIGS[name])

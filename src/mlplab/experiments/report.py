@@ -15,11 +15,13 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..utils.io import atomic_write_json, atomic_write_text, read_json
-from .aggregate import RunRecord, load_runs, loss_change, rows_to_csv, union_columns
-from .claims import Analysis, Claim, require_plateau
+from .aggregate import (RunRecord, flat_results, load_runs, loss_change, rows_to_csv, test_error, test_error_sd,
+                        union_columns)
+from .claims import CLASSES, LONGER_SUFFIX, Analysis, Claim, require_convergence, tally
 from .plan import Experiment
+from .protocol import frozen_protocol, protocol_history
 
-__all__ = ["Claim", "Analysis", "write_report", "markdown_table", "load_manifest"]
+__all__ = ["Claim", "Analysis", "write_report", "markdown_table", "load_manifest", "verdict_line"]
 
 
 def load_manifest(out_dir: str | Path) -> dict[str, Any]:
@@ -85,13 +87,37 @@ def published_claim(doc: str) -> str:
     return " ".join(lines).strip()
 
 
-def _verdict_line(claims: Sequence[Claim]) -> str:
+def verdict_line(claims: Sequence[dict[str, Any]]) -> str:
+    """One line: the verdicts of ``claims`` (``Claim.to_dict`` rows) counted by class."""
     if not claims:
         return "Verdict: no published claim is checked by this experiment (illustration only)."
-    counts = [(sum(c.held is h for c in claims), w) for h, w in ((True, "HELD"), (False, "DID NOT HOLD"),
-                                                                  (None, "UNDECIDED"))]
-    return (f"Verdict: {len(claims)} published claim(s) checked at this scale: "
-            + ", ".join(f"{n} **{w}**" for n, w in counts if n) + ".")
+    t = tally(claims)
+    parts = []
+    for cls in CLASSES:
+        counts = [f"{n} **{w}**" for w, n in t[cls].items() if n]
+        if counts:
+            parts.append(f"{cls}: " + ", ".join(counts))
+    return f"Verdict: {len(claims)} published claim(s) checked at this scale — " + "; ".join(parts) + "."
+
+
+def _undecided_for_missing(exp: Experiment, claims: list[Claim]) -> list[Claim]:
+    """Every claim the experiment declares that its analysis did not decide, as UNDECIDED."""
+    seen = {c.key for c in claims}
+    return [spec.decide(None, detail="not decided: too few finished runs or points for its rule")
+            for spec in exp.claims if spec.key not in seen]
+
+
+def _test_noise(claims: Sequence[Claim], runs: Sequence[RunRecord]) -> None:
+    """Beside the seeds' spread, the test-set sampling sd of one run's test error (binomial over
+    its test images), for every trained claim (in its detail)."""
+    for c in claims:
+        if c.cls != "trained" or c.stats is None:
+            continue
+        sds = [x for x in (test_error_sd(r) for r in (c.runs or runs)) if math.isfinite(x)]
+        if sds:
+            c.detail = (f"{c.detail}; " if c.detail else "") + (
+                f"test-set sampling sd of one run's test error ≈ {sorted(sds)[len(sds) // 2]:.2f} points "
+                f"(binomial over its test images), beside the seeds' spread")
 
 
 def write_report(out_dir: str | Path, exp: Experiment, verbose: bool = False) -> dict[str, Any]:
@@ -104,6 +130,8 @@ def write_report(out_dir: str | Path, exp: Experiment, verbose: bool = False) ->
     out_dir = Path(out_dir)
     manifest = load_manifest(out_dir)
     runs: list[RunRecord] = load_runs(out_dir)
+    longer = [r for r in runs if r.sweep.endswith(LONGER_SUFFIX)]
+    main = [r for r in runs if not r.sweep.endswith(LONGER_SUFFIX)]
     skipped = [f"skipped {r.run_dir.relative_to(out_dir)}: {r.problem}; `mlplab reproduce` runs it again"
                for r in runs if r.problem]
     if verbose:
@@ -111,16 +139,18 @@ def write_report(out_dir: str | Path, exp: Experiment, verbose: bool = False) ->
             print(line)
     error = None
     try:
-        analysis: Analysis = exp.analyse(runs, manifest)
+        analysis: Analysis = exp.analyse(main, manifest)
     except Exception:  # the report still says what ran and that analysis failed
         error = traceback.format_exc()
         analysis = Analysis(table=[], figures={"figure": draw([], title=f"{exp.id}: analysis failed")},
                             claims=[], notes=["analysis failed; traceback below"])
+    analysis.claims += _undecided_for_missing(exp, analysis.claims)
     analysis.notes.extend(skipped)
     if exp.needs_plateau:
-        note = require_plateau(analysis.claims, [loss_change(r) for r in runs if r.results])
-        if note:
-            analysis.notes.append(note)
+        trained = [r for r in main if r.results]
+        analysis.notes += require_convergence(analysis.claims, trained, [r for r in longer if r.results],
+                                              loss_change, test_error)
+    _test_noise(analysis.claims, main)
     files: list[Path] = []
     atomic_write_text(out_dir / "results.csv", rows_to_csv(analysis.table, analysis.columns))
     files.append(out_dir / "results.csv")
@@ -132,22 +162,80 @@ def write_report(out_dir: str | Path, exp: Experiment, verbose: bool = False) ->
     for stem, fig in analysis.figures.items():
         files += save_figure(fig, out_dir / stem, dpi=130)
     runs_csv = [{"sweep": r.sweep, "run": r.name, "status": r.status, "error": r.error,
-                 **{k: v for k, v in (r.results or {}).items() if not isinstance(v, (list, dict))}} for r in runs]
+                 "seed": r.get("run.seed"), **flat_results(r.results or {})} for r in runs]
     atomic_write_text(out_dir / "runs.csv", rows_to_csv(runs_csv))
-    md = _markdown(exp, manifest, runs, analysis, files, error)
-    atomic_write_text(out_dir / "report.md", md)
     verdicts = [c.to_dict() for c in analysis.claims]
-    atomic_write_json(out_dir / "verdicts.json", {"experiment": exp.id, "verdicts": verdicts,
-                                                 "line": _verdict_line(analysis.claims)})
+    protocol = manifest.get("protocol", {})
+    exploratory = _read_optional(out_dir / "exploratory.json")
+    md = _markdown(exp, manifest, runs, analysis, verdicts, files, error, exploratory)
+    atomic_write_text(out_dir / "report.md", md)
+    atomic_write_json(out_dir / "verdicts.json", {"experiment": exp.id, "scale": manifest.get("scale", {}).get("scale"),
+                                                 "protocol": protocol, "verdicts": verdicts,
+                                                 "tally": tally(verdicts), "line": verdict_line(verdicts)})
     if verbose:
         print(f"report: {out_dir / 'report.md'}")
-        print(_verdict_line(analysis.claims))
+        print(verdict_line(verdicts))
     return {"report": str(out_dir / "report.md"), "files": [str(f) for f in files], "verdicts": verdicts,
             "error": error}
 
 
-def _markdown(exp, manifest: dict[str, Any], runs: list[RunRecord], a: Analysis, files: list[Path],
-              error: str | None) -> str:
+def _read_optional(p: Path) -> dict[str, Any] | None:
+    """A verdicts file beside the report (the exploratory run's), or None."""
+    try:
+        return read_json(p, "exploratory verdicts") if p.is_file() else None
+    except Exception:  # an unreadable side file never stops the report; the report says it is missing
+        return None
+
+
+def _claim_lines(verdicts: Sequence[dict[str, Any]]) -> list[str]:
+    out = []
+    for c in verdicts:
+        why = f" — {c['reason']}" if c.get("reason") else ""
+        out.append(f"- **{c['verdict']}** ({c['class']}) — {c['claim']}{why}")
+    return out
+
+
+def _protocol_lines(exp: Experiment, manifest: dict[str, Any]) -> list[str]:
+    p = manifest.get("protocol", {})
+    sc = manifest.get("scale", {}).get("scale", "cpu")
+    frozen = frozen_protocol(exp.id, sc)
+    L = ["## Protocol", ""]
+    L.append(f"- this run: role **{p.get('role', 'exploratory')}**, seeds {p.get('seeds', [])}, protocol hash "
+             f"`{p.get('hash', '–')}` (`mlplab reproduce {exp.id} --scale {sc} --protocol` prints its content)")
+    if frozen:
+        same = frozen["hash"] == p.get("hash")
+        L.append(f"- frozen {sc} protocol: `{frozen['hash']}` since {frozen['frozen']} ({frozen['reason']})"
+                 + ("" if p.get("role") != "confirmatory" else (" — this run used it" if same else
+                                                                 " — **this run differs from it**")))
+    else:
+        L.append(f"- no frozen {sc} protocol yet: these verdicts are exploratory")
+    hist = [h for h in protocol_history(exp.id) if h.get("scale") in (sc, None)]
+    if hist:
+        L += ["", "### Protocol history", "", "| when | commit | role, seeds | protocol | what it gave | why it changed |",
+              "|---|---|---|---|---|---|"]
+        for h in hist:
+            L.append(f"| {h.get('when', '')} | {h.get('commit', '')} | {h.get('role', '')}, {h.get('seeds', '')} | "
+                     f"{h.get('protocol', '')} | {h.get('gave', '')} | {h.get('changed', '')} |")
+    return L + [""]
+
+
+def _exploratory_lines(verdicts: Sequence[dict[str, Any]], exploratory: dict[str, Any] | None) -> list[str]:
+    if not exploratory:
+        return []
+    before = {c.get("key") or c.get("claim"): c for c in exploratory.get("verdicts", [])}
+    p = exploratory.get("protocol", {})
+    L = ["## Exploratory run beside this one", "",
+         f"The exploratory run (seeds {p.get('seeds', '0–2')}, protocol `{p.get('hash', '–')}`) explored the proxy "
+         "before its protocol was frozen; it decides nothing reported here.", "",
+         "| claim | exploratory | this run |", "|---|---|---|"]
+    for c in verdicts:
+        e = before.get(c.get("key") or c["claim"], {})
+        L.append(f"| {c['claim']} | {e.get('verdict', '–')} | {c['verdict']} |")
+    return L + [""]
+
+
+def _markdown(exp, manifest: dict[str, Any], runs: list[RunRecord], a: Analysis, verdicts: Sequence[dict[str, Any]],
+              files: list[Path], error: str | None, exploratory: dict[str, Any] | None) -> str:
     sc = manifest.get("scale", {})
     counts = Counter(r.status for r in runs)
     L = [f"# {exp.id}: {exp.title}", ""]
@@ -155,10 +243,9 @@ def _markdown(exp, manifest: dict[str, Any], runs: list[RunRecord], a: Analysis,
     if claim:
         L += [f"**Published claim.** {claim[:1].upper()}{claim[1:]}", ""]
     L += [f"![{f.stem}]({f.name})" for f in files if f.suffix == ".png"][:1] + [""]
-    L.append(_verdict_line(a.claims))
+    L.append(verdict_line(verdicts))
     L.append("")
-    for c in a.claims:
-        L.append(f"- **{c.verdict}** — {c.claim}" + (f": {c.stats.summary()}" if c.stats is not None else ""))
+    L += _claim_lines(verdicts)
     L.append("")
     L.append("## What was run")
     L.append("")
@@ -181,15 +268,21 @@ def _markdown(exp, manifest: dict[str, Any], runs: list[RunRecord], a: Analysis,
     for n in manifest.get("notes", []) + a.notes:
         L.append(f"- note: {n}")
     L.append("")
+    L += _protocol_lines(exp, manifest)
+    L += _exploratory_lines(verdicts, exploratory)
     L.append("## Published claims and verdicts")
     L.append("")
     if not a.claims:
         L.append("No claim is checked: this experiment is an illustration.")
-    for c in a.claims:
-        L.append(f"- **{c.verdict}** — {c.claim}")
+    for c, d in zip(a.claims, verdicts):
+        L.append(f"- **{d['verdict']}** ({d['class']}) — {c.claim}")
         L.append(f"  - rule: {c.rule}")
+        for ch in c.checks:
+            L.append(f"  - precondition: {ch.text()}")
         if c.stats is not None:
             L.append(f"  - statistics: {c.stats.summary()}")
+        if d.get("reason") and d["verdict"] in ("UNDECIDED", "NOT TESTABLE"):
+            L.append(f"  - why {d['verdict']}: {d['reason']}")
         if c.detail:
             L.append(f"  - ours: {c.detail}")
     L.append("")

@@ -14,9 +14,11 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import os
 import re
 from collections import Counter
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 from ..errors import BadInput, BadType
@@ -24,8 +26,8 @@ from ..utils.io import read_json
 from ..train.config import run_name
 
 __all__ = [
-    "Axis", "product", "zip_axes", "Sweep", "RunSpec", "expand", "run_name",
-    "flatten_overrides", "nest_overrides", "DICT_KEYS", "sweep_from_dict", "load_sweep_file",
+    "Axis", "product", "zip_axes", "Sweep", "RunSpec", "expand", "name_keys", "run_name",
+    "flatten_overrides", "nest_overrides", "run_dir_overrides", "DICT_KEYS", "sweep_from_dict", "load_sweep_file",
 ]
 
 # Override keys whose value is a dict in the run config; ``key.sub`` entries fold into ``key``.
@@ -168,8 +170,28 @@ def nest_overrides(overrides: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def run_dir_overrides(run_dir: str | os.PathLike) -> dict[str, Any]:
+    """The run-config keys that put a run's files in ``run_dir`` (``run.out_dir/run.name``)."""
+    run_dir = Path(run_dir)
+    return {"run.out_dir": str(run_dir.parent), "run.name": run_dir.name}
+
+
 def _json_eq_key(v: Any) -> str:
     return json.dumps(v, sort_keys=True, default=str)
+
+
+def _name_keys(sweep: Sweep, rows: list[dict[str, Any]]) -> list[str]:
+    """The keys that name a sweep's runs: ``sweep.name_keys``, else every key whose value varies
+    (seeds last, so the runs of one point sort together)."""
+    if sweep.name_keys is not None:
+        return [k for k in sweep.name_keys if any(k in r for r in rows)]
+    all_keys: list[str] = []
+    for r in rows:
+        for k in r:
+            if k not in all_keys:
+                all_keys.append(k)
+    keys = [k for k in all_keys if len({_json_eq_key(r.get(k)) for r in rows}) > 1]
+    return [k for k in keys if k not in sweep.seed_keys] + [k for k in sweep.seed_keys if k in keys]
 
 
 def expand(sweep: Sweep) -> list[RunSpec]:
@@ -178,6 +200,34 @@ def expand(sweep: Sweep) -> list[RunSpec]:
     Folder names use the keys whose value differs between runs (or ``sweep.name_keys``);
     should two runs still collide, a hash of their overrides is appended.
     """
+    rows = _rows(sweep)
+    if not rows:
+        return []
+    keys = _name_keys(sweep, rows)
+    names = [run_name({k: r.get(k) for k in keys}, keys) for r in rows]
+    counts = Counter(names)
+    specs = []
+    for n, r in zip(names, rows):
+        if counts[n] > 1:
+            n = f"{n}~{hashlib.sha1(_json_eq_key(r).encode()).hexdigest()[:8]}"
+        specs.append(RunSpec(n, r, sweep.name, sweep.task, sweep.base_name()))
+    seen = set()
+    out = []
+    for s in specs:  # identical runs (same overrides) are one run
+        if s.name in seen:
+            continue
+        seen.add(s.name)
+        out.append(s)
+    return out
+
+
+def name_keys(sweep: Sweep) -> list[str]:
+    """The keys that name the runs of ``sweep`` (as :func:`expand` names them)."""
+    return _name_keys(sweep, _rows(sweep))
+
+
+def _rows(sweep: Sweep) -> list[dict[str, Any]]:
+    """Every run's overrides: the product of the axis groups × seeds, then the derived keys."""
     base = sweep.base_dict()
     groups: list[list[dict[str, Any]]] = []
     for ax in sweep.axes:
@@ -210,34 +260,7 @@ def expand(sweep: Sweep) -> list[RunSpec]:
                         nxt.append(b)
                 alts = nxt
             rows.extend(alts)
-    if not rows:
-        return []
-    all_keys: list[str] = []
-    for r in rows:
-        for k in r:
-            if k not in all_keys:
-                all_keys.append(k)
-    if sweep.name_keys is not None:
-        keys = [k for k in sweep.name_keys if any(k in r for r in rows)]
-    else:
-        keys = [k for k in all_keys if len({_json_eq_key(r.get(k)) for r in rows}) > 1]
-        # seeds last, so runs of one point sort together
-        keys = [k for k in keys if k not in sweep.seed_keys] + [k for k in sweep.seed_keys if k in keys]
-    names = [run_name({k: r.get(k) for k in keys}, keys) for r in rows]
-    counts = Counter(names)
-    specs = []
-    for n, r in zip(names, rows):
-        if counts[n] > 1:
-            n = f"{n}~{hashlib.sha1(_json_eq_key(r).encode()).hexdigest()[:8]}"
-        specs.append(RunSpec(n, r, sweep.name, sweep.task, sweep.base_name()))
-    seen = set()
-    out = []
-    for s in specs:  # identical runs (same overrides) are one run
-        if s.name in seen:
-            continue
-        seen.add(s.name)
-        out.append(s)
-    return out
+    return rows
 
 
 def sweep_from_dict(d: dict[str, Any]) -> Sweep:

@@ -19,7 +19,8 @@ from typing import Callable
 import numpy as np
 
 __all__ = ["TASKS", "task", "get_task", "spectrum_task", "normalised_spectrum_task", "pictures_task",
-           "cost_task", "cka_task", "echo_task", "load_trained_model", "implicit_bias_task"]
+           "cost_task", "cka_task", "echo_task", "load_trained_model", "implicit_bias_task",
+           "finetune_task", "weights_task", "build_model", "inference_task"]
 
 TaskFn = Callable[[dict[str, Any], Path], dict[str, Any]]
 
@@ -118,13 +119,54 @@ def pictures_task(o: dict[str, Any], run_dir: Path) -> dict[str, Any]:
     return out
 
 
-def _time_per_epoch(model, in_shape, num_classes: int, batch: int, steps: int,
-                    epoch_examples: int) -> tuple[float, float, list[float]]:
-    """Seconds per training step (forward + backward + SGD update; the median of ``steps`` timed
-    steps after one warm-up), the implied epoch time, and every step's seconds."""
+@task("cost")
+def cost_task(o: dict[str, Any], run_dir: Path) -> dict[str, Any]:
+    """Params, FLOPs, weight memory, peak memory (CUDA) and training-step times of several models
+    (Table S.3), the steps timed **interleaved** — one step of each model in turn, ``steps`` rounds
+    after one warm-up round — so that every round's times saw the same machine load.
+
+    ``models``: a list of ``{"label", "model", "kwargs"}``; ``batch`` examples per step; the time per
+    epoch is the median step extrapolated to ``epoch_examples`` images (CIFAR: 50 000). Returns
+    ``{"rows": [per model: params, params_nonzero, weight_MB, flops_per_example, step_times (one per
+    round), step_s, epoch_s, peak_MB], "machine": machine_record, "load_after"}``."""
+    import os
+
     import torch
 
-    device = next(model.parameters()).device
+    from ..analysis.throughput import interleaved_times, machine_record
+    from ..models.counting import count_flops, count_params, state_bytes
+    from ..models.registry import create_model
+
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    batch, epoch_examples = int(o.get("batch", 128)), int(o.get("epoch_examples", 50000))
+    torch.manual_seed(int(o.get("seed", 0)))
+    rows, steps = {}, {}
+    for spec in o["models"]:
+        model = create_model(spec["model"], **dict(spec.get("kwargs", {}))).to(device)
+        cfg = model.config
+        shape = (getattr(cfg, "in_chans", 3), getattr(cfg, "image_size", 32), getattr(cfg, "image_size", 32))
+        rows[spec["label"]] = {"label": spec["label"], "model": spec["model"], "params": count_params(model),
+                               "params_nonzero": count_params(model, effective=True),  # masked weights by nonzeros
+                               "weight_MB": state_bytes(model) / 2**20, "flops_per_example": float(count_flops(model, shape))}
+        steps[spec["label"]] = _training_step(model, shape, getattr(cfg, "num_classes", 10), batch, device)
+    machine = machine_record(device)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    times = interleaved_times(steps, int(o.get("steps", 20)), warmup=1, sync=sync)
+    peak = torch.cuda.max_memory_allocated() if device.type == "cuda" else None
+    for label, ts in times.items():
+        med = float(np.median(ts))
+        rows[label].update({"step_times": ts, "step_s": med, "epoch_s": med * math.ceil(epoch_examples / batch),
+                            "peak_MB": None if peak is None else peak / 2**20})
+    return {"rows": list(rows.values()), "machine": machine, "load_after": list(os.getloadavg()), "batch": batch,
+            "device": str(device), "threads": machine["threads"]}
+
+
+def _training_step(model, in_shape: tuple[int, ...], num_classes: int, batch: int, device) -> Callable[[], None]:
+    """One training step of ``model`` (forward, backward, SGD with momentum) on a fixed random batch."""
+    import torch
+
     x = torch.randn(batch, *in_shape, device=device)
     y = torch.randint(0, num_classes, (batch,), device=device)
     opt = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
@@ -135,51 +177,7 @@ def _time_per_epoch(model, in_shape, num_classes: int, batch: int, steps: int,
         torch.nn.functional.cross_entropy(model(x), y).backward()
         opt.step()
 
-    step()  # warm-up
-    times = []
-    for _ in range(steps):
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        step()
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        times.append(time.perf_counter() - t0)
-    dt = float(np.median(times))
-    return dt, dt * math.ceil(epoch_examples / batch), times
-
-
-@task("cost")
-def cost_task(o: dict[str, Any], run_dir: Path) -> dict[str, Any]:
-    """Params, FLOPs, weight memory, peak memory (CUDA) and time per epoch of one model (Table S.3).
-
-    ``model`` and ``kwargs`` build it; time per epoch is the median of ``steps`` timed training steps of
-    batch ``batch`` and extrapolated to ``epoch_examples`` images (CIFAR: 50 000)."""
-    import torch
-
-    from ..models.registry import create_model
-
-    kwargs = dict(o.get("kwargs", {}))
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    model = create_model(o["model"], **kwargs).to(device)
-    cfg = model.config
-    in_shape = (getattr(cfg, "in_chans", 3), getattr(cfg, "image_size", 32), getattr(cfg, "image_size", 32))
-    from ..models.counting import count_flops, count_params, state_bytes
-
-    params = count_params(model)
-    params_nonzero = count_params(model, effective=True)  # masked weights counted by their nonzeros
-    weight_bytes = state_bytes(model)
-    flops = float(count_flops(model, in_shape))
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats()
-    step_s, epoch_s, step_times = _time_per_epoch(model, in_shape, getattr(cfg, "num_classes", 10), int(o.get("batch", 128)),
-                                      int(o.get("steps", 5)), int(o.get("epoch_examples", 50000)))
-    peak = torch.cuda.max_memory_allocated() if device.type == "cuda" else None
-    return {"model": o["model"], "label": o.get("label", o["model"]), "params": params,
-            "params_nonzero": params_nonzero,
-            "weight_MB": weight_bytes / 2**20, "flops_per_example": flops, "step_s": step_s, "step_times": step_times,
-            "epoch_s": epoch_s, "peak_MB": None if peak is None else peak / 2**20, "device": str(device),
-            "batch": int(o.get("batch", 128)), "threads": torch.get_num_threads()}
+    return step
 
 
 def load_trained_model(run_dir: str | Path):
@@ -261,3 +259,124 @@ def implicit_bias_task(o: dict[str, Any], run_dir: Path) -> dict[str, Any]:
     res = check_implicit_regularisation(S=int(o["S"]), C=int(o["C"]), n=int(o.get("n", 64)),
                                         lam=float(o["lam"]), seed=int(o.get("seed", 0)))
     return res.to_dict()
+
+
+@task("finetune")
+def finetune_task(o: dict[str, Any], run_dir: Path) -> dict[str, Any]:
+    """Training that starts from the weights of another run of the same experiment.
+
+    ``pretrained``: that run's folder relative to the experiment folder (``run_dir/../..``, as the
+    ``cka`` task's ``a``); every other key is a run-config override as in a training sweep
+    (``model.new_head=true`` for a fresh head, ``optim.head_lr`` / ``optim.freeze=body``,
+    ``data.classes``). The trainer writes the run's files (config, metrics, results, checkpoint)
+    into ``run_dir`` and resumes a killed run from its checkpoint."""
+    from ..train import make_config, train
+    from .sweep import run_dir_overrides
+
+    run_dir = Path(run_dir)
+    source = (run_dir.parent.parent / str(o["pretrained"])).resolve()
+    overrides = {k: v for k, v in o.items() if k != "pretrained" and not k.startswith("meta.")}
+    overrides.update({"model.init_from": str(source), **run_dir_overrides(run_dir)})
+    return train(make_config(None, overrides), resume=(run_dir / "config.json").is_file())
+
+
+@task("mixer_weights")
+def weights_task(o: dict[str, Any], run_dir: Path) -> dict[str, Any]:
+    """Supplement Figs. 1–2 of one trained Mixer (``run``: its folder relative to the experiment
+    folder, as the ``cka`` task's ``a``) beside the same architecture at initialisation (drawn
+    with the run's seed): inverse-pair statistics of the first ``blocks`` token-mixing MLPs'
+    units (:func:`~mlplab.analysis.units.inverse_partners`, threshold ``tau``), the mean spatial
+    frequency of the embedding units (:func:`~mlplab.analysis.units.mean_frequency`); the pictured
+    arrays go to ``weights.npz``."""
+    from ..analysis.units import INVERSE_TAU, weight_stats
+    from ..utils.io import atomic_save
+
+    root = Path(run_dir).parent.parent
+    model, cfg = load_trained_model(root / o["run"])
+    blocks, tau = int(o.get("blocks", 2)), float(o.get("tau", INVERSE_TAU))
+    trained_stats, arrays = weight_stats(model, blocks, tau)
+    init_stats, init_arrays = weight_stats(_model_at_init(cfg, int(cfg.run.seed)), blocks, tau)
+    arrays.update({f"init_{k}": v for k, v in init_arrays.items()})
+
+    def write(tmp: str) -> None:
+        with open(tmp, "wb") as f:
+            np.savez_compressed(f, **arrays)
+
+    atomic_save(Path(run_dir) / "weights.npz", write)
+    return {"run": o["run"], "patch": int(cfg.model.kwargs.get("patch_size", 0)), "blocks": blocks, "tau": tau,
+            "trained": trained_stats, "init": init_stats}
+
+
+def _model_at_init(cfg, seed: int):
+    """The run's architecture at initialisation, drawn with ``torch.manual_seed(seed)``."""
+    import dataclasses
+
+    import torch
+
+    from ..data.table import get_info
+    from ..models.registry import create_model
+    from ..train.loop import resolve_model_kwargs
+
+    info = get_info(cfg.data.dataset)
+    if cfg.data.image_size:
+        info = dataclasses.replace(info, image_size=(cfg.data.image_size, cfg.data.image_size))
+    torch.manual_seed(seed)
+    return create_model(cfg.model.name, **resolve_model_kwargs(cfg, info)).eval()
+
+
+def build_model(spec: dict[str, Any]):
+    """The model of one ``{"model", "kwargs"}`` entry: a reference model by its name in
+    ``models.reference.REFERENCE_MODELS``, else a registered one."""
+    from ..models.reference import create_reference_model, is_reference_model
+    from ..models.registry import create_model
+
+    name, kw = str(spec["model"]), dict(spec.get("kwargs", {}))
+    return create_reference_model(name, **kw) if is_reference_model(name) else create_model(name, **kw)
+
+
+@task("inference")
+def inference_task(o: dict[str, Any], run_dir: Path) -> dict[str, Any]:
+    """Params, forward FLOPs, latency and throughput of every model in ``models`` (a list of
+    ``{"label", "model", "kwargs"}``), timed interleaved by
+    :func:`~mlplab.analysis.throughput.measure_inference` with ``reps``, ``latency_reps``,
+    ``search_reps``, ``batches``, ``max_call_s`` (on a CPU), ``threads`` and ``clock`` (``cpu``
+    on a CPU only; a GPU is always timed by the wall clock); ``run.device`` ``auto`` (CUDA when
+    there is one), ``cuda`` or ``cpu``."""
+    import os
+    import time
+
+    import torch
+
+    from ..analysis.throughput import candidate_batches, machine_record, measure_inference
+    from ..models.counting import count_flops, count_params
+    from .cost import cpu_machine
+
+    want = str(o.get("run.device", "auto"))
+    device = torch.device("cuda" if want == "cuda" or (want == "auto" and torch.cuda.is_available()) else "cpu")
+    clock = str(o.get("clock", "wall")) if device.type == "cpu" else "wall"
+    cpu0 = time.process_time()
+    threads_before = torch.get_num_threads()
+    if o.get("threads") and device.type == "cpu":
+        torch.set_num_threads(int(o["threads"]))
+    try:
+        models, shapes, batches, rows = {}, {}, {}, {}
+        for spec in o["models"]:
+            torch.manual_seed(int(o.get("seed", 0)))
+            m = build_model(spec).to(device)
+            cfg, label = m.config, spec["label"]
+            flops = count_flops(m)
+            models[label], shapes[label] = m, (cfg.in_chans, cfg.image_size, cfg.image_size)
+            est = cpu_machine().example_s(flops, 0.0) / 3  # a forward pass: a third of a training step
+            batches[label] = candidate_batches(o["batches"], est, o.get("max_call_s") if device.type == "cpu" else None)
+            rows[label] = {"label": label, "model": spec["model"], "kwargs": spec.get("kwargs", {}),
+                           "params": count_params(m), "flops": flops, "batches_searched": batches[label]}
+        machine = {**machine_record(device), "clock": clock}
+        timed = measure_inference(models, shapes, batches, reps=int(o["reps"]), latency_reps=int(o["latency_reps"]),
+                                  search_reps=int(o["search_reps"]), device=device, seed=int(o.get("seed", 0)),
+                                  clock=clock)
+        for k, t in timed.items():
+            rows[k].update(t)
+        return {"rows": list(rows.values()), "machine": machine, "load_after": list(os.getloadavg()),
+                "cpu_s": time.process_time() - cpu0}  # this process's CPU seconds (the estimate's unit on a CPU)
+    finally:
+        torch.set_num_threads(threads_before)

@@ -1,46 +1,62 @@
 """The statistical rules that decide a published claim from the runs of several seeds.
 
 Pure functions on result tables (per-seed numbers in, a :class:`Verdict` out); no I/O, no
-knowledge of experiments. Every rule follows the same logic:
+knowledge of experiments. Every rule decides at a **two-sided 5% level**: the claimed direction
+and its opposite are each tested one-sided at ``TAIL`` = 2.5% (docs/science.md, "What a verdict
+is"), so under the null a rule is decisive in at most 5% of cases (``tests/experiments/
+test_verdict_null.py`` simulates it), and the interval a verdict prints is the one that matches
+its decision: a HELD "a < b" has a 95% interval entirely below 0, an UNDECIDED one may hold 0.
 
-- fewer than ``MIN_SEEDS`` seeds (paired across the points compared) → UNDECIDED;
-- the claim's direction significant at level ``ALPHA`` (one-sided, corrected where several
-  tests decide together) → HELD;
-- the opposite direction significant → DID NOT HOLD;
+- fewer than ``MIN_SEEDS`` seeds (paired across the points compared) → UNDECIDED without a test;
+- the claimed direction significant at ``TAIL`` → HELD;
+- the opposite direction significant at ``TAIL`` → DID NOT HOLD;
 - otherwise → UNDECIDED (the data cannot tell, whichever way the means lean).
+
+A claim made of several parts that must all hold (the target lowest of several groups; a minimum
+between two bounds) is an *intersection–union* test: HELD when every part rejects at ``TAIL``,
+which needs no correction; its opposite (some part reversed) is a union, Bonferroni-corrected
+over the k parts (each reverse test at ``TAIL / k``, its interval at 1 − ``ALPHA`` / k).
 
 Rules:
 
-- :func:`compare`: "a < b" — paired one-sided t-test on the per-seed differences a − b.
-- :func:`trend`: "y falls (or rises) with x" — per seed, the least-squares slope of y against
-  log2 x (and Spearman's ρ, shown); a one-sample t-test on the per-seed slopes.
-- :func:`exponent_in_interval`: "the exponent is x" (Scaling MLPs' β_P = 0.35, β_N = 0.65) — a
-  bootstrap 95% interval of the fitted exponent: outside it → DID NOT HOLD; inside it and the
-  interval narrow enough to exclude the far-off values (``far``) → HELD; inside a wide interval
-  that also covers a far-off value → UNDECIDED (thin evidence).
-- :func:`interior_optimum`: "lowest near S ≈ C" — the S ≈ C point against each extreme of
-  log(S/C), paired one-sided t-tests with Holm's correction (both must hold); also a quadratic fit
-  in log(S/C) to the seed-mean curve with a bootstrap (over seeds) interval for its minimum.
+- :func:`compare`: "a < b" — paired t-test on the per-seed differences a − b.
+- :func:`trend`: "y falls (or rises) with x" — a t-test on the per-seed least-squares slopes.
+- :func:`noninferior`: "a − b < margin" (a not worse by more than a margin; also "a gain below a
+  margin": non-superiority); :func:`equivalent` (TOST): "|a − b| < margin".
+- :func:`lowest_of` / :func:`worst_of`: "the target is the lowest (highest) of several groups".
+- :func:`optimum_within`: "the minimum (maximum) of y lies between lo and hi" — per seed a
+  parabola in x, its slopes at lo and at hi.
+- :func:`exponent_vs_foil`: "the exponent is on the published side of the foil the paper argues
+  against" — a bootstrap interval that excludes the foil.
+- :func:`paired_ratio`: "time A / time B is above (below) a bound" — interleaved pairs, the
+  median ratio with a distribution-free interval from order statistics.
+- :func:`deterministic`: an exact computation against a tolerance (identities, no seeds).
+
+Power (:func:`detectable_effect`, :func:`seeds_needed`): every verdict from a t-test keeps the
+spread of the quantity it tested, from which an UNDECIDED says the smallest effect its seeds could
+have detected at 80% power and the seeds that would detect a given effect.
 """
 from __future__ import annotations
 
-import dataclasses
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace as _replace
 from typing import Mapping, Sequence
 
 import numpy as np
 
-__all__ = ["ALPHA", "MIN_SEEDS", "Verdict", "paired_t", "holm", "holm_decision", "compare", "trend", "interior_optimum",
-           "quadratic_minimum", "verdict_word", "worst_of", "exponent_in_interval", "noninferior", "lowest_of",
-           "best_is_interior", "ratio_interval", "deterministic", "KINDS"]
+__all__ = ["ALPHA", "TAIL", "MIN_SEEDS", "MIN_PAIRS", "POWER", "Verdict", "paired_t", "benjamini_hochberg",
+           "compare", "trend", "noninferior", "equivalent", "lowest_of", "worst_of", "optimum_within", "exponent_vs_foil",
+           "paired_ratio", "median_interval", "all_of", "deterministic", "detectable_effect", "seeds_needed", "verdict_word", "KINDS"]
 
-ALPHA = 0.05  # one-sided level of every test
+ALPHA = 0.05  # two-sided level of every decision
+TAIL = ALPHA / 2  # each direction's one-sided level
 MIN_SEEDS = 3  # fewer paired seeds than this: UNDECIDED without a test
-BOOTSTRAP = 2000  # resamples of the seeds for the interval of the minimum's location
+MIN_PAIRS = 20  # interleaved timing pairs a ratio needs before it decides
+POWER = 0.80  # the power at which an UNDECIDED states its detectable effect
+BOOTSTRAP = 2000  # resamples for a bootstrap interval
 
 WORDS = {True: "HELD", False: "DID NOT HOLD", None: "UNDECIDED"}
-KINDS = ("test", "interval", "deterministic")  # a test across seeds; a bootstrap interval; an exact computation
+KINDS = ("test", "interval", "deterministic")  # a test across seeds; an interval of measurements; an exact computation
 
 
 def verdict_word(held: bool | None) -> str:
@@ -49,22 +65,27 @@ def verdict_word(held: bool | None) -> str:
 
 @dataclass(frozen=True, kw_only=True)
 class Verdict:
-    """A decision with its evidence: the test statistic, the p-value that decided, the effect
-    (in the units of the metric, e.g. points of test error) with a 95% interval, and the seeds."""
+    """A decision with its evidence: the statistic, the one-sided p-values of the claim and of its
+    opposite, the effect (in the units of the metric, e.g. points of test error) with the
+    interval that matches the decision (``level``), the seeds, and the spread of the per-seed
+    quantity tested (for power)."""
 
     held: bool | None
     statistic: str = ""  # e.g. "paired t (df = 2)"
     value: float = float("nan")  # the statistic
-    p: float = float("nan")  # one-sided p-value (Holm-adjusted where several tests decide)
+    p_claim: float = float("nan")  # one-sided p of the claimed direction (the largest over the parts of an IUT)
+    p_against: float = float("nan")  # one-sided p of the opposite (Bonferroni-adjusted over parts)
     effect: float = float("nan")
     effect_name: str = ""
-    interval: tuple[float, float] | None = None  # 95% interval of the effect
-    n: int = 0  # seeds
+    interval: tuple[float, float] | None = None
+    level: float = 1 - ALPHA  # confidence of ``interval``
+    n: int = 0  # seeds (or measurements, ``n_of``)
+    spread: float = float("nan")  # sd of the per-seed quantity the deciding test is on
     detail: str = ""
     extra: dict = field(default_factory=dict)
-    unit: str = ""  # of the effect and its interval, e.g. "points of test error", "s/step"
+    unit: str = ""  # of the effect and its interval, e.g. "points of test error", "×"
     kind: str = "test"  # one of KINDS
-    n_of: str = "seed"  # what n counts (seeds; timed steps for a timing ratio; runs for a bootstrap over runs)
+    n_of: str = "seed"  # what n counts (seeds; interleaved pairs; runs of a bootstrap)
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -73,6 +94,17 @@ class Verdict:
     @property
     def word(self) -> str:
         return verdict_word(self.held)
+
+    @property
+    def p(self) -> float:
+        """The one-sided p that decided: the claim's, or the opposite's for DID NOT HOLD."""
+        return self.p_against if self.held is False else self.p_claim
+
+    @property
+    def p_two_sided(self) -> float:
+        """The smallest two-sided level at which this verdict would be decisive either way."""
+        ps = [p for p in (self.p_claim, self.p_against) if math.isfinite(p)]
+        return min(1.0, 2 * min(ps)) if ps else float("nan")
 
     def summary(self) -> str:
         """One line: statistic, p, effect [interval], n, and the detail."""
@@ -83,11 +115,11 @@ class Verdict:
         elif self.statistic:
             parts.append(self.statistic)
         if math.isfinite(self.p):
-            parts.append(f"p = {_p(self.p)} (α = {ALPHA})")
+            parts.append(f"p = {_p(self.p)} one-sided (decides at {TAIL:g} each way)")
         if self.effect_name:
             e = f"{self.effect_name} {_g(self.effect)}{u}"
             if self.interval is not None:
-                e += f" [95% CI {_g(self.interval[0])}, {_g(self.interval[1])}]{u}"
+                e += f" [{100 * self.level:.3g}% CI {_g(self.interval[0])}, {_g(self.interval[1])}]{u}"
             parts.append(e)
         if self.kind == "deterministic":
             parts.append("deterministic computation: no seeds needed")
@@ -98,9 +130,11 @@ class Verdict:
 
     def to_dict(self) -> dict:
         return {"held": self.held, "verdict": self.word, "statistic": self.statistic, "value": _num(self.value),
-                "p": _num(self.p), "effect": _num(self.effect), "effect_name": self.effect_name,
-                "interval": list(self.interval) if self.interval else None, "n": self.n, "detail": self.detail,
-                "unit": self.unit, "kind": self.kind, **{k: v for k, v in self.extra.items()}}
+                "p": _num(self.p), "p_claim": _num(self.p_claim), "p_against": _num(self.p_against),
+                "p_two_sided": _num(self.p_two_sided), "effect": _num(self.effect), "effect_name": self.effect_name,
+                "interval": list(self.interval) if self.interval else None, "level": self.level, "n": self.n,
+                "spread": _num(self.spread), "detail": self.detail, "unit": self.unit, "kind": self.kind,
+                **{k: v for k, v in self.extra.items()}}
 
 
 def _num(x: float) -> float | None:
@@ -117,14 +151,32 @@ def _p(p: float) -> str:
     return f"{p:.2g}" if p >= 1e-4 else "< 1e-4"
 
 
+def _decide(p_claim: float, p_against: float) -> bool | None:
+    """HELD when the claim rejects at TAIL, DID NOT HOLD when its opposite does (each already
+    adjusted by the caller where several parts decide), else UNDECIDED."""
+    if p_claim < TAIL:
+        return True
+    if p_against < TAIL:
+        return False
+    return None
+
+
+def _mean(d: Sequence[float]) -> float:
+    return float(np.mean(d)) if len(d) else float("nan")
+
+
+def _sd(d: Sequence[float]) -> float:
+    return float(np.std(d, ddof=1)) if len(d) > 1 else float("nan")
+
+
 # ----------------------------------------------------------------------------------- the tests
 
 
-def paired_t(d: Sequence[float]) -> tuple[float, float, float, tuple[float, float]]:
+def paired_t(d: Sequence[float], level: float = 1 - ALPHA) -> tuple[float, float, float, tuple[float, float]]:
     """One-sample t-test of the per-seed differences ``d`` against 0.
 
-    Returns (t, p_less, p_greater, 95% interval of the mean). Zero spread: t = ±inf (p 0 or 1)
-    for a nonzero mean, t = 0 (p = 1 both ways) for a zero mean."""
+    Returns (t, p_less, p_greater, the two-sided ``level`` interval of the mean). Zero spread:
+    t = ±inf (p 0 or 1) for a nonzero mean, t = 0 (p = 1 both ways) for a zero mean."""
     from scipy.stats import t as student
 
     d = np.asarray(d, dtype=float)
@@ -138,34 +190,23 @@ def paired_t(d: Sequence[float]) -> tuple[float, float, float, tuple[float, floa
         return t, float(mean > 0), float(mean < 0), (mean, mean)
     se = sd / math.sqrt(n)
     t = mean / se
-    q = float(student.ppf(0.975, n - 1))
+    q = float(student.ppf(1 - (1 - level) / 2, n - 1))
     return t, float(student.cdf(t, n - 1)), float(student.sf(t, n - 1)), (mean - q * se, mean + q * se)
 
 
-def holm(pvalues: Sequence[float]) -> list[float]:
-    """Holm–Bonferroni adjusted p-values (same order as given): reject where adjusted < α."""
+def benjamini_hochberg(pvalues: Sequence[float]) -> list[float]:
+    """Benjamini–Hochberg adjusted p-values (same order as given): rejecting where adjusted < q
+    controls the false discovery rate at q over the family (the summary across experiments)."""
     p = np.asarray(pvalues, dtype=float)
+    m = p.size
+    if m == 0:
+        return []
     order = np.argsort(p)
+    ranked = p[order] * m / np.arange(1, m + 1)
+    ranked = np.minimum.accumulate(ranked[::-1])[::-1]
     adj = np.empty_like(p)
-    running = 0.0
-    for rank, i in enumerate(order):
-        running = max(running, min(1.0, (len(p) - rank) * p[i]))
-        adj[i] = running
+    adj[order] = np.minimum(ranked, 1.0)
     return [float(x) for x in adj]
-
-
-def holm_decision(p_claim: Sequence[float], p_against: Sequence[float]
-                  ) -> tuple[list[float], list[float], bool | None, float]:
-    """Several one-sided tests that decide a claim together (one per comparison), each with its
-    reverse test. Holm-adjusted: HELD when every claim test rejects at α (the deciding p is the
-    largest), DID NOT HOLD when some reverse test rejects (the smallest), else UNDECIDED (the
-    largest claim p). Returns (claim p's Holm-adjusted, reverse p's Holm-adjusted, held, p)."""
-    claim, against = holm(p_claim), holm(p_against)
-    if max(claim) < ALPHA:
-        return claim, against, True, max(claim)
-    if min(against) < ALPHA:
-        return claim, against, False, min(against)
-    return claim, against, None, max(claim)
 
 
 def _paired(a: Mapping[int, float], b: Mapping[int, float]) -> list[int]:
@@ -173,29 +214,25 @@ def _paired(a: Mapping[int, float], b: Mapping[int, float]) -> list[int]:
     return sorted(s for s in a if s in b and math.isfinite(a[s]) and math.isfinite(b[s]))
 
 
-def _decide(p_claim: float, p_against: float) -> bool | None:
-    if p_claim < ALPHA:
-        return True
-    if p_against < ALPHA:
-        return False
-    return None
+def _untested(what: str, d: Sequence[float], n: int, unit: str, why: str = "") -> Verdict:
+    return Verdict(held=None, effect=_mean(d), effect_name=what, n=n, spread=_sd(d),
+                   detail=why or f"fewer than {MIN_SEEDS} paired seeds: no test", unit=unit)
 
 
 def compare(a: Mapping[int, float], b: Mapping[int, float], *, what: str = "a − b", unit: str = "") -> Verdict:
     """Claim "a < b" (e.g. the wide Mixer's error below the narrow one's), seed-paired.
 
-    ``a``, ``b``: seed → value. Paired one-sided t-test on a − b: HELD if mean(a − b) < 0 at
-    level α, DID NOT HOLD if > 0 at level α, else UNDECIDED; fewer than 3 paired seeds: UNDECIDED."""
+    ``a``, ``b``: seed → value. Paired t-test on a − b: HELD if mean(a − b) < 0 at ``TAIL``, DID
+    NOT HOLD if > 0 at ``TAIL``, else UNDECIDED; the 95% interval of mean(a − b) lies below 0
+    exactly when HELD and above 0 exactly when DID NOT HOLD."""
     seeds = _paired(a, b)
     d = [a[s] - b[s] for s in seeds]
     if len(seeds) < MIN_SEEDS:
-        return Verdict(held=None, effect=float(np.mean(d)) if d else float("nan"), effect_name=f"mean {what}",
-                       n=len(seeds), detail=f"fewer than {MIN_SEEDS} paired seeds: no test", unit=unit)
+        return _untested(f"mean {what}", d, len(seeds), unit)
     t, p_less, p_greater, ci = paired_t(d)
-    held = _decide(p_less, p_greater)
-    return Verdict(held=held, statistic=f"paired t (df = {len(seeds) - 1})", value=t,
-                   p=p_less if held is not False else p_greater, effect=float(np.mean(d)), effect_name=f"mean {what}",
-                   interval=ci, n=len(seeds), extra={"p_claim": p_less, "p_against": p_greater}, unit=unit)
+    return Verdict(held=_decide(p_less, p_greater), statistic=f"paired t (df = {len(seeds) - 1})", value=t,
+                   p_claim=p_less, p_against=p_greater, effect=_mean(d), effect_name=f"mean {what}", interval=ci,
+                   n=len(seeds), spread=_sd(d), unit=unit)
 
 
 def _slope(x: np.ndarray, y: np.ndarray) -> float:
@@ -209,8 +246,8 @@ def trend(x: Sequence[float], y_by_seed: Mapping[int, Sequence[float]], *, sign:
 
     ``x``: the points (≥ 3 distinct); ``y_by_seed``: seed → the values at those points (NaN for a
     missing run; a seed needs ≥ 3 finite points). Per seed: the least-squares slope of y against
-    log2 x (x when ``log_x`` is false) and Spearman's ρ. One-sample t-test on the slopes: HELD if
-    sign·slope > 0 at level α, DID NOT HOLD if sign·slope < 0 at level α, else UNDECIDED."""
+    log2 x (x when ``log_x`` is false) and Spearman's ρ. A t-test on the slopes: HELD if
+    sign·slope > 0 at ``TAIL``, DID NOT HOLD if sign·slope < 0 at ``TAIL``, else UNDECIDED."""
     from scipy.stats import spearmanr
 
     xa = np.asarray(x, dtype=float)
@@ -224,129 +261,113 @@ def trend(x: Sequence[float], y_by_seed: Mapping[int, Sequence[float]], *, sign:
             continue
         slopes.append(_slope(xa[ok], y[ok]))
         rhos.append(float(spearmanr(xa[ok], y[ok]).statistic) if np.ptp(y[ok]) > 0 else 0.0)
-    name = f"{what} per doubling" if log_x else what
+    name = f"mean {what} per doubling" if log_x else f"mean {what}"
     rho_txt = f"Spearman ρ per seed {', '.join(f'{r:+.2f}' for r in rhos)}" if rhos else "no seed with ≥ 3 points"
     if len(slopes) < MIN_SEEDS:
-        return Verdict(held=None, effect=float(np.mean(slopes)) if slopes else float("nan"), effect_name=f"mean {name}",
-                       n=len(slopes), detail=f"fewer than {MIN_SEEDS} seeds with ≥ 3 points: no test; {rho_txt}",
-                       unit=unit)
+        return _untested(name, slopes, len(slopes), unit, f"fewer than {MIN_SEEDS} seeds with ≥ 3 points: no test; {rho_txt}")
     t, p_less, p_greater, ci = paired_t(slopes)
     p_claim, p_against = (p_less, p_greater) if sign < 0 else (p_greater, p_less)
-    held = _decide(p_claim, p_against)
-    return Verdict(held=held, statistic=f"t of per-seed slopes (df = {len(slopes) - 1})", value=t,
-                   p=p_claim if held is not False else p_against, effect=float(np.mean(slopes)),
-                   effect_name=f"mean {name}", interval=ci, n=len(slopes), detail=rho_txt, extra={"p_claim": p_claim, "p_against": p_against,
-                                                       "rho_mean": float(np.mean(rhos))}, unit=unit)
+    return Verdict(held=_decide(p_claim, p_against), statistic=f"t of per-seed slopes (df = {len(slopes) - 1})",
+                   value=t, p_claim=p_claim, p_against=p_against, effect=_mean(slopes), effect_name=name, interval=ci,
+                   n=len(slopes), spread=_sd(slopes), detail=rho_txt, extra={"rho_mean": _mean(rhos)}, unit=unit)
 
 
-def _quad_argmin(x: np.ndarray, y: np.ndarray) -> float:
-    """x at the minimum of the least-squares parabola through (x, y), within [min x, max x]."""
-    c2, c1, _ = np.polyfit(x, y, 2)
-    lo, hi = float(x.min()), float(x.max())
-    if c2 > 0:
-        return float(min(hi, max(lo, -c1 / (2 * c2))))
-    f = lambda v: c2 * v * v + c1 * v  # noqa: E731  concave or linear: the lower end
-    return lo if f(lo) <= f(hi) else hi
+def noninferior(a: Mapping[int, float], b: Mapping[int, float] | float, margin: float, *,
+                what: str = "a − b", unit: str = "") -> Verdict:
+    """Claim "a − b < margin", seed-paired: a is not worse (higher) than b by more than
+    ``margin`` — or, for a score where higher is better, a does not gain more than ``margin``
+    over b (non-superiority: "did not help").
 
-
-def quadratic_minimum(x: Sequence[float], y_by_seed: Mapping[int, Sequence[float]], *,
-                      resamples: int = BOOTSTRAP, seed: int = 0) -> tuple[float, tuple[float, float]]:
-    """Location of the minimum of a parabola fitted to the seed-mean curve y(x), and a 95%
-    percentile bootstrap interval over seeds (resampled with replacement). Clipped to the range of x."""
-    xa = np.asarray(x, dtype=float)
-    Y = np.array([y_by_seed[s] for s in sorted(y_by_seed)], dtype=float)  # (seeds, points)
-    est = _quad_argmin(xa, np.nanmean(Y, axis=0))
-    rng = np.random.default_rng(seed)
-    boots = [_quad_argmin(xa, np.nanmean(Y[rng.integers(0, len(Y), len(Y))], axis=0)) for _ in range(resamples)]
-    return est, (float(np.percentile(boots, 2.5)), float(np.percentile(boots, 97.5)))
-
-
-def interior_optimum(S: Sequence[int], C: Sequence[int], err_by_seed: Mapping[int, Sequence[float]]) -> Verdict:
-    """Claim "the error is lowest near S ≈ C" over points (S_i, C_i) at one budget.
-
-    The centre is the point(s) with the smallest |log(S/C)| (twins such as (41, 40) and (40, 41)
-    averaged per seed); the extremes are the points with the smallest and the largest log(S/C).
-    Two paired one-sided t-tests, centre < each extreme, Holm-corrected: HELD if both reject;
-    DID NOT HOLD if the centre is significantly *worse* than either extreme (reverse tests, Holm);
-    otherwise UNDECIDED — in particular when one side is flat. The effect is the smaller of the
-    two mean advantages (points); also shown: the minimum of a parabola in log(S/C) fitted to the
-    seed-mean curve, with a 95% bootstrap interval, as S/C."""
-    x = np.log(np.asarray(S, dtype=float) / np.asarray(C, dtype=float))
-    if len(set(np.round(x, 12))) < 3:
-        return Verdict(held=None, n=0, detail="fewer than 3 distinct S/C ratios")
-    ad = np.abs(x)
-    centre = np.flatnonzero(ad <= ad.min() + 1e-12)
-    lo, hi = int(np.argmin(x)), int(np.argmax(x))
-    if lo in centre or hi in centre:
-        return Verdict(held=None, n=0, detail="the point closest to S = C is an end of the sweep: no interior to test")
-    Y = {s: np.asarray(v, dtype=float) for s, v in err_by_seed.items()}
-    seeds = sorted(s for s, v in Y.items() if np.isfinite(v[[*centre, lo, hi]]).all())
-    cen = {s: float(Y[s][centre].mean()) for s in seeds}
-    d_lo = [cen[s] - Y[s][lo] for s in seeds]
-    d_hi = [cen[s] - Y[s][hi] for s in seeds]
-    ends = f"centre {_sc(S, C, centre)} vs ends {_sc(S, C, [lo])}, {_sc(S, C, [hi])}"
+    ``b`` may be a constant (e.g. the predicted c_γ). A paired t-test of the per-seed a − b
+    against ``margin``: HELD if mean(a − b) < margin at ``TAIL`` (the 95% interval ends below the
+    margin), DID NOT HOLD if mean(a − b) > margin at ``TAIL``, else UNDECIDED."""
+    if not (isinstance(margin, (int, float)) and math.isfinite(margin) and margin >= 0):
+        raise ValueError(f"noninferior needs a finite margin ≥ 0, got {margin!r}")
+    bb = {s: float(b) for s in a} if isinstance(b, (int, float)) else b
+    seeds = _paired(a, bb)
+    d = [a[s] - bb[s] for s in seeds]
+    name = f"mean {what} (margin {margin:g})"
     if len(seeds) < MIN_SEEDS:
-        eff = float(min(-np.mean(d_lo), -np.mean(d_hi))) if seeds else float("nan")
-        return Verdict(held=None, effect=eff, effect_name="min advantage of the centre", n=len(seeds),
-                       detail=f"fewer than {MIN_SEEDS} seeds: no test; {ends}", unit="points")
-    t_lo, pl_lo, pg_lo, ci_lo = paired_t(d_lo)
-    t_hi, pl_hi, pg_hi, ci_hi = paired_t(d_hi)
-    p_claim, p_against, held, p = holm_decision([pl_lo, pl_hi], [pg_lo, pg_hi])
-    # the deciding comparison: the weaker advantage (the end the centre beats least)
-    weak_lo = -np.mean(d_lo) <= -np.mean(d_hi)
-    t, ci, dd = (t_lo, ci_lo, d_lo) if weak_lo else (t_hi, ci_hi, d_hi)
-    xm, (xl, xh) = quadratic_minimum(x, {s: Y[s] for s in seeds})
-    detail = (f"{ends}; centre − end {_sc(S, C, [lo])}: {np.mean(d_lo):+.2f} [95% CI {ci_lo[0]:+.2f}, {ci_lo[1]:+.2f}]"
-              f" (Holm p {p_claim[0]:.2g}); centre − end {_sc(S, C, [hi])}: {np.mean(d_hi):+.2f} "
-              f"[95% CI {ci_hi[0]:+.2f}, {ci_hi[1]:+.2f}] (Holm p {p_claim[1]:.2g}); parabola in log(S/C): minimum "
-              f"at S/C = {math.exp(xm):.3g} [bootstrap 95% {math.exp(xl):.3g}, {math.exp(xh):.3g}]"
-              + (" (at an end of the sweep: the fitted curve has no interior minimum)"
-                 if min(abs(xm - x.min()), abs(xm - x.max())) < 1e-9 else ""))
-    return Verdict(held=held, statistic=f"paired t, weaker end (df = {len(seeds) - 1})", value=t, p=p,
-                   effect=-float(np.mean(dd)), effect_name="advantage of the centre over the weaker end",
-                   interval=(-ci[1], -ci[0]), n=len(seeds), detail=detail,
-                   extra={"p_claim_holm": p_claim, "p_against_holm": p_against,
-                          "argmin_S_over_C": math.exp(xm), "argmin_interval": [math.exp(xl), math.exp(xh)]},
-                   unit="points")
+        return _untested(name, d, len(seeds), unit)
+    t, p_less, p_greater, _ = paired_t([x - margin for x in d])
+    ci = paired_t(d)[3]
+    return Verdict(held=_decide(p_less, p_greater), statistic=f"paired t of {what} − margin (df = {len(seeds) - 1})",
+                   value=t, p_claim=p_less, p_against=p_greater, effect=_mean(d), effect_name=name, interval=ci,
+                   n=len(seeds), spread=_sd(d), extra={"margin": margin}, unit=unit)
 
 
-def _sc(S: Sequence[int], C: Sequence[int], idx) -> str:
-    return "/".join(f"(S={S[i]}, C={C[i]})" for i in idx)
+def equivalent(a: Mapping[int, float], b: Mapping[int, float], margin: float, *, what: str = "a − b",
+               unit: str = "") -> Verdict:
+    """Claim "|a − b| < margin", seed-paired: two one-sided tests (TOST) at ``TAIL`` each, i.e.
+    HELD exactly when the 95% interval of mean(a − b) lies inside ±margin (an intersection–union
+    test: no correction); DID NOT HOLD when the interval lies wholly beyond +margin or below
+    −margin; else UNDECIDED (in particular: too few seeds, or an interval wider than the margin)."""
+    up = noninferior(a, b, margin, what=what, unit=unit)  # a − b < +margin
+    down = noninferior(b, a, margin, what=what, unit=unit)  # b − a < +margin
+    name = f"mean {what} (equivalence margin ±{margin:g})"
+    if up.n < MIN_SEEDS:
+        return Verdict(held=None, effect=up.effect, effect_name=name, n=up.n, spread=up.spread,
+                       detail=f"fewer than {MIN_SEEDS} paired seeds: no test", unit=unit)
+    p_claim = max(up.p_claim, down.p_claim)
+    p_against = min(up.p_against, down.p_against)  # only one of the two can be true: no correction
+    return Verdict(held=_decide(p_claim, p_against), statistic=f"TOST, two paired t-tests (df = {up.n - 1})",
+                   value=up.value if up.p_claim >= down.p_claim else down.value, p_claim=p_claim, p_against=p_against,
+                   effect=up.effect, effect_name=name, interval=up.interval, n=up.n, spread=up.spread,
+                   detail=f"p(a − b < +{margin:g}) = {_p(up.p_claim)}, p(a − b > −{margin:g}) = {_p(down.p_claim)}",
+                   extra={"margin": margin}, unit=unit)
+
+
+def _all_parts(parts: Mapping[str, tuple[Sequence[float], str, float]], *, statistic: str, what: str,
+               unit: str) -> Verdict:
+    """The intersection–union decision over named parts: each part is (per-seed values whose mean
+    the claim says is < 0, its label, the sign that shows it — e.g. −1 to show an advantage).
+    HELD when every part rejects at ``TAIL``; DID NOT HOLD when some part's opposite rejects at
+    ``TAIL / k``; the effect and interval shown are the weakest part's, at 95% (HELD, UNDECIDED),
+    or the reversed part's at 1 − ALPHA / k (DID NOT HOLD)."""
+    k = len(parts)
+    tests = {name: paired_t(d) for name, (d, _, _) in parts.items()}
+    weakest = max(tests, key=lambda name: tests[name][1])  # largest p of the claim side
+    reversed_ = min(tests, key=lambda name: tests[name][2])
+    p_claim = tests[weakest][1]
+    p_against = min(1.0, k * tests[reversed_][2])
+    held = _decide(p_claim, p_against)
+    name = reversed_ if held is False else weakest
+    d, label, sg = parts[name]
+    level = 1 - ALPHA / k if held is False else 1 - ALPHA
+    t, _, _, ci = paired_t(d, level)
+    interval = (ci[0], ci[1]) if sg > 0 else (-ci[1], -ci[0])
+    detail = "; ".join(f"{lab}: {g * _mean(dd):+.3g} (p {_p(tests[n][1])}, reverse {_p(tests[n][2])})"
+                       for n, (dd, lab, g) in parts.items())
+    return Verdict(held=held, statistic=f"{statistic}, deciding: {label} (df = {len(d) - 1})", value=sg * t,
+                   p_claim=p_claim, p_against=p_against, effect=sg * _mean(d), effect_name=f"{what}, {label}",
+                   interval=interval, level=level, n=len(d), spread=_sd(d), detail=detail,
+                   extra={"deciding": name, "parts": k}, unit=unit)
 
 
 def lowest_of(groups: Mapping[str, Mapping[int, float]], target: str, *, higher: bool = False,
               unit: str = "") -> Verdict:
     """Claim "group ``target`` is the lowest of ``groups``" (``higher``: the highest), seed-paired.
 
-    ``groups``: name → {seed → value}. One paired one-sided t-test of the target against every
-    other group, Holm-corrected: HELD if all reject; DID NOT HOLD if some other group is
-    significantly lower (``higher``: higher) than the target (reverse tests, Holm); else
-    UNDECIDED; fewer than 3 paired seeds in any comparison: UNDECIDED. The effect is the
-    target's margin over the closest other group (positive when the target is the better)."""
+    ``groups``: name → {seed → value}. A paired t-test of the target against every other group,
+    an intersection–union test: HELD when the target beats each one at ``TAIL``; DID NOT HOLD when
+    some group beats the target at ``TAIL / k`` (Bonferroni over the k others); else UNDECIDED;
+    fewer than 3 paired seeds in any comparison: UNDECIDED. The effect is the target's margin over
+    the group it beats least (positive when the target is the better)."""
     if target not in groups:
         raise ValueError(f"lowest_of: target {target!r} is not one of the groups {', '.join(map(str, groups))}")
     t0 = groups[target]
     others = [k for k in groups if k != target]
     if not others:
         raise ValueError("lowest_of needs at least one group besides the target")
-    sign = -1.0 if higher else 1.0  # compare sign·(target − other) < 0
+    sign = -1.0 if higher else 1.0  # the claim: sign·(target − other) < 0 for every other group
     n = min(len(_paired(t0, groups[k])) for k in others)
-    word = "highest" if higher else "lowest"
     if n < MIN_SEEDS:
         return Verdict(held=None, n=n, detail=f"fewer than {MIN_SEEDS} paired seeds for some comparison: no test",
                        unit=unit)
-    diffs = {k: [sign * (t0[s] - groups[k][s]) for s in _paired(t0, groups[k])] for k in others}
-    tests = {k: paired_t(d) for k, d in diffs.items()}
-    # the claim: sign·(target − other) < 0 for every other group
-    p_claim, p_against, held, p = holm_decision([tests[k][1] for k in others], [tests[k][2] for k in others])
-    closest = max(others, key=lambda k: float(np.mean(diffs[k])))
-    t, _, _, ci = tests[closest]
-    detail = f"{target} the {word}: " + "; ".join(f"margin over {k} {-np.mean(diffs[k]):+.3g} (Holm p {pc:.2g})"
-                                                   for k, pc in zip(others, p_claim))
-    return Verdict(held=held, statistic=f"paired t vs the closest ({closest}, df = {n - 1})", value=-t, p=p,
-                   effect=-float(np.mean(diffs[closest])), effect_name=f"margin of {target} over {closest}",
-                   interval=(-ci[1], -ci[0]), n=n, detail=detail,
-                   extra={"p_claim_holm": p_claim, "p_against_holm": p_against, "closest": closest}, unit=unit)
+    parts = {k: ([sign * (t0[s] - groups[k][s]) for s in _paired(t0, groups[k])], f"vs {k}", -1.0) for k in others}
+    word = "highest" if higher else "lowest"
+    return _all_parts(parts, statistic=f"{target} the {word}: paired t against each other group",
+                      what=f"margin of {target}", unit=unit)
 
 
 def worst_of(target: Mapping[int, float], others: Mapping[str, Mapping[int, float]], *, name: str = "target",
@@ -358,90 +379,141 @@ def worst_of(target: Mapping[int, float], others: Mapping[str, Mapping[int, floa
     return lowest_of({name: target, **others}, name, higher=True, unit=unit)
 
 
-def best_is_interior(order: Sequence[str], groups: Mapping[str, Mapping[int, float]], *, higher: bool = False,
-                     unit: str = "") -> Verdict:
-    """Claim "the best of an ordered sweep is an inner point, not an end" (e.g. the best patch
-    size is neither the smallest nor the largest; the CKA peaks at an intermediate sparsity).
-
-    ``order``: the groups along the sweep (≥ 3). The best group by seed mean (lowest; ``higher``:
-    highest) is chosen from the data and tested with :func:`lowest_of` against every other. Inner
-    best and :func:`lowest_of` HELD → HELD; an end is the best and significantly so → DID NOT
-    HOLD; otherwise UNDECIDED. (Choosing the best from the same data favours the claim a little;
-    requiring it to beat every other group, Holm-corrected, more than pays for that.)"""
-    if len(order) < 3:
-        return Verdict(held=None, detail="fewer than 3 points along the sweep: no interior", unit=unit)
-    means = {k: float(np.mean([v for v in groups[k].values() if math.isfinite(v)]))
-             if any(math.isfinite(v) for v in groups.get(k, {}).values()) else float("nan") for k in order}
-    finite = [k for k in order if math.isfinite(means[k])]
-    if len(finite) < len(order):
-        return Verdict(held=None, detail=f"no finished runs at {', '.join(k for k in order if k not in finite)}", unit=unit)
-    best = (max if higher else min)(order, key=lambda k: means[k])
-    v = lowest_of({k: groups[k] for k in order}, best, higher=higher, unit=unit)
-    inner = best not in (order[0], order[-1])
-    where = f"best mean at {best} ({'an inner point' if inner else 'an end of the sweep'}, chosen from the data)"
-    held = v.held if inner else (False if v.held else None)
-    return dataclasses.replace(v, held=held, detail=f"{where}; {v.detail}",
-                               extra={**v.extra, "best": best, "inner": inner})
+def _parabola_slopes(x: np.ndarray, y: np.ndarray, at: Sequence[float]) -> list[float]:
+    c2, c1, _ = np.polyfit(x, y, 2)
+    return [float(c1 + 2 * c2 * a) for a in at]
 
 
-def noninferior(a: Mapping[int, float], b: Mapping[int, float] | float, margin: float, *,
-                what: str = "a − b", unit: str = "") -> Verdict:
-    """Claim "a is not worse (higher) than b by more than ``margin``", seed-paired.
+def _vertex(x: np.ndarray, y: np.ndarray) -> float:
+    """x at the extremum of the least-squares parabola through (x, y) (NaN for a line)."""
+    c2, c1, _ = np.polyfit(x, y, 2)
+    return float(-c1 / (2 * c2)) if c2 != 0 else float("nan")
 
-    ``b`` may be a constant (e.g. the predicted c_γ). One-sided paired t-tests of the per-seed
-    a − b against ``margin``: HELD if mean(a − b) < margin at level α; DID NOT HOLD if
-    mean(a − b) > margin at level α; else UNDECIDED; fewer than 3 paired seeds: UNDECIDED."""
-    if not (isinstance(margin, (int, float)) and math.isfinite(margin) and margin >= 0):
-        raise ValueError(f"noninferior needs a finite margin ≥ 0, got {margin!r}")
-    bb = {s: float(b) for s in a} if isinstance(b, (int, float)) else b
-    seeds = _paired(a, bb)
-    d = [a[s] - bb[s] for s in seeds]
-    name = f"mean {what} (margin {margin:g})"
+
+def optimum_within(x: Sequence[float], y_by_seed: Mapping[int, Sequence[float]], lo: float, hi: float, *,
+                   maximum: bool = False, what: str = "optimum", unit: str = "", x_name: str = "x") -> Verdict:
+    """Claim "the minimum of y (``maximum``: the maximum) lies between ``lo`` and ``hi``" — with lo
+    and hi the ends of the sweep: an interior optimum; with a window around a point: the optimum
+    near that point.
+
+    ``x``: the points, in the coordinate the optimum is sought in (e.g. log(S/C)), ≥ 3 distinct;
+    ``y_by_seed``: seed → values (NaN: missing; a seed needs ≥ 3 finite points). Per seed, a
+    least-squares parabola y ≈ c0 + c1·x + c2·x² and its slopes at lo and hi. For a minimum the
+    claim is slope(lo) < 0 and slope(hi) > 0 (the curve falls into the window and rises out of
+    it): an intersection–union test of two t-tests at ``TAIL``. DID NOT HOLD: the slope at lo is
+    significantly positive (the optimum lies below lo) or at hi significantly negative (above
+    hi), each at ``TAIL / 2``. The seed-mean parabola's vertex is shown, not tested."""
+    xa = np.asarray(x, dtype=float)
+    if len(set(np.round(xa, 12))) < 3:
+        return Verdict(held=None, n=0, detail="fewer than 3 distinct points: no parabola", unit=unit)
+    if not (xa.min() - 1e-12 <= lo < hi <= xa.max() + 1e-12):
+        raise ValueError(f"optimum_within: need min x ≤ lo < hi ≤ max x, got lo={lo}, hi={hi} for x in "
+                         f"[{xa.min()}, {xa.max()}]")
+    s_lo, s_hi, seeds = [], [], []
+    for s in sorted(y_by_seed):
+        y = np.asarray(y_by_seed[s], dtype=float)
+        ok = np.isfinite(y)
+        if ok.sum() < 3 or len(set(xa[ok])) < 3:
+            continue
+        a, b = _parabola_slopes(xa[ok], y[ok], (lo, hi))
+        s_lo.append(a)
+        s_hi.append(b)
+        seeds.append(s)
+    Y = np.array([list(y_by_seed[s]) for s in seeds], dtype=float) if seeds else np.full((1, xa.size), np.nan)
+    mean_curve = np.nanmean(Y, axis=0)
+    ok = np.isfinite(mean_curve)
+    vertex = _vertex(xa[ok], mean_curve[ok]) if ok.sum() >= 3 else float("nan")
+    where = f"{x_name} in [{lo:.3g}, {hi:.3g}]; the seed-mean parabola's vertex at {x_name} = {vertex:.3g}"
     if len(seeds) < MIN_SEEDS:
-        return Verdict(held=None, effect=float(np.mean(d)) if d else float("nan"), effect_name=name, n=len(seeds),
-                       detail=f"fewer than {MIN_SEEDS} paired seeds: no test", unit=unit)
-    t, p_less, p_greater, _ = paired_t([x - margin for x in d])
-    _, _, _, ci = paired_t(d)
-    held = _decide(p_less, p_greater)
-    return Verdict(held=held, statistic=f"paired t of {what} − margin (df = {len(seeds) - 1})", value=t,
-                   p=p_less if held is not False else p_greater, effect=float(np.mean(d)), effect_name=name,
-                   interval=ci, n=len(seeds), extra={"p_claim": p_less, "p_against": p_greater, "margin": margin}, unit=unit)
+        return Verdict(held=None, n=len(seeds), detail=f"fewer than {MIN_SEEDS} seeds with ≥ 3 points: no test; {where}",
+                       unit=unit, extra={"vertex": _num(vertex)})
+    # each part as per-seed values whose mean the claim says is < 0, and the sign that shows the slope
+    up = -1.0 if maximum else 1.0  # a minimum: slope(lo) < 0 and slope(hi) > 0; a maximum: the reverse
+    sides = {"lo": (up, s_lo, lo, "<" if not maximum else ">"), "hi": (-up, s_hi, hi, ">" if not maximum else "<")}
+    parts = {k: ([sg * v for v in sl], f"slope at {x_name} = {at:.3g} (claim {op} 0)", sg)
+             for k, (sg, sl, at, op) in sides.items()}
+    kind = "maximum" if maximum else "minimum"
+    v = _all_parts(parts, statistic=f"{kind} between the bounds: t-tests of the per-seed parabola's slopes",
+                   what=what, unit=unit)
+    return _replace(v, detail=f"{where}; {v.detail}", extra={**v.extra, "vertex": _num(vertex), "lo": lo, "hi": hi})
 
 
-def ratio_interval(a: Sequence[float], b: Sequence[float], *, above: float | None = None,
-                   below: float | None = None, what: str = "a / b", unit: str = "×", resamples: int = BOOTSTRAP,
-                   seed: int = 0) -> Verdict:
-    """Claim "median(a) / median(b) is above ``above``" (or "below ``below``"; give one), e.g. the
-    SW-MLP's time per step over the Mixer's above 2, the RP-Mixer's below 1.10.
+def exponent_vs_foil(estimate: float, interval: tuple[float, float], published: float, foil: float, *,
+                     what: str, runs: int, of: str = "run") -> Verdict:
+    """Decide "the exponent lies on the published value's side of ``foil``" — the value of the law
+    the paper argues against (e.g. 0.5, an equal split of compute between parameters and
+    examples) — from a point estimate and its bootstrap 95% interval over ``runs``: HELD when the
+    interval excludes the foil on the published side, DID NOT HOLD when it excludes it on the
+    other side, UNDECIDED when it holds the foil. Whether the published value lies inside the
+    interval is reported, not tested."""
+    lo, hi = interval
+    if published == foil:
+        raise ValueError("exponent_vs_foil: the published value and the foil must differ")
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        return Verdict(held=None, effect=estimate, effect_name=what, n=runs, detail=f"no bootstrap interval from {runs} {of}s",
+                       kind="interval", n_of=of)
+    below = published < foil
+    if (hi < foil) if below else (lo > foil):
+        held: bool | None = True
+    elif (lo > foil) if below else (hi < foil):
+        held = False
+    else:
+        held = None
+    side = "below" if below else "above"
+    detail = (f"claim: {side} the foil {foil:g}; the interval {'excludes' if held is not None else 'holds'} it; "
+              f"published {published:g} {'inside' if lo <= published <= hi else 'outside'} the interval; bootstrap "
+              f"over {runs} {of}s")
+    return Verdict(held=held, statistic=f"bootstrap over {of}s", effect=estimate, effect_name=what, interval=(lo, hi),
+                   n=runs, detail=detail, kind="interval", n_of=of, extra={"foil": foil, "published": published})
 
-    ``a``, ``b``: repeated measurements (e.g. seconds of timed steps), ≥ 3 each; not paired. The
-    95% interval is a percentile bootstrap of the ratio of medians, a and b resampled
-    independently. HELD if the interval lies on the claimed side of the bound; DID NOT HOLD if it
-    lies on the other side; UNDECIDED if it holds the bound."""
+
+def median_interval(x: Sequence[float], level: float = 1 - ALPHA) -> tuple[float, float]:
+    """A distribution-free interval for the median of ``x`` from its order statistics: [x_(k),
+    x_(n−k+1)] with k the largest rank whose binomial tail P(Bin(n, ½) < k) ≤ (1 − level)/2
+    (coverage ≥ ``level``). (−inf, +inf) when n is too small for any such k."""
+    from scipy.stats import binom
+
+    xs = np.sort(np.asarray([v for v in x if math.isfinite(v)], dtype=float))
+    n = xs.size
+    tail = (1 - level) / 2
+    k = 0
+    while k + 1 <= n // 2 and binom.cdf(k, n, 0.5) <= tail:  # P(Bin < k + 1) = cdf(k)
+        k += 1
+    if k == 0:
+        return -math.inf, math.inf
+    return float(xs[k - 1]), float(xs[n - k])
+
+
+def paired_ratio(a: Sequence[float], b: Sequence[float], *, above: float | None = None, below: float | None = None,
+                 what: str = "a / b", unit: str = "×") -> Verdict:
+    """Claim "a / b is above ``above``" (or "below ``below``"; give one) for timings taken
+    interleaved (a_i and b_i measured one after the other, i = 1 … n), e.g. the SW-MLP's time per
+    step over the Mixer's above 2.
+
+    The effect is the median of the per-pair ratios a_i / b_i — each pair saw the same machine
+    load — and its 95% interval comes from the ratios' order statistics (distribution-free, valid
+    for a median of few values). HELD when the interval lies on the claimed side of the bound, DID
+    NOT HOLD when on the other side, else UNDECIDED; fewer than ``MIN_PAIRS`` pairs: UNDECIDED."""
     if (above is None) == (below is None):
-        raise ValueError("ratio_interval needs exactly one of above= or below=")
-    xa = np.asarray([x for x in a if math.isfinite(x)], dtype=float)
-    xb = np.asarray([x for x in b if math.isfinite(x)], dtype=float)
-    n = int(min(xa.size, xb.size))
+        raise ValueError("paired_ratio needs exactly one of above= or below=")
+    if len(a) != len(b):
+        raise ValueError(f"paired_ratio needs interleaved pairs: {len(a)} and {len(b)} measurements")
+    r = [x / y for x, y in zip(a, b) if math.isfinite(x) and math.isfinite(y) and y > 0]
     bound = above if above is not None else below
-    side = f"{'>' if above is not None else '<'} {bound:g}"
-    name = f"{what} (claim {side})"
-    if n < MIN_SEEDS or np.median(xb) <= 0:
-        return Verdict(held=None, effect=float(np.median(xa) / np.median(xb)) if n and np.median(xb) > 0 else float("nan"),
-                       effect_name=name, n=n, detail=f"fewer than {MIN_SEEDS} measurements of each: no interval",
-                       unit=unit, kind="interval", n_of="measurement")
-    est = float(np.median(xa) / np.median(xb))
-    rng = np.random.default_rng(seed)
-    boots = np.median(rng.choice(xa, (resamples, xa.size)), axis=1) / np.median(rng.choice(xb, (resamples, xb.size)), axis=1)
-    lo, hi = float(np.percentile(boots, 2.5)), float(np.percentile(boots, 97.5))
+    name = f"median {what} (claim {'>' if above is not None else '<'} {bound:g})"
+    est = float(np.median(r)) if r else float("nan")
+    if len(r) < MIN_PAIRS:
+        return Verdict(held=None, effect=est, effect_name=name, n=len(r), unit=unit, kind="interval", n_of="pair",
+                       detail=f"fewer than {MIN_PAIRS} interleaved pairs: no interval")
+    lo, hi = median_interval(r)
     if above is not None:
         held = True if lo > above else (False if hi < above else None)
     else:
         held = True if hi < below else (False if lo > below else None)
-    return Verdict(held=held, statistic="ratio of medians, bootstrap", value=est, effect=est, effect_name=name, interval=(lo, hi), n=n,
-                   detail=f"{xa.size} and {xb.size} measurements; {resamples} bootstrap resamples",
-                   extra={"bound": bound, "side": "above" if above is not None else "below"}, unit=unit,
-                   kind="interval", n_of="measurement")
+    return Verdict(held=held, statistic="median of interleaved ratios, order-statistic interval", value=est, effect=est,
+                   effect_name=name, interval=(lo, hi), n=len(r), unit=unit, kind="interval", n_of="pair",
+                   detail=f"{len(r)} interleaved pairs; ratios {min(r):.3g}–{max(r):.3g}",
+                   extra={"bound": bound, "side": "above" if above is not None else "below", "ratios": r})
 
 
 def deterministic(value: float, *, expected: float | None = None, at_least: float | None = None,
@@ -452,33 +524,122 @@ def deterministic(value: float, *, expected: float | None = None, at_least: floa
     if (expected is None) == (at_least is None):
         raise ValueError("deterministic needs exactly one of expected= or at_least=")
     if not math.isfinite(value):
-        return Verdict(held=None, statistic=f"{what}: no finite value", effect=value, detail=detail, unit=unit, kind="deterministic")
+        return Verdict(held=None, statistic=f"{what}: no finite value", effect=value, detail=detail, unit=unit,
+                       kind="deterministic")
     if expected is not None:
         held, rule = abs(value - expected) <= tol, f"needs |{what} − {expected:g}| ≤ {tol:.3g}"
     else:
         held, rule = value >= at_least - tol, f"needs {what} ≥ {at_least:g} − {tol:.3g}"
     u = f" {unit}" if unit else ""
-    return Verdict(held=bool(held), statistic=f"{what} = {value:.6g}{u}; {rule}", value=value, effect=value, detail=detail,
-                   extra={"tol": tol}, unit=unit, kind="deterministic")
+    return Verdict(held=bool(held), statistic=f"{what} = {value:.6g}{u}; {rule}", value=value, effect=value,
+                   detail=detail, extra={"tol": tol}, unit=unit, kind="deterministic")
 
 
-def exponent_in_interval(estimate: float, interval: tuple[float, float], published: float,
-                         far: Sequence[float], *, what: str, runs: int, of: str = "run") -> Verdict:
-    """Decide "the exponent equals ``published``" from a point estimate and its bootstrap 95%
-    interval over ``runs`` runs (or configurations, ``of``). ``far`` are values a different law would give
-    (e.g. 0 and 1 for a split of compute between parameters and examples): the claim is HELD only
-    when the interval holds ``published`` and none of them."""
-    lo, hi = interval
-    if not (math.isfinite(lo) and math.isfinite(hi)):
-        return Verdict(held=None, effect=estimate, effect_name=what, n=runs, detail=f"no bootstrap interval from {runs} runs",
-                       kind="interval", n_of=of)
-    covered = [f for f in far if lo <= f <= hi]
-    if not lo <= published <= hi:
-        held: bool | None = False
+# ----------------------------------------------------------------------------------- power
+
+
+def _power(n: int, effect: float, spread: float) -> float:
+    """Power of a two-sided t-test at ``ALPHA`` with n seeds against a true mean ``effect``."""
+    from scipy.stats import nct, t as student
+
+    if n < 2 or not spread > 0:
+        return float("nan")
+    crit = float(student.ppf(1 - TAIL, n - 1))
+    nc = abs(effect) * math.sqrt(n) / spread
+    if nc > crit + 40:  # the noncentral t's tail is numerically 1 here (scipy returns NaN far out)
+        return 1.0
+    p = float(nct.sf(crit, n - 1, nc) + nct.cdf(-crit, n - 1, nc))
+    if not math.isfinite(p):  # scipy's noncentral t fails for some (df, nc): the normal approximation
+        from scipy.stats import norm
+
+        p = float(norm.sf(crit - nc) + norm.cdf(-crit - nc))
+    return p
+
+
+def detectable_effect(spread: float, n: int, power: float = POWER) -> float:
+    """The smallest |mean| a two-sided t-test at ``ALPHA`` over ``n`` seeds detects with
+    probability ``power``, for per-seed values of sd ``spread`` (NaN when n < 2 or no spread)."""
+    from scipy.optimize import brentq
+
+    if n < 2 or not (math.isfinite(spread) and spread > 0):
+        return float("nan")
+    hi = spread
+    while _power(n, hi, spread) < power:
+        hi *= 2
+    return float(brentq(lambda e: _power(n, e, spread) - power, 0.0, hi, xtol=spread * 1e-6))
+
+
+def seeds_needed(effect: float, spread: float, power: float = POWER, max_n: int = 100_000) -> int | None:
+    """The fewest seeds with which a two-sided t-test at ``ALPHA`` detects a true mean ``effect``
+    with probability ``power`` (per-seed sd ``spread``); None when no effect or no spread is known,
+    or more than ``max_n`` would be needed."""
+    if not (math.isfinite(effect) and effect != 0 and math.isfinite(spread) and spread > 0):
+        return None
+    lo, hi = 2, 2
+    while _power(hi, effect, spread) < power:
+        lo, hi = hi, hi * 2
+        if hi > max_n:
+            return None
+    while lo < hi:  # the smallest n in [lo, hi] with enough power
+        mid = (lo + hi) // 2
+        if _power(mid, effect, spread) >= power:
+            hi = mid
+        else:
+            lo = mid + 1
+    return int(lo)
+
+
+# ----------------------------------------------------------------------------------- conjunctions
+
+
+def _interval_at(v: Verdict, level: float) -> tuple[float, float] | None:
+    """``v``'s interval at another ``level``: from the mean, spread and seeds of a t-based verdict,
+    from the stored ratios of a :func:`paired_ratio` one."""
+    if v.kind == "test" and v.n >= 2 and math.isfinite(v.spread):
+        from scipy.stats import t as student
+
+        q = float(student.ppf(1 - (1 - level) / 2, v.n - 1)) * v.spread / math.sqrt(v.n)
+        return v.effect - q, v.effect + q
+    if "ratios" in v.extra:
+        return median_interval(v.extra["ratios"], level)
+    return v.interval
+
+
+def all_of(verdicts: Mapping[str, Verdict], *, what: str = "every part", unit: str = "") -> Verdict:
+    """Claim "it holds in every one of ``verdicts``" (per data size, per epoch budget, per
+    reference model), an intersection–union test: HELD when every part is HELD at its own level
+    (no correction needed); DID NOT HOLD when some part is reversed at ``TAIL / k`` (t-based parts)
+    or its interval at 1 − ``ALPHA`` / k lies on the wrong side (interval parts); else UNDECIDED,
+    and UNDECIDED without a test when some part had none. The statistics shown are the deciding
+    part's: the weakest one's (HELD, UNDECIDED) or the reversed one's, with the matching interval."""
+    if not verdicts:
+        return Verdict(held=None, detail="nothing to test", unit=unit)
+    names, k = list(verdicts), len(verdicts)
+    words = "; ".join(f"{n}: {v.effect_name} {_g(v.effect)} {v.word}" for n, v in verdicts.items())
+    untested = [n for n, v in verdicts.items() if v.interval is None and not math.isfinite(v.p_claim)]
+    if untested:
+        return Verdict(held=None, n=min(v.n for v in verdicts.values()), unit=unit,
+                       detail=f"no test at {', '.join(untested)}; {words}", kind=verdicts[untested[0]].kind)
+    level = 1 - ALPHA / k
+    wide = {n: _interval_at(v, level) for n, v in verdicts.items()}
+    if all(v.kind == "test" for v in verdicts.values()):
+        p_claim = max(v.p_claim for v in verdicts.values())
+        p_against = min(1.0, k * min(v.p_against for v in verdicts.values()))
+        held = _decide(p_claim, p_against)
+        deciding = (min(names, key=lambda n: verdicts[n].p_against) if held is False
+                    else max(names, key=lambda n: verdicts[n].p_claim))
     else:
-        held = None if covered else True
-    detail = (f"published {published:g} {'inside' if lo <= published <= hi else 'outside'} the interval; "
-              + (f"the interval also holds {', '.join(f'{f:g}' for f in covered)}" if covered else
-                 f"it excludes {', '.join(f'{f:g}' for f in far)}") + f"; bootstrap over {runs} {of}s")
-    return Verdict(held=held, statistic=f"bootstrap over {of}s", effect=estimate, effect_name=what, interval=(lo, hi), n=runs,
-                   detail=detail, kind="interval", n_of=of)
+        def reversed_(n: str) -> bool:
+            lo, hi = wide[n]
+            bound, side = verdicts[n].extra.get("bound"), verdicts[n].extra.get("side")
+            return bound is not None and ((hi < bound) if side == "above" else (lo > bound))
+        rev = [n for n in names if reversed_(n)]
+        held = False if rev else (True if all(verdicts[n].held for n in names) else None)
+        p_claim, p_against = float("nan"), float("nan")
+        deciding = rev[0] if rev else next((n for n in names if not verdicts[n].held), names[0])
+    v = verdicts[deciding]
+    interval, lev = (wide[deciding], level) if held is False else (v.interval, v.level)
+    return _replace(v, held=held, p_claim=p_claim if math.isfinite(p_claim) else v.p_claim,
+                    p_against=p_against if math.isfinite(p_against) else v.p_against, interval=interval, level=lev,
+                    statistic=f"{what}: all {k} parts must hold; deciding: {deciding}; {v.statistic}",
+                    detail=words, extra={**v.extra, "deciding": deciding, "parts": k})

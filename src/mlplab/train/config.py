@@ -2,8 +2,9 @@
 
 A run is fully described by a :class:`RunConfig`; it is saved as ``config.json`` in the run folder
 and a resumed run must match it. ``make_config(base, overrides)`` builds one from a named config
-(``mlplab.train.presets``), a JSON file, a dict or another ``RunConfig``, then applies dotted
-overrides (``"optim.lr=0.1"`` from the command line, or ``{"optim.lr": 0.1}``). An unknown key is
+(``mlplab.train.presets``), a JSON, YAML or TOML file (``mlplab.utils.configfile``), a dict or
+another ``RunConfig``, then applies dotted overrides (``"optim.lr=0.1"`` from the command line, or
+``{"optim.lr": 0.1}``). An unknown key is
 an error that lists the valid ones; a value of the wrong type is an error that names the key.
 
 Durations follow big_vision: the training length is given in exactly one of ``epochs``,
@@ -20,12 +21,14 @@ import math
 import re
 import typing
 from dataclasses import dataclass, field
+from fractions import Fraction
 from pathlib import Path
 from typing import Any, Literal, Sequence
 
 from ..data.augment import AugmentConfig
 from ..errors import BadInput, BadType, did_you_mean
 from ..models.registry import get_model_entry, model_config
+from ..utils.configfile import CONFIG_SUFFIXES, read_config_file
 from ..utils.typed import check_types, coerce
 
 __all__ = [
@@ -408,6 +411,13 @@ def eval_batch_size(r: RunSection) -> int:
     return r.eval_batch_size or min(1024, 4 * r.batch_size)
 
 
+def _epochs_in_steps(epochs: float, steps_per_epoch: int) -> Fraction:
+    """``epochs`` in steps, exactly: the decimal the config holds (its shortest repr, 1.1) times
+    the steps per epoch. In floats 1.1 × 50 is 55.00000000000001, which ``ceil`` makes 56 steps,
+    and 0.7 × 45 is 31.499999999999996, which ``round`` makes 31 (31.5 rounds to even: 32)."""
+    return Fraction(repr(float(epochs))) * steps_per_epoch
+
+
 def durations(cfg: RunConfig, n_train: int, world_size: int = 1) -> Durations:
     """The step arithmetic of a run with ``n_train`` training examples on ``world_size`` processes.
 
@@ -426,12 +436,13 @@ def durations(cfg: RunConfig, n_train: int, world_size: int = 1) -> Durations:
         raise BadInput(f"the training split has {n_train} examples, fewer than one batch of "
                          f"{r.batch_size}; lower run.batch_size")
     if s.epochs is not None:
-        total_steps = max(1, math.ceil(s.epochs * steps_per_epoch))
+        total_steps = max(1, math.ceil(_epochs_in_steps(s.epochs, steps_per_epoch)))
     elif s.steps is not None:
         total_steps = s.steps
     else:
         total_steps = max(1, math.ceil(s.examples / r.batch_size))
-    warmup = round(s.warmup_epochs * steps_per_epoch) if s.warmup_epochs is not None else (s.warmup_steps or 0)
+    warmup = round(_epochs_in_steps(s.warmup_epochs, steps_per_epoch)) if s.warmup_epochs is not None \
+        else (s.warmup_steps or 0)
     return Durations(batch_per_rank=bs, eval_batch_per_rank=eval_bs, steps_per_epoch=steps_per_epoch,
                      total_steps=total_steps, total_epochs=math.ceil(total_steps / steps_per_epoch),
                      warmup_steps=min(warmup, total_steps), peak_lr=peak_lr(cfg))
@@ -473,41 +484,23 @@ def run_name(overrides: dict[str, Any], keys: Sequence[str] | None = None, label
 
 # ----------------------------------------------------------------------------- building
 
-def _read_config_file(path: Path) -> dict[str, Any]:
-    """A JSON config file as a dict, or an error naming the file and what is wrong with it."""
-    if path.is_dir():
-        raise BadInput(f"config {str(path)!r} is a folder; give a JSON config file (or a named config)")
-    if not path.is_file():
-        raise FileNotFoundError(f"config file {str(path)!r} does not exist")
-    try:
-        d = json.loads(path.read_text(encoding="utf-8"))
-    except UnicodeDecodeError as e:
-        raise BadInput(f"config file {str(path)!r} is not UTF-8 text (byte {e.start}); save it as UTF-8") from None
-    except json.JSONDecodeError as e:
-        what = "is empty" if not path.read_bytes().strip() else f"is not valid JSON ({e.msg} at line {e.lineno})"
-        raise BadInput(f"config file {str(path)!r} {what}; it must hold one JSON object of sections") from None
-    if not isinstance(d, dict):
-        raise BadInput(f"config file {str(path)!r} holds a JSON {type(d).__name__}; it must hold one object "
-                       '{"model": {...}, "optim": {...}, ...}')
-    return d
-
-
 def load_config(base: str | Path) -> tuple[dict[str, Any], str]:
-    """A named config (``mlplab.train.presets.CONFIGS``) or a JSON file -> (dict, label)."""
+    """A named config (``mlplab.train.presets.CONFIGS``) or a config file (JSON, YAML or TOML:
+    ``mlplab.utils.configfile``) -> (dict, label)."""
     from .presets import CONFIGS
 
     if isinstance(base, str) and base in CONFIGS:
         return copy.deepcopy(CONFIGS[base]), base
     path = Path(base)
-    if path.suffix == ".json" or path.exists():
-        return _read_config_file(path), path.stem
-    raise ValueError(f"unknown config {str(base)!r}: not a named config and not a JSON file; "
-                     f"{did_you_mean(base, CONFIGS)}named configs: {', '.join(sorted(CONFIGS))}")
+    if path.suffix.lower() in CONFIG_SUFFIXES or path.exists():
+        return read_config_file(path), path.stem
+    raise ValueError(f"unknown config {str(base)!r}: not a named config and not a config file (.json, .yaml, "
+                     f".toml); {did_you_mean(base, CONFIGS)}named configs: {', '.join(sorted(CONFIGS))}")
 
 
 def make_config(base: dict | str | Path | RunConfig | None = None,
                 overrides: dict[str, Any] | list[str] | None = None) -> RunConfig:
-    """The resolved config: ``base`` (named config, JSON path, dict or RunConfig; None -> defaults)
+    """The resolved config: ``base`` (named config, config file path, dict or RunConfig; None -> defaults)
     with dotted ``overrides`` applied in order. ``run.name`` is derived when not given."""
     label = None
     if base is None:

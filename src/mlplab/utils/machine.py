@@ -1,7 +1,7 @@
 """The machine a timing ran on, recorded beside the numbers so that a reader can judge them.
 
 One record for every timing the project writes: the inference experiment
-(:mod:`mlplab.experiments.specs.inference`, its ``machine``) and the benchmarks
+(the ``inference`` task, :func:`mlplab.experiments.tasks.inference_task`, its ``machine``) and the benchmarks
 (``benchmarks/common.environment``, which keeps its published names of two keys).
 """
 from __future__ import annotations

@@ -16,7 +16,7 @@ from __future__ import annotations
 import shutil
 import sys
 import time
-from typing import Iterable, Mapping, TextIO, TypeVar
+from typing import Callable, Iterable, Mapping, TextIO, TypeVar
 
 from tqdm import tqdm
 
@@ -108,8 +108,10 @@ class RunTally:
     once. The time left is the estimate of the runs not yet done, divided by ``jobs`` until a run
     has finished, then scaled by (wall time so far) / (estimate of the runs finished)."""
 
-    def __init__(self, estimates: Mapping[str, float] | None = None, total: int | None = None, jobs: int = 1):
+    def __init__(self, estimates: Mapping[str, float] | None = None, total: int | None = None, jobs: int = 1,
+                 on_finish: Callable[[object, str], None] | None = None):
         self.estimates = dict(estimates or {})
+        self.on_finish = on_finish  # called with (where, status) as each run ends
         self.total = total if total is not None else len(self.estimates)
         self.jobs = max(1, jobs)
         self.done = 0
@@ -142,6 +144,8 @@ class RunTally:
             self._finished.add(key)
             self._done_estimate += self.estimates.get(key, 0.0)
         self.done += 1
+        if self.on_finish is not None:
+            self.on_finish(where, status)
         return f"[{self.done}/{self.total}] {status:7s} {name}{self._left()}"
 
     def seconds_left(self) -> float | None:

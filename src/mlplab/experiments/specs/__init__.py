@@ -5,7 +5,8 @@ how to add one: ``docs/adding-an-experiment.md``.
 registers their experiments in :data:`mlplab.experiments.plan.EXPERIMENTS`. ``ORDER`` is the order
 in which ``mlplab reproduce --list`` shows them (the order of docs/science.md §7, then
 ``implicit-bias``, §5); ids not in it follow in registration order. Specs import ``plan``, ``claims`` and ``verdicts``,
-never the registry.
+never the registry; they hold settings, claims and wiring only (``tests/test_layering.py``). The modules not
+in ``MODULES`` hold what several specs share: ``common``, ``budget``, ``pretraining``, ``timing``.
 """
 from importlib import import_module
 
@@ -18,10 +19,10 @@ MODULES = ["cka",  # fig2a-c
            "runtime",  # tableS3
            "implicit_bias",  # Prop. 3.3
            "scaling",  # Scaling MLPs in miniature
-           "scaling_mlps",  # sm-table1, sm-weights: Scaling MLPs Table 1, Figs. 10–11
-           "sm_transfer",  # sm-transfer, sm-batch-size: Scaling MLPs Tables 2–3, Fig. 4
-           "inference",  # sm-inference, mixer-cost: Scaling MLPs Table 4, Mixer supplement Table 2
-           "mixer_supplement"]  # mixer-ablations, mixer-weights: MLP-Mixer supplement
+           "sm_table1", "sm_weights",  # Scaling MLPs Table 1, Figs. 10–11 (shared: sm_table1)
+           "sm_transfer", "sm_batch_size",  # Scaling MLPs Tables 2–3, Fig. 4 (shared: pretraining)
+           "sm_inference", "mixer_cost",  # Scaling MLPs Table 4, MLP-Mixer Table 2 (shared: timing)
+           "mixer_ablations", "mixer_weights"]  # the MLP-Mixer supplement
 
 ORDER = ["fig2a-c", "fig2d", "fig4", "fig5", "fig6", "fig6-imagenet", "fig7", "figS1", "figS2-S3", "figS4", "figS5",
          "figS6-S8", "figS9", "table1", "table1-imagenet", "tableS3", "implicit-bias", "scaling",

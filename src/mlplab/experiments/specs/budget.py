@@ -8,22 +8,25 @@ sweep is data: "these families × these budgets × seeds, all pairs the planner 
 """
 from __future__ import annotations
 
+import math
 from typing import Any, Sequence
 
 from ...errors import BadInput
 from ..aggregate import RunRecord
 from ..derived import Derive, derive, derived_key
-from ..verdicts import trend
+from ..claims import Need
+from ..verdicts import Verdict, optimum_within, trend
 from .common import fair_width, mixer, pairs_for, per_seed, seed_table, sw_mlp, sw_widths
 
-__all__ = ["budget_models", "budget", "INTERIOR_RULE", "TREND_RULE", "BY", "NAME_KEYS", "point", "row_point",
-           "width_claim", "dataset_title", "IMAGENET", "refuse_imagenet"]
+__all__ = ["budget_models", "budget", "NEAR_RULE", "TREND_RULE", "BY", "NAME_KEYS", "point", "row_point",
+           "width_claim", "near_claim", "dataset_title", "IMAGENET", "refuse_imagenet", "NEAR", "SPANS_WINDOW"]
 
-INTERIOR_RULE = ("the S ≈ C pair (twins averaged per seed) against each end of the (S, C) sweep: paired one-sided "
-                 "t-tests, centre < end, Holm-corrected over the two ends; HELD if both hold, DID NOT HOLD if the "
-                 "centre is significantly worse than either end, UNDECIDED otherwise (e.g. a flat side)")
-TREND_RULE = ("per seed, the least-squares slope of test error against log2(width); one-sample t-test of the "
-              "per-seed slopes < 0")
+TREND_RULE = ("per seed, the least-squares slope of test error against log2(width); a t-test of the per-seed "
+              "slopes < 0 (``verdicts.trend``)")
+NEAR = 2.0  # "near S = C": S/C within a factor 2
+NEAR_RULE = (f"per seed, a parabola of test error in log(S/C) and its slopes at S/C = 1/{NEAR:g} and {NEAR:g}: the "
+             "minimum lies between them when the slope at the lower bound is < 0 and at the upper > 0, both by "
+             "t-tests over seeds (``verdicts.optimum_within``)")
 
 BY = {"omega": lambda r: r.get("meta.omega"), "family": lambda r: r.get("meta.family"),
       "S": lambda r: r.get("meta.S"), "C": lambda r: r.get("meta.C"), "m": lambda r: r.get("meta.m"),
@@ -46,6 +49,25 @@ def width_claim(runs: list[RunRecord], rows: list[dict[str, Any]]) -> Any:
     tab = seed_table(runs, point)
     return trend([r["m"] for r in rows], per_seed(tab, [row_point(r) for r in rows]), sign=-1,
                  what="Δ test error", unit="points")
+
+
+def near_claim(runs: list[RunRecord], rows: list[dict[str, Any]]) -> tuple[Any, dict[str, float]]:
+    """"Error is lowest near S = C" over ``rows`` (one Ω): the minimum of a per-seed parabola in
+    log(S/C) between S/C = 1/NEAR and NEAR; and ``spans_window`` (1 when the sweep reaches past
+    both bounds, the claim's regime: a window at the sweep's edge says nothing about an optimum)."""
+    x = [math.log(r["S"] / r["C"]) for r in rows]
+    lo, hi = -math.log(NEAR), math.log(NEAR)
+    spans = float(bool(x) and min(x) < lo and max(x) > hi)
+    if not spans:
+        return Verdict(held=None, detail=f"the sweep's S/C does not reach past 1/{NEAR:g} and {NEAR:g}"), {"spans_window": 0.0}
+    tab = seed_table(runs, point)
+    v = optimum_within(x, per_seed(tab, [row_point(r) for r in rows]), lo, hi, what="test error", unit="points",
+                       x_name="log(S/C)")
+    return v, {"spans_window": spans}
+
+
+SPANS_WINDOW = Need("spans_window", ">=", 1, f"the sweep's S/C reaches past 1/{NEAR:g} and {NEAR:g}: an optimum "
+                    "between two bounds needs points beyond both")
 
 
 def dataset_title(manifest: dict[str, Any]) -> str:
@@ -80,6 +102,8 @@ def budget_models(o: dict[str, Any], *, depth: int, patch: int, channels: dict[i
             out.append({**sw_mlp(m, p, 2 * depth, patch, gamma), "meta.m": m, "meta.p": p})
         return out
     rp = fam.startswith("rp_")
+    if tokens is None and om not in channels:  # this family is not planned at this Ω
+        return []
     if tokens is not None:
         pairs = pairs_for(om, gamma, tokens=tokens[om], symmetric=False)
     else:

@@ -7,10 +7,11 @@ from typing import Any, Callable, Sequence
 from ..aggregate import RunRecord, group_runs, loss_change, select, test_error
 from ..derived import Derive, derive, derived_key
 from ..recipes import Scale
+from ..sweep import Sweep, expand
 
 __all__ = ["mixer", "sw_mlp", "model_seed", "trained", "pairs_for", "sw_widths", "err_rows", "FAMILY_LABEL",
            "log2", "fair_width", "connections", "loss_change", "TRAIN_METRICS", "TRAIN_COLUMNS",
-           "seed_table", "per_seed"]
+           "seed_table", "per_seed", "run_folders"]
 
 FAMILY_LABEL = {"s_mixer": "S-Mixer", "rp_s_mixer": "RP S-Mixer", "mlp_mixer": "MLP-Mixer",
                 "rp_mlp_mixer": "RP MLP-Mixer", "sw_mlp": "SW-MLP", "monarch_mlp": "Monarch MLP",
@@ -154,3 +155,12 @@ def per_seed(table: dict[Any, dict[int, float]], points: Sequence[Any]) -> dict[
     """{seed → [value at each point, NaN where missing]} for the seeds present anywhere."""
     seeds = sorted({s for p in points for s in table.get(p, {})})
     return {s: [table.get(p, {}).get(s, float("nan")) for p in points] for s in seeds}
+
+
+def run_folders(train: Sweep) -> dict[tuple, str]:
+    """(``meta.key``, ``run.seed``) → the folder (relative to the experiment folder) of each run of
+    ``train``: where a later stage's task finds the run it analyses."""
+    out = {}
+    for s in expand(train):
+        out[(s.overrides.get("meta.key"), s.overrides.get("run.seed"))] = f"{s.sweep}/{s.name}"
+    return out

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..aggregate import RunRecord, select
-from ..claims import Analysis, decided
+from ..claims import Analysis, ClaimSpec
 from ..derived import derive
 from ..plan import Plan, experiment
 from ..plots import Bars, draw
@@ -32,6 +32,12 @@ SETTINGS = {
 IMPLICIT_TOL = 1e-10  # the solvers stop at gradient norm 1e-8 / duality gap 1e-11 (analysis.implicit_bias)
 
 
+BOUND = ClaimSpec("l1-bound", "weight decay on the Mixer's factors bounds an L1 penalty on the wide weight (Prop. 3.3): "
+                  "min L(V ⊗ W) + (λ/2)(‖V‖² + ‖W‖²) ≥ min L(B) + (λ/(CS))‖B‖₁", "identity",
+                  f"lhs (gradient descent on V, W) ≥ rhs (FISTA on B, certified by its duality gap) on every problem, "
+                  f"up to {IMPLICIT_TOL:g} (float64 solver resolution): a theorem checked numerically")
+
+
 def _analyse_implicit(runs: list[RunRecord], manifest: dict[str, Any]) -> Analysis:
     rows = []
     for r in select(runs, "check"):
@@ -43,10 +49,7 @@ def _analyse_implicit(runs: list[RunRecord], manifest: dict[str, Any]) -> Analys
     worst = min((r["lhs"] - r["rhs"] for r in rows), default=float("nan"))
     v = deterministic(worst, at_least=0.0, tol=IMPLICIT_TOL, what="min over problems of lhs − rhs",
                       detail=f"{sum(r['holds'] for r in rows)}/{len(rows)} problems with lhs ≥ rhs")
-    claim = decided("weight decay on the Mixer's factors bounds an L1 penalty on the wide weight (Prop. 3.3): "
-                    "min L(V ⊗ W) + (λ/2)(‖V‖² + ‖W‖²) ≥ min L(B) + (λ/(CS))‖B‖₁",
-                    f"lhs (gradient descent on V, W) ≥ rhs (FISTA on B, certified by its duality gap) on every "
-                    f"problem, up to {IMPLICIT_TOL:g} (float64 solver resolution)", v)
+    claim = BOUND.decide(v)
     labels = [f"S={r['S']},λ={r['lam']:g},s{r['seed']}" for r in rows]
     fig = draw([Bars("left vs right side", "objective", [f"{l} lhs" for l in labels] + [f"{l} rhs" for l in labels],
                      [r["lhs"] for r in rows] + [r["rhs"] for r in rows],
@@ -55,7 +58,8 @@ def _analyse_implicit(runs: list[RunRecord], manifest: dict[str, Any]) -> Analys
 
 
 @experiment("implicit-bias", "Prop. 3.3 numerically: weight decay on V, W acts as an L1 penalty on V ⊗ W",
-            analyse=_analyse_implicit, default_dataset="synthetic", aliases=("prop3.3", "lemmaB1"))
+            analyse=_analyse_implicit, default_dataset="synthetic", aliases=("prop3.3", "lemmaB1"),
+            needs_plateau=False, claims=(BOUND,))
 def implicit_bias(sc: Scale) -> Plan:
     """docs/science.md §5 (Prop. 3.3 / Lemma B.1): the implicit regularisation of a linear S-Mixer.
 
@@ -68,7 +72,7 @@ def implicit_bias(sc: Scale) -> Plan:
     """
     s = sc.settings(SETTINGS)
     square = derive("lookup", key="S", table={S: {"C": S} for S in s.sizes})
-    sweep = Sweep("check", {"n": 64}, [product(("S", s.sizes), ("lam", s.lams))], seeds=list(range(s.seeds)),
+    sweep = Sweep("check", {"n": 64}, [product(("S", s.sizes), ("lam", s.lams))], seeds=sc.seeds(s.seeds),
                   seed_keys=("seed",), derived=[square], task="implicit_bias", epochs=1,
                   description="both sides of Prop. 3.3 on bilinear regressions")
     return Plan([[sweep]], settings={"S = C": s.sizes, "λ": s.lams})

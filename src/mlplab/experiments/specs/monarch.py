@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..aggregate import RunRecord, select
-from ..claims import Analysis, decided
+from ..claims import Analysis, ClaimSpec
 from ..derived import derive
 from ..plan import Plan, experiment
 from ..plots import Panel, Series, draw
@@ -35,6 +35,13 @@ SETTINGS = {
 FIG2D_MARGIN = 1.0  # points of test error: "as accurate" = the Kronecker MLP at most 1 point worse
 
 
+AS_ACCURATE = ClaimSpec("kronecker-as-accurate", "the Kronecker (Mixer-like, weight-shared) MLP is as accurate as the "
+                        "Monarch MLP (our reading of Fig. 2d: Mixer structure loses little against unshared Monarch "
+                        "blocks)", "trained",
+                        f"non-inferiority: paired t-test of Kronecker − Monarch test error against a margin of "
+                        f"{FIG2D_MARGIN:g} point (``verdicts.noninferior``)")
+
+
 def _analyse_fig2d(runs: list[RunRecord], manifest: dict[str, Any]) -> Analysis:
     runs = select(runs, "shallow")
     by = {"model": lambda r: r.get("model.name"), "width": lambda r: r.get("meta.width")}
@@ -50,17 +57,14 @@ def _analyse_fig2d(runs: list[RunRecord], manifest: dict[str, Any]) -> Analysis:
         mo, kr = tab.get(("monarch_mlp", w)), tab.get(("kronecker_mlp", w))
         if mo and kr:
             v = noninferior(kr, mo, FIG2D_MARGIN, what="Kronecker − Monarch test error", unit="points")
-            claims.append(decided(f"width {w}: the Kronecker (Mixer-like, weight-shared) MLP is as accurate as the "
-                                  "Monarch MLP (our reading of Fig. 2d: Mixer structure loses little against unshared "
-                                  "Monarch blocks)",
-                                  f"non-inferiority: paired one-sided t-test of Kronecker − Monarch test error against "
-                                  f"a margin of {FIG2D_MARGIN:g} point", v))
+            claims.append(AS_ACCURATE.decide(v, label=f"width {w}", runs=select(runs, None, meta__width=w)))
     return Analysis(rows, ["model", "width", *TRAIN_COLUMNS],
                     {"fig2d": draw([Panel(f"{manifest['scale']['dataset']}: shallow MLPs", "width", "test error (%)",
                                           series, xscale="log")], "Fig. 2d: Monarch vs Kronecker MLP")}, claims)
 
 
-@experiment("fig2d", "Shallow Monarch vs Kronecker MLP", analyse=_analyse_fig2d, default_dataset="mnist")
+@experiment("fig2d", "Shallow Monarch vs Kronecker MLP", analyse=_analyse_fig2d, default_dataset="mnist",
+            claims=(AS_ACCURATE,))
 def fig2d(sc: Scale) -> Plan:
     """Fig. 2d: Monarch and Kronecker factored weights in a shallow MLP x ↦ B_c B2 ReLU(B1 x).
 
@@ -79,7 +83,7 @@ def fig2d(sc: Scale) -> Plan:
                      cpu_optim=("adamw", 0.01))
     widths = derive("lookup", key="meta.width", table={w: {"model.kwargs.width": w} for w in s.widths})
     sweep = Sweep("shallow", base, [product(("model.name", ["monarch_mlp", "kronecker_mlp"]), ("meta.width", s.widths))],
-                  seeds=list(range(s.seeds)), derived=[widths, *trained(sc)],
+                  seeds=sc.seeds(s.seeds), derived=[widths, *trained(sc)],
                   name_keys=["model.name", "meta.width", "run.seed"], epochs=base["schedule.epochs"],
                   description="Monarch vs Kronecker shallow MLP")
     return Plan([[sweep]], settings={"widths": s.widths})

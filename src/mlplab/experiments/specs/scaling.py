@@ -4,27 +4,26 @@ C = FLOP(f)·3·N·T, the fit E(C) = a(b + C)^(−α) + E∞, and the compute-op
 exponents P*(C) ∝ C^β_P, N*(C) ∝ C^β_N beside the published 0.35 / 0.65."""
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 
 from ...analysis.scaling import (PUBLISHED_EXPONENTS, bootstrap_scaling, compute_budget, fit_frontier_exponents,
                                  fit_power, fit_scaling_law)
 from ..aggregate import RunRecord, select, test_error
-from ..claims import Analysis, Claim
+from ..claims import Analysis, ClaimSpec, Need
 from ..derived import derive
+from ..measures import log_grid, mean
 from ..plan import Plan, experiment
 from ..plots import Panel, Series, draw
 from ..recipes import Scale
 from ..sweep import Sweep, product
-from ..verdicts import exponent_in_interval
+from ..verdicts import Verdict, exponent_vs_foil
 
-# Far-off values of a frontier exponent: 0 (the resource does not grow with compute) and 1 (it
-# takes all of the compute growth). The published split is 0.35 / 0.65 (PUBLISHED_EXPONENTS).
-FAR_EXPONENTS = (0.0, 1.0)
+# The foil of the frontier claim: an equal split of compute growth between parameters and examples
+# (β_P = β_N = 0.5, the law the paper argues against). The published split is 0.35 / 0.65.
+FOIL = 0.5
 ALPHA_FLOOR = 0.01  # α below this: no usable decrease of the error with compute
 ALPHA_MAX = 10.0  # fit_scaling_law's upper bound on α
 # A frontier exponent is a measurement only when the frontier spans at least this many distinct
@@ -49,29 +48,40 @@ def _run_rows(runs: list[RunRecord]) -> list[dict[str, Any]]:
     return sorted(rows, key=lambda r: r["compute"])
 
 
-def _alpha_claim(fit, boot, runs: int) -> Claim:
+POWER_LAW = ClaimSpec("power-law", "test error falls as a power law in compute, E(C) = a(b + C)^(−α) + E∞ with α > 0",
+                      "trained", f"the bootstrap 95% interval of α (over runs) lies above {ALPHA_FLOOR} → HELD; below "
+                      f"it → DID NOT HOLD; straddling it, or reaching the fit's bound α = {ALPHA_MAX:g} (α not "
+                      "identified) → UNDECIDED")
+PARAMS_SLOWER = ClaimSpec(
+    "beta-p", f"compute-optimal parameters P* grow slower than an equal split of compute: P*(C) ∝ C^β_P with β_P < "
+    f"{FOIL:g} (published {PUBLISHED_EXPONENTS['beta_P']:g})", "trained",
+    f"bootstrap 95% interval of the frontier's exponent (log-log least squares on the Pareto frontier) wholly below the "
+    f"foil {FOIL:g} → HELD; wholly above → DID NOT HOLD; holding it → UNDECIDED (``verdicts.exponent_vs_foil``). "
+    "β_N = 1 − β_P by construction (C = FLOP·3·N·T with FLOP ≈ 2P), so it is reported, not decided again",
+    needs=(Need("frontier_levels", ">=", MIN_FRONTIER_LEVELS, f"the frontier spans ≥ {MIN_FRONTIER_LEVELS} model "
+                "sizes and values of N·T: through fewer, its slope is set by the sweep's grid"),))
+
+
+def _alpha_verdict(fit, boot, runs: int) -> Verdict:
     lo, hi = boot.alpha
     at_bound = hi >= 0.99 * ALPHA_MAX  # the fit's own bound: α not identified by the data
     held = None if not math.isfinite(lo) or at_bound else \
         (True if lo > ALPHA_FLOOR else (False if hi < ALPHA_FLOOR else None))
-    return Claim("test error falls as a power law in compute, E(C) = a(b + C)^(−α) + E∞ with α > 0",
-                 f"the bootstrap 95% interval of α (over runs) lies above {ALPHA_FLOOR} → HELD; below it → "
-                 f"DID NOT HOLD; straddling it, or reaching the fit's bound α = {ALPHA_MAX:g} (α not identified) → "
-                 "UNDECIDED",
-                 held, f"α = {fit.alpha:.3g} [95% CI {lo:.3g}, {hi:.3g}] from {boot.alpha_draws}/{boot.resamples} "
-                       f"resamples, E∞ = {fit.e_inf:.3g}%, rms log-residual {fit.rmse_log:.3f}, {runs} runs"
-                       + ("; the interval reaches the fit's bound" if at_bound else ""))
+    return Verdict(held=held, statistic="bootstrap over runs", effect=fit.alpha, effect_name="α", interval=(lo, hi),
+                   n=runs, kind="interval", n_of="run", extra={"bound": ALPHA_FLOOR, "side": "above"},
+                   detail=f"from {boot.alpha_draws}/{boot.resamples} resamples, E∞ = {fit.e_inf:.3g}%, rms "
+                          f"log-residual {fit.rmse_log:.3f}" + ("; the interval reaches the fit's bound" if at_bound else ""))
 
 
 def _analyse_scaling(runs: list[RunRecord], manifest: dict[str, Any]) -> Analysis:
     rows = _run_rows(select(runs, "runs"))
     if len(rows) < 4:
-        return Analysis(rows, None, {}, [Claim("error follows a power law in compute", "needs ≥ 4 finished runs",
-                                               None, f"{len(rows)} finished")])
-    C = np.array([r["compute"] for r in rows])
-    E = np.array([r["test_error"] for r in rows])
-    P = np.array([r["params"] for r in rows])
-    NT = np.array([r["examples_seen"] for r in rows])
+        return Analysis(rows, None, {}, [c.decide(None, detail=f"needs ≥ 4 finished runs, {len(rows)} finished")
+                                         for c in (POWER_LAW, PARAMS_SLOWER)])
+    C = [r["compute"] for r in rows]
+    E = [r["test_error"] for r in rows]
+    P = [r["params"] for r in rows]
+    NT = [r["examples_seen"] for r in rows]
     fit = fit_scaling_law(C, E)
     front = fit_frontier_exponents(C, E, P, NT)
     on = set(front["frontier"])
@@ -80,24 +90,17 @@ def _analyse_scaling(runs: list[RunRecord], manifest: dict[str, Any]) -> Analysi
         r["fit_error"] = float(fit.predict(r["compute"]))
     resamples = int(manifest.get("settings", {}).get("bootstrap", 500))
     boot = bootstrap_scaling(C, E, P, NT, resamples=resamples, seed=0)
-    claims = [_alpha_claim(fit, boot, len(rows))]
+    claims = [POWER_LAW.decide(_alpha_verdict(fit, boot, len(rows)))]
     published = []
     levels = {col: len({rows[i][col] for i in front["frontier"]}) for col in ("params", "examples_seen")}
+    v = exponent_vs_foil(front["beta_P"], boot.beta_P, PUBLISHED_EXPONENTS["beta_P"], FOIL, what="β_P", runs=len(rows))
+    claims.append(PARAMS_SLOWER.decide(v, measured={"frontier_levels": min(levels.values())},
+                                       detail=f"frontier: {front['num_frontier']} of {len(rows)} runs, "
+                                              f"{levels['params']} model sizes, {levels['examples_seen']} values of N·T"))
     for key, ci, resource in (("beta_P", boot.beta_P, "parameters P*"), ("beta_N", boot.beta_N, "examples seen N*")):
-        pub = PUBLISHED_EXPONENTS[key]
-        v = exponent_in_interval(front[key], ci, pub, FAR_EXPONENTS, what=key.replace("beta_", "β_"), runs=len(rows))
-        if min(levels.values()) < MIN_FRONTIER_LEVELS:  # β_P + β_N ≈ 1: both need both resources to vary
-            v = dataclasses.replace(v, held=None, detail=f"{v.detail}; but the frontier spans only "
-                                    f"{levels['params']} model sizes and {levels['examples_seen']} values of N·T "
-                                    f"(< {MIN_FRONTIER_LEVELS}): its slope is set by the grid")
-        claims.append(Claim(f"compute-optimal {resource} grow as C^{pub}",
-                            f"bootstrap 95% interval of the frontier's exponent (log-log least squares on the "
-                            f"Pareto frontier, {front['num_frontier']} runs): holds {pub} and excludes "
-                            f"{' and '.join(f'{f:g}' for f in FAR_EXPONENTS)} → HELD; excludes {pub} → DID NOT HOLD; "
-                            f"holds both, or a frontier over fewer than {MIN_FRONTIER_LEVELS} model sizes or N·T "
-                            "values → UNDECIDED", v.held, f"frontier: {front['num_frontier']} of {len(rows)} runs", v))
-        published.append({"quantity": f"{key.replace('beta_', 'β_')} ({resource}(C) ∝ C^β)", "published": pub,
-                          "ours": round(front[key], 3), "95% CI": f"[{ci[0]:.3g}, {ci[1]:.3g}]"})
+        published.append({"quantity": f"{key.replace('beta_', 'β_')} ({resource}(C) ∝ C^β)",
+                          "published": PUBLISHED_EXPONENTS[key], "ours": round(front[key], 3),
+                          "95% CI": f"[{ci[0]:.3g}, {ci[1]:.3g}]"})
     published.append({"quantity": "α (E(C) = a(b + C)^(−α) + E∞)", "published": "–", "ours": round(fit.alpha, 3),
                       "95% CI": f"[{boot.alpha[0]:.3g}, {boot.alpha[1]:.3g}]"})
     notes = [f"fit: a = {fit.a:.4g}, b = {fit.b:.4g}, α = {fit.alpha:.4g}, E∞ = {fit.e_inf:.4g}% "
@@ -105,8 +108,8 @@ def _analyse_scaling(runs: list[RunRecord], manifest: dict[str, Any]) -> Analysi
              f"bootstrap: {boot.resamples} resamples of the runs, α refitted in {boot.alpha_draws}, "
              f"frontier exponents in {boot.frontier_draws}",
              f"β_P + β_N = {front['beta_P'] + front['beta_N']:.3f}: C = FLOP·3·N·T with FLOP ≈ 2P for these MLPs, so "
-             "log C = log P + log(N·T) + const and the two exponents sum to ≈ 1 by construction — the two frontier "
-             "claims are one measurement, not two"]
+             "log C = log P + log(N·T) + const and the two exponents sum to ≈ 1 by construction — one measurement, "
+             "one verdict (β_P's)"]
     fig = _figure(rows, fit, front, manifest)
     cols = ["width", "depth", "params", "N", "epochs", "flops_per_example", "compute", "test_error", "fit_error",
             "frontier"]
@@ -122,7 +125,7 @@ def _figure(rows: list[dict[str, Any]], fit, front: dict[str, Any], manifest: di
     fr = [r for r in rows if r["frontier"]]
     series.append(Series("compute-optimal frontier", [r["compute"] for r in fr], [r["test_error"] for r in fr],
                          style="ks--"))
-    grid = np.geomspace(min(r["compute"] for r in rows), max(r["compute"] for r in rows), 100)
+    grid = log_grid(min(r["compute"] for r in rows), max(r["compute"] for r in rows))
     series.append(Series(f"fit a(b+C)^-α + E∞, α = {fit.alpha:.2f}", grid, fit.predict(grid), style="r-"))
     panels = [Panel(f"{manifest['scale']['dataset']}: bottleneck MLPs", "compute C = FLOP·3·N·T",
                     "test error (%)", series, xscale="log", yscale="log", xticks=None)]
@@ -169,7 +172,8 @@ SETTINGS = {
 
 @experiment("scaling", "Scaling MLPs in miniature: error vs compute, fit and compute-optimal frontier",
             analyse=_analyse_scaling, default_dataset="cifar100", aliases=("scaling-mlps",),
-            needs_plateau=False)  # short runs on purpose: error against compute, not trained models
+            needs_plateau=False,  # short runs on purpose: error against compute, not converged models
+            claims=(POWER_LAW, PARAMS_SLOWER))
 def scaling(sc: Scale) -> Plan:
     """Scaling MLPs (Bachmann et al. 2023), Fig. 1 in miniature: test error against compute.
 
@@ -193,7 +197,7 @@ def scaling(sc: Scale) -> Plan:
                                          ("schedule.epochs", s.epochs))],
                   seeds=[0], derived=[derive("lookup", key="meta.model", table=models)],
                   name_keys=["model.kwargs.width", "model.kwargs.depth", "data.train_subset", "schedule.epochs"],
-                  epochs=float(np.mean(s.epochs)),
+                  epochs=mean(s.epochs),
                   description=f"{len(models)} bottleneck MLPs × N ∈ {s.subsets} × T ∈ {s.epochs}")
     return Plan([[sweep]], settings={"models": [f"B-{m['model.kwargs.depth']}/Wi-{m['model.kwargs.width']}" for m in models],
                                      "N": s.subsets, "T": s.epochs, "bootstrap": s.bootstrap},
