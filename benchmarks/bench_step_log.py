@@ -29,14 +29,21 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import add_common_args, describe, environment, fmt_table, setup_torch, write_results  # noqa: E402
+from common import (
+    add_common_args,
+    describe,
+    environment,
+    fmt_table,
+    setup_torch,
+    write_results,
+)
 
-from mlplab.train import loop, make_config  # noqa: E402
-from mlplab.train.distributed import DistInfo  # noqa: E402
-from mlplab.train.loggers import StepLog, open_loggers  # noqa: E402
-from mlplab.train.metrics import Progress  # noqa: E402
-from mlplab.train.preemption import StopSignals  # noqa: E402
-from mlplab.train.runplan import as_plan  # noqa: E402
+from mlplab.train import loop, make_config
+from mlplab.train.distributed import DistInfo
+from mlplab.train.loggers import StepLog, open_loggers
+from mlplab.train.metrics import Progress
+from mlplab.train.preemption import StopSignals
+from mlplab.train.runplan import as_plan
 
 
 class AlternatingLog:

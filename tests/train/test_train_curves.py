@@ -3,9 +3,10 @@
 import json
 from pathlib import Path
 
+from train_helpers import tiny_overrides
+
 from mlplab.train import make_config, train
 from mlplab.train.curves import CURVES_FILE, read_metrics, save_curves
-from train_helpers import tiny_overrides
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

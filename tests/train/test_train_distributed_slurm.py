@@ -7,11 +7,10 @@ import subprocess
 import sys
 
 import pytest
+from train_helpers import tiny_overrides
 
 from mlplab.errors import BadInput
 from mlplab.train.distributed import Launch, first_host, launch_env
-
-from train_helpers import tiny_overrides
 
 SRUN = {"SLURM_JOB_ID": "123456", "SLURM_STEP_NUM_TASKS": "8", "SLURM_PROCID": "5", "SLURM_LOCALID": "1",
         "SLURM_STEP_NODELIST": "gpu[007-008]", "SLURM_JOB_NODELIST": "gpu[007-008]"}

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from train_helpers import tiny_overrides
 
 from mlplab.train import make_config, train
 from mlplab.train.distributed import DistInfo
 from mlplab.train.loggers import Loggers, StepLog, hparams
 from mlplab.train.rundir import _last_logged_epoch, truncate_metrics
-from train_helpers import tiny_overrides
 
 
 def _run(tmp_path, **extra):
@@ -170,7 +170,7 @@ def test_a_checkpoint_between_records_carries_the_partial_sums():
     second.load_state_dict(first.state_dict())
     for i, b in enumerate(batches[2:], 2):
         second.after_step(i + 1, 1, b, 32)
-    timeless = lambda recs: [{k: v for k, v in r.items() if k not in ("images_per_s", "mfu")} for r in recs]  # noqa: E731
+    timeless = lambda recs: [{k: v for k, v in r.items() if k not in ("images_per_s", "mfu")} for r in recs]
     assert timeless(cut.records) == timeless(whole.records) == [
         {"kind": "step", "epoch": 1, "step": 4, "lr": 0.5, "train_loss": 2.0, "train_acc": (5 + 6 + 7 + 8) / 128,
          "time_s": 7.0}]

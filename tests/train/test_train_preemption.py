@@ -12,14 +12,13 @@ from pathlib import Path
 
 import pytest
 import torch
+from train_helpers import tiny_overrides
 
 from mlplab.errors import Interrupted
 from mlplab.train import make_config, train
 from mlplab.train.config import to_dict
 from mlplab.train.distributed import DistInfo
 from mlplab.train.preemption import StopSignals, warn_if_cpu_node
-
-from train_helpers import tiny_overrides
 
 # 20 epochs of 16 steps: a signal sent after step 10 lands well inside the run
 LONG = {"schedule.epochs": 20, "data.train_subset": 512, "run.log_every_steps": 5, "run.eval_every": 1,

@@ -24,7 +24,7 @@ from typing import Any
 
 from ..utils.io import atomic_write_text
 
-__all__ = ["sbatch_script", "write_sbatch", "SBATCH_FILE", "OUTPUT_FILE", "SIGNAL_DELAY_S", "job_gpus", "spec_of"]
+__all__ = ["OUTPUT_FILE", "SBATCH_FILE", "SIGNAL_DELAY_S", "job_gpus", "sbatch_script", "spec_of", "write_sbatch"]
 
 SBATCH_FILE = "job.sbatch"
 OUTPUT_FILE = "slurm.out"  # every attempt of the job appends to it (a requeued job too)

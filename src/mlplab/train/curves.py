@@ -19,7 +19,7 @@ from typing import Any
 from ..utils.figures import save_figure
 from .loggers import STEP_KIND
 
-__all__ = ["save_curves", "read_metrics", "CURVES_FILE"]
+__all__ = ["CURVES_FILE", "read_metrics", "save_curves"]
 
 CURVES_FILE = "train_curves.png"
 

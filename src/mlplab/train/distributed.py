@@ -22,8 +22,8 @@ from __future__ import annotations
 import datetime
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 import torch
 import torch.distributed as dist
@@ -31,8 +31,18 @@ import torch.distributed as dist
 from ..errors import BadInput
 from ..utils.seeds import derive_generator
 
-__all__ = ["DistInfo", "Launch", "launch_env", "first_host", "init_distributed", "shard_indices", "all_reduce_sum",
-           "barrier", "cleanup", "DEFAULT_TIMEOUT_MIN"]
+__all__ = [
+    "DEFAULT_TIMEOUT_MIN",
+    "DistInfo",
+    "Launch",
+    "all_reduce_sum",
+    "barrier",
+    "cleanup",
+    "first_host",
+    "init_distributed",
+    "launch_env",
+    "shard_indices",
+]
 
 #: How long a collective may wait for the slowest rank before the run fails (``MLPLAB_DIST_TIMEOUT_MIN``).
 #: Long enough for rank 0 to write a checkpoint or evaluate while the others wait at a barrier.
@@ -103,8 +113,8 @@ def init_distributed(device_type: str) -> DistInfo:
     local_rank = launch.local_rank
     if not dist.is_initialized():
         timeout = datetime.timedelta(minutes=float(os.environ.get("MLPLAB_DIST_TIMEOUT_MIN", DEFAULT_TIMEOUT_MIN)))
-        where = {} if launch.init_method == "env://" else dict(init_method=launch.init_method, rank=launch.rank,
-                                                                world_size=launch.world_size)
+        where = {} if launch.init_method == "env://" else {"init_method": launch.init_method, "rank": launch.rank,
+                                                           "world_size": launch.world_size}
         if device_type == "cuda":
             torch.cuda.set_device(local_rank)
             dist.init_process_group(backend="nccl", timeout=timeout, device_id=torch.device("cuda", local_rank),

@@ -16,8 +16,9 @@ from __future__ import annotations
 import contextlib
 import json
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import torch
 
@@ -26,7 +27,7 @@ from .config import RunConfig, flatten, to_dict
 from .distributed import DistInfo, all_reduce_sum
 from .metrics import mfu
 
-__all__ = ["Loggers", "open_loggers", "hparams", "StepLog", "STEP_KIND"]
+__all__ = ["STEP_KIND", "Loggers", "StepLog", "hparams", "open_loggers"]
 
 #: the ``kind`` of a per-step record in ``metrics.jsonl`` (epoch records have no ``kind``)
 STEP_KIND = "step"
@@ -172,7 +173,7 @@ class StepLog:
     Every process calls :meth:`after_step`; only rank 0's ``loggers`` write. With N = 0 it does
     nothing. :meth:`state_dict` goes into each checkpoint, so a resumed run logs the same records."""
 
-    def __init__(self, every: int, loggers: "Loggers", dist: DistInfo, device: torch.device,
+    def __init__(self, every: int, loggers: Loggers, dist: DistInfo, device: torch.device,
                  optimizer: torch.optim.Optimizer, train_flops_per_example: float, peak_flops_per_s: float,
                  clock: Callable[[], float]):
         self.every, self._loggers, self._dist, self._optimizer = every, loggers, dist, optimizer

@@ -32,7 +32,7 @@ import torch
 from ..errors import Interrupted
 from .distributed import DistInfo
 
-__all__ = ["StopSignals", "REQUEUE_SIGNALS", "slurm_job_id", "requeue", "warn_if_cpu_node"]
+__all__ = ["REQUEUE_SIGNALS", "StopSignals", "requeue", "slurm_job_id", "warn_if_cpu_node"]
 
 #: the signals a scheduler sends before a job's time runs out (Slurm ``--signal``; submitit uses USR2)
 REQUEUE_SIGNALS = (signal.SIGUSR1, signal.SIGUSR2)
@@ -48,7 +48,8 @@ def requeue(job_id: str) -> str:
     """``scontrol requeue JOB``: the job goes back to the queue and starts again from its script.
     Returns what happened, in words, for the run's last message."""
     try:
-        done = subprocess.run(["scontrol", "requeue", job_id], capture_output=True, text=True, timeout=60)
+        done = subprocess.run(["scontrol", "requeue", job_id], capture_output=True, text=True, timeout=60,
+                              check=False)
     except (OSError, subprocess.TimeoutExpired) as e:
         return f"requeueing Slurm job {job_id} failed ({e}); submit it again to resume"
     if done.returncode != 0:
@@ -75,7 +76,7 @@ class StopSignals:
     def signals(self) -> tuple[int, ...]:
         return REQUEUE_SIGNALS + ((signal.SIGTERM,) if slurm_job_id() else ())
 
-    def __enter__(self) -> "StopSignals":
+    def __enter__(self) -> StopSignals:
         if threading.current_thread() is threading.main_thread():
             for s in self.signals():
                 self._old[s] = signal.signal(s, self._handler)
