@@ -35,6 +35,7 @@ from . import config as _config
 from .accelerator import native_bf16_cuda
 from .backend import apply_impl
 from .config import RunConfig
+from .distributed import launch_env
 from .init import check_pretrained, pretrained_model, read_init_checkpoint
 
 __all__ = ["RunPlan", "plan_run", "as_plan", "resolve_device", "resolve_precision", "resolve_model_kwargs",
@@ -120,10 +121,13 @@ def as_plan(run: RunConfig | RunPlan | str | os.PathLike) -> RunPlan:
 # ----------------------------------------------------------------------------- the parts
 
 def _torchrun_local_rank() -> int | None:
-    """This process's GPU under torchrun (``LOCAL_RANK``), read before the process group exists
-    so that no CUDA context is made on another rank's device."""
+    """This process's GPU under torchrun (``LOCAL_RANK``) or srun (``SLURM_LOCALID``), read before
+    the process group exists so that no CUDA context is made on another rank's device."""
+    if "WORLD_SIZE" not in os.environ:  # srun's tasks, or one process
+        launch = launch_env()
+        return launch.local_rank if launch.world_size > 1 else None
     v = os.environ.get("LOCAL_RANK")
-    return int(v) if v is not None and int(os.environ.get("WORLD_SIZE", "1")) > 1 else None
+    return int(v) if v is not None and int(os.environ["WORLD_SIZE"]) > 1 else None
 
 
 def resolve_device(choice: str, dist: Any = None, *, local_rank: int | None = None) -> torch.device:
