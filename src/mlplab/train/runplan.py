@@ -39,7 +39,7 @@ from .distributed import launch_env
 from .init import check_pretrained, pretrained_model, read_init_checkpoint
 
 __all__ = ["RunPlan", "plan_run", "as_plan", "resolve_device", "resolve_precision", "resolve_model_kwargs",
-           "dataset_info", "check_memory", "meta_model"]
+           "dataset_info", "check_memory", "meta_model", "meta_param_count"]
 
 #: Bytes of training state per fp32 parameter: weights, gradients and two AdamW moments.
 STATE_BYTES_PER_PARAM = 16
@@ -190,6 +190,11 @@ def meta_model(name: str, kwargs: dict[str, Any]) -> nn.Module:
     any file is written."""
     with torch.device("meta"):
         return create_model(name, **kwargs)
+
+
+def meta_param_count(name: str, kwargs: dict[str, Any]) -> int:
+    """The parameter count of ``create_model(name, **kwargs)``, from a build on the meta device."""
+    return sum(p.numel() for p in meta_model(name, kwargs).parameters())
 
 
 def check_memory(n_params: int, device: torch.device) -> None:
