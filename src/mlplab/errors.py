@@ -11,7 +11,8 @@ Two families, told apart by the exit status of the CLI (``mlplab.cli``):
   diverged, another process holds the run folder, a download's checksum differs, the disk is
   full, memory ran out. :class:`RunFailure` is a ``RuntimeError``.
 
-* **interrupt** (exit 130 for Ctrl-C, 143 for SIGTERM): :class:`Interrupted` is a
+* **interrupt** (exit 130 for Ctrl-C, 143 for SIGTERM; 138/140 for SIGUSR1/SIGUSR2, a cluster's
+  stop signal, after a checkpoint: ``mlplab.train.preemption``): :class:`Interrupted` is a
   ``KeyboardInterrupt`` that knows how far the run got and the command that continues it.
 
 Anything else (a ``TypeError`` from inside torch, a ``KeyError``, an ``AssertionError``) is a bug

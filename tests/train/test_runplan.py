@@ -13,7 +13,7 @@ from mlplab.models.impl import Impl
 from mlplab.models.registry import create_model, list_models
 from mlplab.train import config as config_mod
 from mlplab.train import make_config, runplan
-from mlplab.train.runplan import as_plan, meta_model, plan_run
+from mlplab.train.runplan import as_plan, meta_model, meta_param_count, plan_run
 
 
 def _argv(ov):

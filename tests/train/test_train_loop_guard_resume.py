@@ -25,7 +25,7 @@ def _run(factor=3.0, classes=10, steps_per_epoch=4, ema=False, seed=5):
     return SimpleNamespace(cfg=SimpleNamespace(run=SimpleNamespace(divergence_factor=factor, seed=seed)),
                            data=SimpleNamespace(info=SimpleNamespace(num_classes=classes)),
                            device=torch.device("cpu"), dist=DistInfo(), dur=SimpleNamespace(steps_per_epoch=steps_per_epoch),
-                           model=model, optimizer=opt, ema=avg)
+                           model=model, optimizer=opt, ema=avg, step_log=None)
 
 
 def _t(v):

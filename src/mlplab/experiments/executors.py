@@ -1,5 +1,6 @@
 """Run the runs of a sweep: inline (this process), local (N worker processes sharing the cores
-or one GPU each) or slurm (a job array through ``submitit``).
+or one GPU each) or slurm (a job array through ``submitit``; a multi-GPU run is one job of one
+task per GPU, and ``<run>/job.sbatch`` the same job by hand: :mod:`mlplab.experiments.slurm`).
 
 Every run lives in its own folder ``<out>/<sweep>/<run>/``:
 
@@ -31,9 +32,11 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from ..errors import BadInput, Interrupted, UnreadableFile
+from ..train.distributed import launch_env
 from ..utils.io import atomic_write_json, atomic_write_text, folder_lock, read_json
 from ..utils.processes import die_with_parent
 from ..utils.progress import RunTally
+from .slurm import job_gpus, spec_of, write_sbatch
 from .sweep import RunSpec, Sweep, expand, run_dir_overrides
 
 __all__ = ["SweepResult", "run_sweep", "run_specs", "execute_run", "available_cores", "EXECUTORS",
@@ -147,6 +150,11 @@ def execute_run(run_dir: str | os.PathLike) -> str:
     results = run_dir / "results.json"
     if finished(run_dir):
         return "skipped"
+    if launch_env().rank != 0:  # one process of a multi-process run (torchrun, srun): rank 0 keeps the files
+        spec = RunSpec.from_json(read_json(run_dir / "spec.json", "run spec"))
+        if spec.task == "train":
+            _train_run(spec, run_dir)
+        return "done"
     _set_aside_unreadable_results(run_dir)
     spec = RunSpec.from_json(read_json(run_dir / "spec.json", "run spec"))
     err = run_dir / "error.txt"
@@ -314,28 +322,52 @@ def slurm_gpus_per_run(dirs: list[Path]) -> int:
     return 0
 
 
+class SlurmRun:
+    """:func:`execute_run` as submitit's job function, checkpointable: when Slurm's signal comes
+    while the run is not training (loading data, testing), submitit requeues the job with the same
+    call, and the run goes on from its last checkpoint. During training the run's own handler
+    checkpoints at the next step and requeues (:mod:`mlplab.train.preemption`)."""
+
+    def __call__(self, run_dir: str) -> str:
+        return execute_run(run_dir)
+
+    def checkpoint(self, run_dir: str):
+        import submitit
+
+        return submitit.helpers.DelayedSubmission(SlurmRun(), run_dir)
+
+
 def _run_slurm(dirs: list[Path], jobs: int, folder: Path, log, slurm: dict[str, Any] | None,
                out: dict[Path, str], tally: RunTally) -> dict[Path, str]:
     """One job array through submitit; ``slurm`` are ``update_parameters`` arguments
-    (``cluster="local"`` runs the same path with submitit's local executor, for tests)."""
+    (``cluster="local"`` runs the same path with submitit's local executor, for tests), and
+    ``submit=false`` only writes each run's ``job.sbatch``. Training runs with ``gpus_per_node``
+    G > 1 run G tasks per node, one DDP process per GPU (:mod:`mlplab.experiments.slurm`)."""
+    params = dict(slurm or {})
+    cluster, submit = params.pop("cluster", None), params.pop("submit", True)
+    params.setdefault("timeout_min", 24 * 60)
+    if cluster not in ("local", "debug"):
+        params.setdefault("gpus_per_node", slurm_gpus_per_run(dirs))
+        if job_gpus(params) > 1 and all(spec_of(d).get("task", "train") == "train" for d in dirs):
+            params.setdefault("tasks_per_node", job_gpus(params))
+    scripts = [write_sbatch(d, params) for d in dirs]
+    if not submit:
+        log(f"wrote {len(scripts)} sbatch script(s), submitted nothing; submit one with: sbatch {scripts[0]}")
+        return out
     try:
         import submitit
     except ImportError as e:
         raise ImportError(
-            "executor='slurm' needs submitit: pip install 'mlplab[slurm]' (or pip install submitit)"
+            "executor='slurm' needs submitit: pip install 'mlplab[slurm]' (or pip install submitit); "
+            f"or submit the script written beside each run by hand: sbatch {scripts[0]}"
         ) from e
-    params = dict(slurm or {})
-    cluster = params.pop("cluster", None)
-    params.setdefault("timeout_min", 24 * 60)
-    if cluster not in ("local", "debug"):
-        params.setdefault("gpus_per_node", slurm_gpus_per_run(dirs))
     params.setdefault("slurm_array_parallelism", jobs)
     ex = submitit.AutoExecutor(folder=str(folder / ".submitit"), cluster=cluster)
     ex.update_parameters(**params)
-    handles = ex.map_array(execute_run, [str(d) for d in dirs])
+    handles = ex.map_array(SlurmRun(), [str(d) for d in dirs])
     for d, h in zip(dirs, handles):
         try:
-            out[d] = h.result()
+            out[d] = h.results()[0]  # rank 0's status (one per task)
         except Exception as e:  # the job died before execute_run could record it
             out[d] = "failed"
             if not (d / "error.txt").exists():

@@ -134,6 +134,7 @@ class RunSection:
     eval_every: int = 1  # epochs between evaluations; 0 -> only the final test
     checkpoint_every: int = 1  # epochs between checkpoints; 0 -> only at the end
     nan_check_every: int = not_semantic(50)  # steps between reads of the non-finite flag (one host sync each)
+    log_every_steps: int = not_semantic(0)  # N: a "step" record (loss, acc, lr, img/s, MFU) every N steps; 0: epochs only
     out_dir: str = not_semantic("runs")
     name: str | None = not_semantic(None)  # run folder name; None -> derived from the overrides
     log: Literal["auto", "bar", "lines", "none"] = not_semantic("auto")  # auto: a bar on a TTY, else lines
@@ -362,7 +363,8 @@ def _check_model(m: ModelSection) -> None:
 
 
 def _check_run(r: RunSection) -> None:
-    _check_at_least_zero((("run.eval_every", r.eval_every), ("run.checkpoint_every", r.checkpoint_every)))
+    _check_at_least_zero((("run.eval_every", r.eval_every), ("run.checkpoint_every", r.checkpoint_every),
+                          ("run.log_every_steps", r.log_every_steps)))
     if r.batch_size < 1 or (r.eval_batch_size is not None and r.eval_batch_size < 1):
         raise ValueError("run.batch_size and run.eval_batch_size must be >= 1")
     if r.divergence_factor is not None and not r.divergence_factor > 0:

@@ -225,14 +225,18 @@ def _home(split: Split) -> torch.device:
     return torch.device("cpu") if split.streamed else split.images.device
 
 
-def train_loader(data: RunData, epoch: int, batch_size: int, seed: int, dist: DistInfo):
+def train_loader(data: RunData, epoch: int, batch_size: int, seed: int, dist: DistInfo, start: int = 0):
     """This rank's loader for ``epoch``: its shard of the epoch's permutation, in order, with
     augmentation seeded by (seed, epoch, rank). ``batch_size`` is per rank. A streamed split
-    reads only this shard's rows."""
+    reads only this shard's rows. ``start``: the first batch (a run stopped mid-epoch resumes
+    there; batch i's augmentation depends on i alone, so the batches are those of a whole epoch)."""
     idx = shard_indices(len(data.train), epoch, seed, dist, device=_home(data.train))
     aug_seed = derive_seed(seed, "augment", epoch, dist.rank)
-    return _loader(data.train, data, batch_size, augment=data.augment, seed=aug_seed, drop_last=True,
-                   indices=idx)  # batches gather their rows: no per-epoch copy of the dataset
+    loader = _loader(data.train, data, batch_size, augment=data.augment, seed=aug_seed, drop_last=True,
+                     indices=idx)  # batches gather their rows: no per-epoch copy of the dataset
+    if start:
+        loader.load_state_dict({"epoch": loader.epoch, "position": start})
+    return loader
 
 
 def eval_loader(split: Split, data: RunData, batch_size: int, dist: DistInfo):

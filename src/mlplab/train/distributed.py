@@ -10,11 +10,19 @@ takes the strided slice ``perm[rank::world]``. Batch k of rank r then holds posi
 ``k·B + r, k·B + r + world, ...`` of the permutation, so the union over ranks of batch k is exactly
 batch k of a 1-process run with global batch B — and since DDP averages gradients over ranks,
 the two runs take the same steps (up to float summation order).
+
+Under Slurm without torchrun (``srun`` with one task per GPU: ``--ntasks-per-node=G``, as submitit
+starts a multi-task job) the same roles come from Slurm's variables (:func:`launch_env`): the rank
+from ``SLURM_PROCID``, the world size from ``SLURM_STEP_NUM_TASKS``, the local rank (the GPU) from
+``SLURM_LOCALID``, and the processes meet on the step's first node at a port derived from the job id
+(``MASTER_ADDR``/``MASTER_PORT`` override both). torchrun's variables, when set, win.
 """
 from __future__ import annotations
 
 import datetime
 import os
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import torch
@@ -23,8 +31,18 @@ import torch.distributed as dist
 from ..errors import BadInput
 from ..utils.seeds import derive_generator
 
-__all__ = ["DistInfo", "init_distributed", "shard_indices", "all_reduce_sum", "barrier", "cleanup",
-           "DEFAULT_TIMEOUT_MIN"]
+__all__ = [
+    "DEFAULT_TIMEOUT_MIN",
+    "DistInfo",
+    "Launch",
+    "all_reduce_sum",
+    "barrier",
+    "cleanup",
+    "first_host",
+    "init_distributed",
+    "launch_env",
+    "shard_indices",
+]
 
 #: How long a collective may wait for the slowest rank before the run fails (``MLPLAB_DIST_TIMEOUT_MIN``).
 #: Long enough for rank 0 to write a checkpoint or evaluate while the others wait at a barrier.
@@ -46,27 +64,63 @@ class DistInfo:
         return self.rank == 0
 
 
+@dataclass(frozen=True)
+class Launch:
+    """This process's place in a multi-process run, read from the environment (:func:`launch_env`)."""
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    init_method: str = "env://"  # torchrun: MASTER_ADDR/MASTER_PORT; srun: tcp://first-node:port
+
+
+def first_host(nodelist: str) -> str:
+    """The first host of a Slurm node list: ``gpu[003-008,012],cpu1`` -> ``gpu003``."""
+    head = re.match(r"[^,\[]*(\[[^\]]*\][^,\[]*)*", nodelist.strip()).group(0)
+    return re.sub(r"\[([^\]\-,]*)[^\]]*\]", r"\1", head)
+
+
+def launch_env(environ: Mapping[str, str] | None = None) -> Launch:
+    """Who this process is: torchrun's ``RANK``/``WORLD_SIZE``/``LOCAL_RANK`` when ``WORLD_SIZE``
+    is set; else, in a Slurm step of several tasks (srun sets ``SLURM_STEP_NUM_TASKS``; a batch
+    script alone does not), Slurm's task variables (module docstring); else one process."""
+    env = os.environ if environ is None else environ
+    world = int(env.get("WORLD_SIZE", "1"))
+    if "WORLD_SIZE" in env:
+        if world <= 1:
+            return Launch()
+        missing = [k for k in ("RANK", "LOCAL_RANK") if k not in env]
+        if missing:
+            raise BadInput(f"WORLD_SIZE={world} but {' and '.join(missing)} not set; launch with torchrun "
+                           "(or set RANK and LOCAL_RANK for every process)")
+        return Launch(int(env["RANK"]), world, int(env["LOCAL_RANK"]))
+    tasks = int(env.get("SLURM_STEP_NUM_TASKS", "1"))
+    if tasks <= 1:
+        return Launch()
+    host = env.get("MASTER_ADDR") or first_host(env.get("SLURM_STEP_NODELIST") or env["SLURM_JOB_NODELIST"])
+    port = env.get("MASTER_PORT") or str(20000 + int(env.get("SLURM_JOB_ID", "0")) % 20000)
+    return Launch(int(env["SLURM_PROCID"]), tasks, int(env["SLURM_LOCALID"]), f"tcp://{host}:{port}")
+
+
 def init_distributed(device_type: str) -> DistInfo:
-    """Join the process group described by torchrun's env vars; a no-op without them.
+    """Join the process group described by torchrun's (or srun's) env vars; a no-op without them.
 
     On CUDA the rank's GPU (``LOCAL_RANK``) becomes the current device before anything else
     touches CUDA, so no rank opens a context on GPU 0, and NCCL is bound to it (``device_id``).
     ``LOCAL_RANK`` must be given: the global rank is not a GPU index on a second node."""
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    if world <= 1:
+    launch = launch_env()
+    if launch.world_size <= 1:
         return DistInfo()
-    missing = [k for k in ("RANK", "LOCAL_RANK") if k not in os.environ]
-    if missing:
-        raise BadInput(f"WORLD_SIZE={world} but {' and '.join(missing)} not set; launch with torchrun "
-                       "(or set RANK and LOCAL_RANK for every process)")
-    rank, local_rank = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
+    local_rank = launch.local_rank
     if not dist.is_initialized():
         timeout = datetime.timedelta(minutes=float(os.environ.get("MLPLAB_DIST_TIMEOUT_MIN", DEFAULT_TIMEOUT_MIN)))
+        where = {} if launch.init_method == "env://" else {"init_method": launch.init_method, "rank": launch.rank,
+                                                           "world_size": launch.world_size}
         if device_type == "cuda":
             torch.cuda.set_device(local_rank)
-            dist.init_process_group(backend="nccl", timeout=timeout, device_id=torch.device("cuda", local_rank))
+            dist.init_process_group(backend="nccl", timeout=timeout, device_id=torch.device("cuda", local_rank),
+                                    **where)
         else:
-            dist.init_process_group(backend="gloo", timeout=timeout)
+            dist.init_process_group(backend="gloo", timeout=timeout, **where)
     return DistInfo(rank=dist.get_rank(), world_size=dist.get_world_size(), local_rank=local_rank)
 
 

@@ -1,22 +1,36 @@
-"""Where a run's per-epoch metrics go: ``metrics.jsonl`` always; TensorBoard and Weights & Biases
-when asked for (``run.tensorboard=true``, ``run.wandb=true``; both off by default, both optional
-extras: ``pip install -e ".[tensorboard]"`` / ``".[wandb]"``).
+"""Where a run's metrics go: ``metrics.jsonl`` always; TensorBoard and Weights & Biases when asked
+for (``run.tensorboard=true``, ``run.wandb=true``; both off by default, both optional extras:
+``pip install -e ".[tensorboard]"`` / ``".[wandb]"``).
 
 Each logger receives every epoch's record (scalars at the global step) and the resolved config as
 hyperparameters (TensorBoard's HParams tab; W&B's run config). W&B runs in offline mode unless
 ``WANDB_MODE`` says otherwise, writing under ``<run>/wandb`` (``wandb sync`` uploads it later).
+
+With ``run.log_every_steps=N`` (:class:`StepLog`) every N steps also get a record of kind
+``"step"``: in ``metrics.jsonl`` it carries ``"kind": "step"`` (epoch records carry no kind, so
+whatever reads epochs skips it by that key), in TensorBoard and W&B its scalars are named
+``step/train_loss``, ``step/lr``, ... beside the epoch records' ``train_loss``, ``lr``.
 """
 from __future__ import annotations
 
 import contextlib
 import json
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
+
+import torch
 
 from ..errors import BadInput
 from .config import RunConfig, flatten, to_dict
+from .distributed import DistInfo, all_reduce_sum
+from .metrics import MatmulPeak
 
-__all__ = ["Loggers", "open_loggers", "hparams"]
+__all__ = ["STEP_KIND", "Loggers", "StepLog", "hparams", "open_loggers"]
+
+#: the ``kind`` of a per-step record in ``metrics.jsonl`` (epoch records have no ``kind``)
+STEP_KIND = "step"
 
 
 def hparams(cfg: RunConfig) -> dict[str, bool | int | float | str]:
@@ -29,6 +43,14 @@ def hparams(cfg: RunConfig) -> dict[str, bool | int | float | str]:
 
 def _scalars(record: dict[str, Any]) -> dict[str, float]:
     return {k: float(v) for k, v in record.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+
+
+def _tagged(record: dict[str, Any]) -> dict[str, float]:
+    """A record's scalars as TensorBoard/W&B names: a step record's under ``step/``, without its
+    step and epoch (the x-axis already)."""
+    if record.get("kind") != STEP_KIND:
+        return _scalars(record)
+    return {f"step/{k}": v for k, v in _scalars(record).items() if k not in ("step", "epoch")}
 
 
 class _JsonLines:
@@ -60,7 +82,7 @@ class _TensorBoard:
         self._w.add_text("config", "```\n" + json.dumps(to_dict(cfg), indent=2) + "\n```", 0)
 
     def log(self, record: dict[str, Any], step: int) -> None:
-        for k, v in _scalars(record).items():
+        for k, v in _tagged(record).items():
             self._w.add_scalar(k, v, step)
         self._w.flush()
 
@@ -93,7 +115,7 @@ class _WandB:
                                reinit=True)
 
     def log(self, record: dict[str, Any], step: int) -> None:
-        self._run.log(_scalars(record), step=step)
+        self._run.log(_tagged(record), step=step)
 
     def finish(self, results: dict[str, Any]) -> None:
         for k, v in _scalars(results).items():
@@ -137,3 +159,63 @@ def open_loggers(run_dir: Path, cfg: RunConfig, enabled: bool = True) -> Iterato
     finally:
         for lg in opened:
             lg.close()
+
+
+class StepLog:
+    """Per-step records (``run.log_every_steps=N``; timm's ``--log-interval``, big_vision's
+    ``log_training_steps``): after every N-th optimiser step one record of kind ``"step"`` with
+    the mean training loss and accuracy over the steps since the previous record (across epoch
+    boundaries), the lr, images/s over the whole batch of all processes, MFU, and ``time_s``, the
+    run's wall time (``clock()``: over resumes, as ``results.json``'s ``wall_s``).
+
+    Host syncs: between records the steps' sums stay on the device (one add per step); a record
+    reads them once (under DDP after one all-reduce, so the numbers are the global batch's).
+    Every process calls :meth:`after_step`; only rank 0's ``loggers`` write. With N = 0 it does
+    nothing. :meth:`state_dict` goes into each checkpoint, so a resumed run logs the same records."""
+
+    def __init__(self, every: int, loggers: Loggers, dist: DistInfo, device: torch.device,
+                 optimizer: torch.optim.Optimizer, train_flops_per_example: float, peak: MatmulPeak,
+                 clock: Callable[[], float]):
+        self.every, self._loggers, self._dist, self._optimizer = every, loggers, dist, optimizer
+        self._fpe, self._peak, self._clock = train_flops_per_example, peak, clock
+        self._sums = torch.zeros(2, dtype=torch.float64, device=device)  # loss x examples, correct
+        self._seen = 0  # examples of this process since the last record (host: no sync)
+        self._interval_s = 0.0  # seconds of the interval before this process started (a resumed run)
+        self._t_last = time.perf_counter()
+
+    def after_step(self, step: int, epoch: int, batch: torch.Tensor, n: int) -> None:
+        """Account one step: ``batch`` = [loss x n, correct] on the device, ``n`` its examples;
+        ``step`` the steps done (1-based), ``epoch`` the epoch it belongs to (1-based)."""
+        if not self.every:
+            return
+        self._sums += batch
+        self._seen += n
+        if step % self.every == 0:
+            self._record(step, epoch)
+
+    def _record(self, step: int, epoch: int) -> None:
+        sums = all_reduce_sum(self._sums.clone(), self._dist) if self._dist.enabled else self._sums
+        loss_sum, correct = sums.tolist()  # the one host sync of a record
+        now = time.perf_counter()
+        seen = self._seen * self._dist.world_size  # every process runs equal batches
+        ips = seen / max(self._interval_s + now - self._t_last, 1e-9)
+        rec: dict[str, Any] = {"kind": STEP_KIND, "epoch": epoch, "step": step,
+                               "lr": self._optimizer.param_groups[0]["lr"],
+                               "train_loss": loss_sum / max(seen, 1), "train_acc": correct / max(seen, 1),
+                               "images_per_s": ips, "time_s": self._clock()}
+        if self._fpe:
+            rec["mfu"] = self._peak.mfu(self._fpe * ips, self._dist.world_size)
+        self._loggers.log(rec, step)
+        self._sums.zero_()
+        self._seen, self._interval_s, self._t_last = 0, 0.0, now
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"sums": self._sums.detach().cpu().clone(), "seen": self._seen,
+                "interval_s": self._interval_s + time.perf_counter() - self._t_last}
+
+    def load_state_dict(self, state: dict[str, Any] | None) -> None:
+        if not state:
+            return
+        self._sums.copy_(state["sums"])
+        self._seen, self._interval_s = int(state["seen"]), float(state["interval_s"])
+        self._t_last = time.perf_counter()

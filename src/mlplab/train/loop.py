@@ -41,6 +41,11 @@ derived from the model's ``seed``); then each rank reseeds the global generators
 depth, and the loader draws augmentation from ``(run.seed, "augment", epoch, rank)``. Each
 rank's generator state is saved in the checkpoint, so a resumed run continues every stream.
 
+Per-step records (``run.log_every_steps``, :class:`~mlplab.train.loggers.StepLog`), the stop on a
+cluster's signal with a mid-epoch checkpoint (:mod:`mlplab.train.preemption`) and the figure of the
+run's curves (``train_curves.png``, :mod:`mlplab.train.curves`) live in their own modules; the loop
+calls them once per step, once per stop and once at the end.
+
 Threads. On a shared, loaded CPU, ``run.threads=1`` can be several times faster than 2 (OpenMP
 threads spin-wait for each other when the other core is busy); measure before choosing.
 """
@@ -71,11 +76,13 @@ from .accelerator import set_fp32_matmul_policy
 from .backend import compile_model, describe_implementation, implementation_line, keep_freed_memory, resolve_compile
 from .config import Durations, RunConfig, durations
 from .data import RunData, eval_loader, load_run_data, train_loader
+from .curves import save_curves
 from .ema import WeightEMA
 from .distributed import DistInfo, all_reduce_sum, barrier, cleanup, init_distributed
-from .loggers import open_loggers
+from .loggers import StepLog, open_loggers
 from .metrics import MatmulPeak, Progress
 from .optim import build_optimizer, lr_at, set_lr
+from .preemption import StopSignals, warn_if_cpu_node
 from .rundir import RunExistsError, RunFolder, RunLockedError, open_run_folder, truncate_metrics
 from .runplan import RunPlan, as_plan, resolve_device, resolve_model_kwargs, resolve_precision
 
@@ -170,13 +177,17 @@ def _set_rng_state(st: dict[str, Any], device: torch.device) -> None:
         torch.cuda.set_rng_state(st["cuda"], device)
 
 
-def _gather_rng(device: torch.device, dist: DistInfo) -> list[dict[str, Any]]:
-    st = _rng_state(device)
+def _gather(obj: Any, dist: DistInfo) -> list[Any]:
+    """``obj`` of every rank, in rank order (``[obj]`` single-process)."""
     if not dist.enabled:
-        return [st]
+        return [obj]
     out: list[Any] = [None] * dist.world_size
-    torch.distributed.all_gather_object(out, st)
+    torch.distributed.all_gather_object(out, obj)
     return out
+
+
+def _gather_rng(device: torch.device, dist: DistInfo) -> list[dict[str, Any]]:
+    return _gather(_rng_state(device), dist)
 
 
 def train(cfg: RunConfig | RunPlan | str, *, resume: bool = False, overwrite: bool = False,
@@ -220,6 +231,8 @@ class _Run:
     ddp: nn.parallel.DistributedDataParallel | None = None  # the DDP wrapper (its no_sync), when distributed
     compiled: bool = False
     ema: WeightEMA | None = None  # run.ema_decay: the average of the weights
+    step_log: StepLog | None = None  # run.log_every_steps (set when the loggers open)
+    stop: StopSignals | None = None  # a cluster's stop signal (set when training starts)
 
     def autocast(self):
         if self.precision == "bf16":
@@ -247,6 +260,7 @@ def _prepare(plan: RunPlan, dist: DistInfo) -> _Run:
     if precision == "bf16" and device.type == "cpu" and not cpu_has_native_bf16() and dist.is_main:
         print("mlplab train: warning: this CPU has no native bf16 (AVX512-BF16/AMX); bf16 matmuls are "
               "emulated and several times slower than fp32", file=sys.stderr)
+    warn_if_cpu_node(device, r.device, dist)
     if device.type == "cuda":
         set_fp32_matmul_policy()  # fp32 means IEEE fp32 (train.accelerator)
     torch.manual_seed(r.seed)
@@ -274,6 +288,9 @@ class RunState:
     history: list = field(default_factory=list)
     wall_before: float = 0.0  # seconds spent before this process started
     checkpoint_epoch: int | None = None  # epoch of the last (good) checkpoint written
+    position: int = 0  # steps done of epoch ``epoch`` (> 0: stopped mid-epoch by a signal)
+    partial: dict | None = None  # that epoch's running sums so far (this rank's)
+    step_log: dict | None = None  # the StepLog's state at the checkpoint (this rank's)
 
 
 def _resume(run: _Run, folder: RunFolder) -> RunState:
@@ -287,11 +304,13 @@ def _resume(run: _Run, folder: RunFolder) -> RunState:
             raise BadInput(f"the checkpoint in {found} was written by {len(saved['rng'])} process(es); "
                            f"resume it with the same number, not {dist.world_size}")
         run.optimizer.load_state_dict(saved["optimizer"])
+        per_rank = lambda key: saved[key][dist.rank] if key in saved else None  # noqa: E731 (older checkpoints: none)
         state = RunState(int(saved["epoch"]), int(saved["step"]), list(saved["history"]),
-                          float(saved["wall_s"]), int(saved["epoch"]))
+                         float(saved["wall_s"]), int(saved["epoch"]), int(saved.get("position", 0)),
+                         per_rank("partial"), per_rank("step_log"))
         _set_rng_state(saved["rng"][dist.rank], run.device)
     if folder.continuing and dist.is_main:
-        truncate_metrics(folder.path, state.epoch)
+        truncate_metrics(folder.path, state.epoch, state.step)
     barrier(dist)
     return state
 
@@ -365,18 +384,22 @@ class _Guard:
                              f"or use run.precision=fp32, then start a new run.name")
 
 
-def _train_epoch(run: _Run, epoch: int, state: RunState, guard: _Guard, progress: Progress) -> dict[str, Any]:
-    """One pass over this rank's shard; returns the epoch's training record (all ranks reduced)."""
+def _train_epoch(run: _Run, epoch: int, state: RunState, guard: _Guard, progress: Progress) -> dict[str, Any] | None:
+    """One pass over this rank's shard, from step ``state.position`` of it (a run stopped
+    mid-epoch goes on there); returns the epoch's training record (all ranks reduced), or None
+    when a stop signal ended it at a step boundary (``state.position``/``partial`` say where)."""
     cfg, dur, dist, device = run.cfg, run.dur, run.dist, run.device
     t_epoch = time.perf_counter()
     run.train_model.train()
     params = [p for p in run.model.parameters() if p.requires_grad]
-    loader = train_loader(run.data, epoch, dur.batch_per_rank, cfg.run.seed, dist)
-    sums = torch.zeros(2, dtype=torch.float64, device=device)  # loss·n, correct
+    start, partial = state.position, state.partial or {}
+    t_before = partial.get("train_time_s", 0.0)  # of this epoch, before a stop signal (resumed mid-epoch)
+    loader = train_loader(run.data, epoch, dur.batch_per_rank, cfg.run.seed, dist, start=start)
+    sums = partial["sums"].to(device) if partial else torch.zeros(2, dtype=torch.float64, device=device)  # loss·n, correct
     no_sync = run.ddp.no_sync if run.ddp is not None else None
-    seen = 0  # examples this epoch on this rank (host int: no sync)
-    steps_this_epoch = min(dur.steps_per_epoch, dur.total_steps - state.step)
-    for i, (x, y) in enumerate(loader):
+    seen = partial.get("seen", 0)  # examples this epoch on this rank (host int: no sync)
+    steps_this_epoch = min(dur.steps_per_epoch, dur.total_steps - (state.step - start))
+    for i, (x, y) in enumerate(loader if start < steps_this_epoch else (), start):
         if i >= steps_this_epoch:
             break
         if x.device != device:
@@ -390,11 +413,17 @@ def _train_epoch(run: _Run, epoch: int, state: RunState, guard: _Guard, progress
             run.ema.update()
         guard.fold(loss, gnorm)
         labels = y.argmax(-1) if y.ndim == 2 else y
-        sums += torch.stack([loss.double() * len(labels), (logits.argmax(-1) == labels).sum().double()])
+        batch = torch.stack([loss.double() * len(labels), (logits.argmax(-1) == labels).sum().double()])
+        sums += batch
         seen += len(labels)
         state.step += 1
         if state.step % cfg.run.nan_check_every == 0:
             guard.check(state.checkpoint_epoch)
+        run.step_log.after_step(state.step, epoch + 1, batch, len(labels))
+        if run.stop.requested(state.step):  # preemption: checkpoint here, mid-epoch (train.preemption)
+            state.position = i + 1
+            state.partial = {"sums": sums.cpu(), "seen": seen, "train_time_s": t_before + time.perf_counter() - t_epoch}
+            return None
         if progress.due():  # a TTY only: one sync per 0.5 s to show the running loss
             l_, a_ = sums.tolist()
             progress.update(epoch + 1, dur.total_epochs, i + 1, steps_this_epoch,
@@ -405,7 +434,8 @@ def _train_epoch(run: _Run, epoch: int, state: RunState, guard: _Guard, progress
     seen *= dist.world_size  # every rank runs the same number of equal batches
     if device.type == "cuda":
         torch.cuda.synchronize(device)
-    train_time = time.perf_counter() - t_epoch
+    train_time = t_before + time.perf_counter() - t_epoch
+    state.position, state.partial = 0, None
     return {"epoch": epoch + 1, "step": state.step, "lr": run.optimizer.param_groups[0]["lr"],
             "train_loss": loss_sum / max(seen, 1), "train_acc": correct / max(seen, 1),
             "train_time_s": train_time, "images_per_s": seen / max(train_time, 1e-9)}
@@ -423,12 +453,18 @@ def _save_checkpoint(run: _Run, state: RunState, run_dir: Path, guard: _Guard, t
     if not _weights_finite(run.model):
         guard.stop(f"non-finite weights after step {state.step} (epoch {state.epoch})", state.checkpoint_epoch)
     rng = _gather_rng(run.device, run.dist)
+    # mid-epoch (a stop signal) and with per-step records, each rank's running sums too
+    mine = {"partial": state.partial, "step_log": run.step_log.state_dict() if run.step_log is not None else None}
+    ranks = _gather(mine, run.dist) if any(v is not None for v in mine.values()) else [mine] * run.dist.world_size
     if run.dist.is_main:
         try:
             ckpt.save_checkpoint(run_dir, run.model, {
                 "epoch": state.epoch, "step": state.step, "optimizer": run.optimizer.state_dict(), "rng": rng,
-                # the loader's order and augmentation are functions of (seed, epoch, rank)
+                **{k: [r[k] for r in ranks] for k in mine},
+                # the loader's order and augmentation are functions of (seed, epoch, rank); a stop
+                # mid-epoch is ``position`` steps into epoch ``epoch`` (0-based)
                 "loader": {"epoch": state.epoch, "seed": run.cfg.run.seed, "world_size": run.dist.world_size},
+                "position": state.position,
                 "history": state.history, "wall_s": state.wall_before + time.perf_counter() - t_start,
             }, ema=run.ema.model if run.ema is not None else None)
         except OSError as e:  # a full disk, a quota, a folder gone read-only: the previous checkpoint stands
@@ -472,7 +508,7 @@ def _results(run: _Run, state: RunState, final: dict[str, float], run_dir: Path,
         "matmul_flops_per_s": peak.rate, "data": data,
         "precision": run.precision, "compiled": run.compiled, "device": str(run.device),
         "implementation": describe_implementation(run.model, run.device, run.precision, run.compiled),
-        "world_size": run.dist.world_size, "threads": torch.get_num_threads(), "loadavg": list(os.getloadavg()),
+        "world_size": run.dist.world_size, "threads": torch.get_num_threads(),
         "weights_sha256": digest, "run_dir": str(run_dir), "history": history,
     }
     if run.data.val is not None and "val_acc" in history[-1]:
@@ -510,12 +546,22 @@ def _train(plan: RunPlan, dist: DistInfo, resume: bool, overwrite: bool,
                           (f", EMA decay {r.ema_decay}" if r.ema_decay is not None else "") +
                           f", peak lr {dur.peak_lr:.3g}, {run.device.type} "
                           f"{implementation_line(describe_implementation(run.model, run.device, run.precision, run.compiled))}, {dist.world_size} "
-                          f"process(es)" + (f", resumed at epoch {state.epoch}" if folder.continuing else ""))
+                          f"process(es)" + (f", resumed at epoch {state.epoch}" if folder.continuing else "") +
+                          (f" step {state.step}" if state.position else ""))
         guard = _Guard(run, state.step, run_dir)
-        with open_loggers(run_dir, cfg, enabled=dist.is_main) as loggers:
+        run.stop = StopSignals(dist, r.nan_check_every, run.device)
+        with open_loggers(run_dir, cfg, enabled=dist.is_main) as loggers, run.stop:
+            clock = lambda: state.wall_before + time.perf_counter() - t_start  # noqa: E731 (the run's wall time)
+            run.step_log = StepLog(r.log_every_steps, loggers, dist, run.device, run.optimizer, run.train_fpe, peak,
+                                   clock)
+            run.step_log.load_state_dict(state.step_log)
             for epoch in range(state.epoch, dur.total_epochs):
                 t_epoch = time.perf_counter()
                 rec = _train_epoch(run, epoch, state, guard, progress)
+                if rec is None:  # a stop signal: checkpoint at this step, requeue, stop (train.preemption)
+                    guard.check(state.checkpoint_epoch)
+                    _save_checkpoint(run, state, run_dir, guard, t_start)
+                    run.stop.stop(run_dir, state.step, epoch + 1)
                 last = epoch + 1 == dur.total_epochs
                 if (r.eval_every and (epoch + 1) % r.eval_every == 0) or last:
                     ev = evaluate(run.model, progress.iterate(eval_loader(periodic_split, data, dur.eval_batch_per_rank,
@@ -526,7 +572,7 @@ def _train(plan: RunPlan, dist: DistInfo, resume: bool, overwrite: bool,
                         guard.stop(f"{periodic_name} loss {ev['loss']:.4g} (non-finite or above run.divergence_factor "
                                    f"x ln K = {guard.limit:.4g}) after step {state.step} (epoch {epoch + 1})",
                                    state.checkpoint_epoch)
-                rec["epoch_time_s"] = time.perf_counter() - t_epoch
+                rec["epoch_time_s"], rec["time_s"] = time.perf_counter() - t_epoch, clock()
                 if run.train_fpe:
                     rec["flops_per_s"] = run.train_fpe * rec["images_per_s"]
                     rec["mfu"] = peak.mfu(rec["flops_per_s"], dist.world_size)
@@ -557,6 +603,7 @@ def _train(plan: RunPlan, dist: DistInfo, resume: bool, overwrite: bool,
             if dist.is_main:
                 atomic_write_json(run_dir / "results.json", results)
                 loggers.finish(results)
+                save_curves(run_dir)
                 progress.line(f"test acc {final['acc']:.4f} top5 {final['top5']:.4f} loss {final['loss']:.4f} " +
                               (f"(EMA: acc {results['test_acc_ema']:.4f} loss {results['test_loss_ema']:.4f}) "
                                if run.ema is not None else "") +

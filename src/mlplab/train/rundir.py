@@ -36,6 +36,7 @@ from .checkpoint import find_checkpoint
 from .config import ROOTED_DATASETS, RunConfig, config_diff, from_dict, to_dict
 from .data import data_identity, describe_data, same_data
 from .distributed import DistInfo, barrier
+from .loggers import STEP_KIND
 
 __all__ = ["RunFolder", "open_run_folder", "RunExistsError", "RunLockedError", "LOCK_FILE",
            "truncate_metrics", "read_results", "checkpoint_epoch"]
@@ -46,7 +47,8 @@ _RUN_FILES = ("metrics.jsonl", "results.json", "error.txt", "data.json")
 DATA_FILE = "data.json"
 _RUN_DIRS = ("checkpoint", "checkpoint.prev", "checkpoint.new", "tb", "wandb")
 # what a sweep's run folder holds before its trainer starts (``mlplab.experiments.executors``)
-_SWEEP_FILES = ("spec.json", "log.txt", "error.txt", "error.previous.txt", "results.unreadable.json")
+_SWEEP_FILES = ("spec.json", "log.txt", "error.txt", "error.previous.txt", "results.unreadable.json",
+                "job.sbatch", "slurm.out")  # the last two: mlplab.experiments.slurm
 
 RunLockedError = FolderInUse  # another process is writing to the run folder
 
@@ -185,9 +187,10 @@ def _init(cfg: RunConfig, run_dir: Path, data: dict[str, Any]) -> None:
         atomic_write_json(run_dir / DATA_FILE, data)
 
 
-def truncate_metrics(run_dir: Path, epoch: int) -> None:
-    """Drop records of epochs after the checkpoint (a killed run may have logged them) and lines
-    cut short by a kill or a full disk."""
+def truncate_metrics(run_dir: Path, epoch: int, step: int | None = None) -> None:
+    """Drop records logged after the checkpoint of ``epoch`` (and ``step``: a checkpoint written
+    mid-epoch) — a killed run may have logged them — and lines cut short by a kill or a full disk.
+    Epoch records are kept up to ``epoch``, per-step records (``"kind": "step"``) up to ``step``."""
     path = run_dir / "metrics.jsonl"
     if not path.is_file():
         return
@@ -198,7 +201,10 @@ def truncate_metrics(run_dir: Path, epoch: int) -> None:
                 rec = json.loads(line)
             except json.JSONDecodeError:
                 continue  # a line cut by the kill
-            if isinstance(rec, dict) and rec.get("epoch", 0) <= epoch:
+            if not isinstance(rec, dict):
+                continue
+            if (rec.get("step", 0) <= step if rec.get("kind") == STEP_KIND and step is not None
+                    else rec.get("epoch", 0) <= epoch):
                 keep.append(line if line.endswith("\n") else line + "\n")
     atomic_write_text(path, "".join(keep))
 
@@ -210,8 +216,10 @@ def _last_logged_epoch(run_dir: Path) -> int:
         return 0
     for line in reversed(lines):
         try:
-            return int(json.loads(line)["epoch"])
-        except (ValueError, KeyError, TypeError):
+            rec = json.loads(line)
+            if rec.get("kind") != STEP_KIND:  # a step record's epoch is the one in progress
+                return int(rec["epoch"])
+        except (ValueError, KeyError, TypeError, AttributeError):
             continue
     return 0
 

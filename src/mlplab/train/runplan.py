@@ -35,10 +35,11 @@ from . import config as _config
 from .accelerator import native_bf16_cuda
 from .backend import apply_impl
 from .config import RunConfig
+from .distributed import launch_env
 from .init import check_pretrained, pretrained_model, read_init_checkpoint
 
 __all__ = ["RunPlan", "plan_run", "as_plan", "resolve_device", "resolve_precision", "resolve_model_kwargs",
-           "dataset_info", "check_memory", "meta_model"]
+           "dataset_info", "check_memory", "meta_model", "meta_param_count"]
 
 #: Bytes of training state per fp32 parameter: weights, gradients and two AdamW moments.
 STATE_BYTES_PER_PARAM = 16
@@ -120,10 +121,13 @@ def as_plan(run: RunConfig | RunPlan | str | os.PathLike) -> RunPlan:
 # ----------------------------------------------------------------------------- the parts
 
 def _torchrun_local_rank() -> int | None:
-    """This process's GPU under torchrun (``LOCAL_RANK``), read before the process group exists
-    so that no CUDA context is made on another rank's device."""
+    """This process's GPU under torchrun (``LOCAL_RANK``) or srun (``SLURM_LOCALID``), read before
+    the process group exists so that no CUDA context is made on another rank's device."""
+    if "WORLD_SIZE" not in os.environ:  # srun's tasks, or one process
+        launch = launch_env()
+        return launch.local_rank if launch.world_size > 1 else None
     v = os.environ.get("LOCAL_RANK")
-    return int(v) if v is not None and int(os.environ.get("WORLD_SIZE", "1")) > 1 else None
+    return int(v) if v is not None and int(os.environ["WORLD_SIZE"]) > 1 else None
 
 
 def resolve_device(choice: str, dist: Any = None, *, local_rank: int | None = None) -> torch.device:
@@ -186,6 +190,11 @@ def meta_model(name: str, kwargs: dict[str, Any]) -> nn.Module:
     any file is written."""
     with torch.device("meta"):
         return create_model(name, **kwargs)
+
+
+def meta_param_count(name: str, kwargs: dict[str, Any]) -> int:
+    """The parameter count of ``create_model(name, **kwargs)``, from a build on the meta device."""
+    return sum(p.numel() for p in meta_model(name, kwargs).parameters())
 
 
 def check_memory(n_params: int, device: torch.device) -> None:
