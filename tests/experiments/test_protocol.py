@@ -70,3 +70,14 @@ def test_the_history_files_are_well_formed():
     for id in registry.list_experiments():
         for h in P.protocol_history(id):
             assert keys <= set(h), (id, h)
+
+
+def test_every_frozen_protocol_is_the_one_the_code_runs():
+    """A change to the runs, claims or rules of a frozen protocol (the code drifting from what
+    was committed) fails here, before a confirmatory run would refuse it."""
+    for id in registry.list_experiments():
+        frozen = json.loads(P.protocol_file(id).read_text(encoding="utf-8")).get("frozen", {})
+        for scale, rec in frozen.items():
+            content, h = registry.experiment_protocol(id, scale, rec["content"]["dataset"], role="confirmatory")
+            diff = [k for k in sorted(set(content) | set(rec["content"])) if content.get(k) != rec["content"].get(k)]
+            assert h == rec["hash"], f"{id} at {scale}: the code's protocol differs from the frozen one in {diff}"
