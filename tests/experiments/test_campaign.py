@@ -26,6 +26,7 @@ def frozen_now(monkeypatch):
 def test_the_order_puts_the_main_job_first_then_the_recovered_ids():
     ids = ["fig2d", "fig5", "fig6", "fig7", "figS9"]
     assert C.campaign_order(ids, then=["fig7", "nope"]) == ["fig5", "fig7", "fig2d", "fig6", "figS9"]
+    assert C.campaign_order(ids, then=["fig6", "fig6", "fig5"]) == ["fig5", "fig6", "fig2d", "fig7", "figS9"]  # a folder per machine: once
     assert C.campaign_ids(["fig6", "fig6-imagenet"], "cpu", lambda i: registry.get_experiment(i).scales) == ["fig6"]
 
 

@@ -34,7 +34,7 @@ REPORT_FILES = ("report.md", "verdicts.json", "experiment.json", "results.csv", 
 def campaign_order(ids: Sequence[str], first: Sequence[str] = ("fig5",), then: Sequence[str] = ()) -> list[str]:
     """``ids`` in campaign order: ``first`` (the main job), then ``then`` (e.g. the ids whose last
     committed verdicts were recovered from prose), then the rest in their given order."""
-    head = [i for i in first if i in ids] + [i for i in then if i in ids and i not in first]
+    head = list(dict.fromkeys([i for i in first if i in ids] + [i for i in then if i in ids]))
     return head + [i for i in ids if i not in head]
 
 
