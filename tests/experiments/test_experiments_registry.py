@@ -354,3 +354,15 @@ def test_scale_settings_picks_the_named_entry_and_quick_falls_back_to_cpu():
     assert Scale("quick", "fashion_mnist").settings({**table, "quick": 9}) == 9
     with pytest.raises(KeyError, match="no settings for scale 'paper'"):
         Scale("paper", "fashion_mnist").settings({"smoke": 1, "cpu": 2})
+
+
+def test_a_cpu_kind_with_fitted_constants_uses_them_and_others_the_module_constants(monkeypatch):
+    from mlplab.experiments import cost
+
+    fitted = {"rate": 2e11, "kappa": 1e-9, "tau": 3e-6, "rp_slowdown": 1.5, "runs": 40}
+    monkeypatch.setattr(cost, "calibration", lambda: {"machines": {"kind-a": fitted}})
+    a, other = cost.cpu_machine("kind-a"), cost.cpu_machine("kind-b")
+    assert (a.rate, a.kappa, a.tau, a.rp_slowdown) == (2e11, 1e-9, 3e-6, 1.5) and "40 runs" in a.name
+    assert (other.rate, other.kappa, other.tau, other.rp_slowdown) == (cost.RATE, cost.KAPPA_S, cost.TAU_S,
+                                                                       cost.RP_SLOWDOWN)
+    assert cost.cpu_machine().rate == cost.RATE  # tests run as a host without a fit (tests/conftest.py)
