@@ -106,11 +106,12 @@ def test_figS6_S8_paired_gaps(tmp_path):
 
 
 def test_figS6_S8_each_part_decided_on_its_own_runs():
-    """S6: the RP gap larger (DID NOT HOLD); S7: equal (UNDECIDED); S8: smaller, but the normal Mixer
-    does not overfit (gap 0.05 < 0.1 nats): NOT TESTABLE, never DID NOT HOLD."""
+    """S6: the RP gap larger (DID NOT HOLD); S7: equal (UNDECIDED); S8: the RP gap larger again, but
+    the normal Mixer does not overfit (gap 0.05 < 0.1 nats; the RP Mixer's 0.3 is not the premise):
+    NOT TESTABLE, never DID NOT HOLD."""
     from mlplab.experiments.specs.rp import _analyse_figS6
 
-    gaps = {"S6": (0.3, 0.6), "S7": (0.4, 0.4), "S8": (0.05, 0.01)}  # (normal, RP)
+    gaps = {"S6": (0.3, 0.6), "S7": (0.4, 0.4), "S8": (0.05, 0.3)}  # (normal, RP)
     runs = [rec(part, {"model.name": "s_mixer", "meta.rp": rp, "run.seed": s},
                 trained(20.0, train_loss=0.3, test_loss=0.3 + g + 0.01 * s + 0.01 * TILT[s] * rp))
             for part, pair in gaps.items() for s in range(4) for rp, g in zip((False, True), pair)]
@@ -118,7 +119,7 @@ def test_figS6_S8_each_part_decided_on_its_own_runs():
     got = {c.claim[:2]: c for c in an.claims}
     assert {k: c.verdict for k, c in got.items()} == {"S6": "DID NOT HOLD", "S7": "UNDECIDED", "S8": "NOT TESTABLE"}
     assert {c.key for c in an.claims} == {"rp-overfits-less"} and got["S6"].stats.effect > 0
-    assert got["S8"].held is True and "normal_gap >= 0.1" in got["S8"].reason()
+    assert got["S8"].held is False and "normal_gap >= 0.1" in got["S8"].reason()
 
 
 def tableS3_results(rp, sw, rounds=40, spread=0.01):
