@@ -1,9 +1,12 @@
 """Each id's analysis decides its claims from run folders written with chosen numbers: the
 new rules (non-inferiority, best inner point, paired gaps, time ratios, exact checks) give the
-known answer through ``mlplab report ID``, and the report prints the effect with its unit."""
+known answer through ``mlplab report ID``, and the report prints the effect with its unit; the
+same claims' other verdicts come from run records without folders (no report written)."""
 import json
 
 import numpy as np
+import pytest
+from test_spec_claims import TILT, rec  # a run record without a folder, for the cases decided without a report
 
 from mlplab.experiments import report_experiment
 from mlplab.utils.io import atomic_write_json
@@ -55,6 +58,17 @@ def test_fig2d_noninferior(tmp_path):
     assert held(tmp_path / "c", "fig2d") == [None, None]
 
 
+def test_fig2d_on_the_margin_is_undecided():
+    """The Kronecker MLP exactly the margin (1 point) worse on average: the data cannot tell."""
+    from mlplab.experiments.specs.monarch import FIG2D_MARGIN, _analyse_fig2d
+
+    runs = [rec("shallow", {"model.name": model, "meta.width": w, "run.seed": s},
+                trained(12.0 + 0.5 * s + (FIG2D_MARGIN + TILT[s] if model == "kronecker_mlp" else 0.0)))
+            for w in (256, 1024) for s in range(4) for model in ("monarch_mlp", "kronecker_mlp")]
+    an = _analyse_fig2d(runs, {"scale": {"dataset": "x"}})
+    assert [(c.key, c.verdict) for c in an.claims] == [("kronecker-as-accurate", "UNDECIDED")] * 2
+
+
 def test_figS5_best_inner_patch(tmp_path):
     manifest(tmp_path, "figS5")
     for P, e in ((2, 15.0), (4, 12.0), (7, 13.0), (14, 16.0), (28, 25.0)):
@@ -63,6 +77,20 @@ def test_figS5_best_inner_patch(tmp_path):
                                                      "meta.S0": (28 // P) ** 2, "run.seed": s}, trained(e + 0.1 * s))
     assert held(tmp_path, "figS5") == [True]
     assert "vertex at log2(P)" in (tmp_path / "report.md").read_text()
+
+
+def test_figS5_monotone_is_did_not_hold_and_flat_undecided():
+    from mlplab.experiments.specs.patch_size import _analyse_figS5
+
+    def runs(error_of):
+        return [rec("patch", {"model.name": "s_mixer", "model.kwargs.patch_size": P, "meta.S0": (28 // P) ** 2,
+                              "run.seed": s}, trained(error_of(i) + 0.5 * s + TILT[s] * i))
+                for s in range(4) for i, P in enumerate((2, 4, 7, 14, 28))]
+
+    (c,) = _analyse_figS5(runs(lambda i: 12.0 + 2 * i), {"scale": {"dataset": "x"}}).claims  # best at the smallest P
+    assert (c.key, c.verdict) == ("intermediate-patch", "DID NOT HOLD")
+    (c,) = _analyse_figS5(runs(lambda i: 12.0), {"scale": {"dataset": "x"}}).claims
+    assert c.verdict == "UNDECIDED"
 
 
 def test_figS6_S8_paired_gaps(tmp_path):
@@ -77,25 +105,58 @@ def test_figS6_S8_paired_gaps(tmp_path):
     assert "nats" in (tmp_path / "report.md").read_text()
 
 
-def test_tableS3_time_ratios(tmp_path):
-    """One run times the models interleaved; each claim is the median of the per-round ratios."""
-    manifest(tmp_path, "tableS3")
+def test_figS6_S8_each_part_decided_on_its_own_runs():
+    """S6: the RP gap larger (DID NOT HOLD); S7: equal (UNDECIDED); S8: the RP gap larger again, but
+    the normal Mixer does not overfit (gap 0.05 < 0.1 nats; the RP Mixer's 0.3 is not the premise):
+    NOT TESTABLE, never DID NOT HOLD."""
+    from mlplab.experiments.specs.rp import _analyse_figS6
+
+    gaps = {"S6": (0.3, 0.6), "S7": (0.4, 0.4), "S8": (0.05, 0.3)}  # (normal, RP)
+    runs = [rec(part, {"model.name": "s_mixer", "meta.rp": rp, "run.seed": s},
+                trained(20.0, train_loss=0.3, test_loss=0.3 + g + 0.01 * s + 0.01 * TILT[s] * rp))
+            for part, pair in gaps.items() for s in range(4) for rp, g in zip((False, True), pair)]
+    an = _analyse_figS6(runs, {"scale": {"dataset": "x"}})
+    got = {c.claim[:2]: c for c in an.claims}
+    assert {k: c.verdict for k, c in got.items()} == {"S6": "DID NOT HOLD", "S7": "UNDECIDED", "S8": "NOT TESTABLE"}
+    assert {c.key for c in an.claims} == {"rp-overfits-less"} and got["S6"].stats.effect > 0
+    assert got["S8"].held is False and "normal_gap >= 0.1" in got["S8"].reason()
+
+
+def tableS3_results(rp, sw, rounds=40, spread=0.01):
+    """The cost run's results: per round a load shared by the three models, times rp and sw × the Mixer's."""
     g = np.random.default_rng(1)
-    rounds = 40
-    load = 1 + 0.2 * g.random(rounds)  # a load shared by the models of one round
+    load = 1 + 0.2 * g.random(rounds)
     rows = []
-    for label, model, t in (("MLP-Mixer", "mlp_mixer", 1.0), ("RP-Mixer", "rp_mlp_mixer", 1.05),
-                            ("SW-MLP", "sw_mlp", 4.6)):
-        times = list(t * load * (1 + 0.01 * g.standard_normal(rounds)))
+    for label, model, t in (("MLP-Mixer", "mlp_mixer", 1.0), ("RP-Mixer", "rp_mlp_mixer", rp),
+                            ("SW-MLP", "sw_mlp", sw)):
+        times = list(t * load * (1 + spread * g.standard_normal(rounds)))
         rows.append({"label": label, "model": model, "params": 1, "params_nonzero": 1, "weight_MB": 1.0,
                      "flops_per_example": 1e6, "step_s": float(np.median(times)), "step_times": times,
                      "epoch_s": 100 * float(np.median(times)), "peak_MB": None})
-    run(tmp_path, "cost", "setting=cifar", {"setting": "cifar"},
-        {"rows": rows, "machine": {"loadavg": [1.5, 1.0, 1.0]}, "load_after": [1.6, 1.0, 1.0], "device": "cpu"})
+    return {"rows": rows, "machine": {"loadavg": [1.5, 1.0, 1.0]}, "load_after": [1.6, 1.0, 1.0], "device": "cpu"}
+
+
+def test_tableS3_time_ratios(tmp_path):
+    """One run times the models interleaved; each claim is the median of the per-round ratios."""
+    manifest(tmp_path, "tableS3")
+    run(tmp_path, "cost", "setting=cifar", {"setting": "cifar"}, tableS3_results(rp=1.05, sw=4.6))
     assert held(tmp_path, "tableS3") == [True, True]
     md = (tmp_path / "report.md").read_text()
     assert "n = 40 pairs" in md and "95% CI" in md and "load average 1.50 before" in md
     assert [c["class"] for c in json.loads((tmp_path / "verdicts.json").read_text())["verdicts"]] == ["measurement"] * 2
+
+
+@pytest.mark.parametrize("rp, sw, want", [
+    (1.3, 1.5, ["DID NOT HOLD", "DID NOT HOLD"]),  # SW-MLP only 1.5×, RP 30% dearer
+    (1.10, 2.0, ["UNDECIDED", "UNDECIDED"]),  # each median on its bound, the interval around it
+    (1.05, 4.6, ["UNDECIDED", "UNDECIDED"]),  # fewer than 20 interleaved rounds (below)
+])
+def test_tableS3_other_verdicts(rp, sw, want):
+    from mlplab.experiments.specs.runtime import _analyse_tableS3
+
+    rounds, spread = (10, 0.01) if rp == 1.05 else (40, 0.05)
+    an = _analyse_tableS3([rec("cost", {"setting": "cifar"}, tableS3_results(rp, sw, rounds, spread))], {})
+    assert [(c.key, c.verdict) for c in an.claims] == list(zip(("sw-slower", "rp-as-cheap"), want))
 
 
 def test_implicit_bias_is_deterministic(tmp_path):
@@ -109,6 +170,24 @@ def test_implicit_bias_is_deterministic(tmp_path):
     assert "no seeds needed" in md and "n = " not in md.split("## Results")[0]
     v = json.loads((tmp_path / "verdicts.json").read_text())["verdicts"][0]
     assert v["stats"]["kind"] == "deterministic"
+
+
+def test_implicit_bias_violated_and_unmeasured():
+    """lhs below rhs by more than the solvers' resolution on one problem: DID NOT HOLD; no problem
+    solved: nothing to check, UNDECIDED."""
+    from mlplab.experiments.specs.implicit_bias import _analyse_implicit
+
+    def problem(i, gap):
+        return rec("check", {"seed": i}, {"S": 2, "C": 2, "lam": 0.1, "seed": i, "lhs": 1.0 + gap,
+                                          "rhs_at_lhs_solution": 1.0, "rhs": 1.0, "rhs_lower_bound": 1.0,
+                                          "holds": gap >= 0})
+
+    (c,) = _analyse_implicit([problem(0, 0.02), problem(1, -1e-6)], {}).claims
+    assert (c.key, c.verdict) == ("l1-bound", "DID NOT HOLD") and c.stats.effect == pytest.approx(-1e-6)
+    (c,) = _analyse_implicit([problem(0, 0.02), problem(1, -1e-12)], {}).claims  # within 1e-10: float64 noise
+    assert c.verdict == "HELD"
+    (c,) = _analyse_implicit([], {}).claims
+    assert c.verdict == "UNDECIDED"
 
 
 def test_connections_count_the_built_hidden_widths():

@@ -2,7 +2,9 @@
 import json
 import math
 
-from mlplab.experiments import report_experiment
+import pytest
+
+from mlplab.experiments import get_experiment, report_experiment
 from mlplab.utils.io import atomic_write_json
 
 PAIRS = [(124, 8), (83, 16), (41, 40), (40, 41), (16, 83), (8, 124)]  # (S, C), Ω = 2^16
@@ -62,9 +64,27 @@ def test_two_seeds_are_undecided(tmp_path):
     assert "**UNDECIDED**" in (tmp_path / "report.md").read_text()
 
 
-def test_report_of_another_experiment_is_refused(tmp_path):
-    import pytest
+@pytest.mark.parametrize("id", ["fig6", "fig6-imagenet"])
+def test_near_s_eq_c_flat_and_out_of_its_window(id):
+    """Both ids' analysis (shared): a flat curve is UNDECIDED; a sweep whose S/C stops short of 2
+    is NOT TESTABLE, whatever its shape (here a clear minimum at its end, S = C)."""
+    from test_spec_claims import TILT, rec, trained
 
+    def runs(pairs, error_of):
+        return [rec("pairs", {"meta.omega": 65536, "meta.family": "s_mixer", "meta.S": S, "meta.C": C, "meta.m": S * C,
+                              "run.seed": s}, trained(error_of(math.log(S / C)) + 0.5 * s + TILT[s] * i))
+                for s in range(4) for i, (S, C) in enumerate(pairs)]
+
+    analyse = get_experiment(id).analyse
+    (c,) = analyse(runs(PAIRS, lambda x: 12.0), {"scale": {"dataset": "x"}}).claims
+    assert (c.key, c.verdict) == ("near-s-eq-c", "UNDECIDED")
+    (c,) = analyse(runs(PAIRS[:3], lambda x: 12 + x * x), {"scale": {"dataset": "x"}}).claims  # S/C 124/8 … 41/40
+    assert c.verdict == "NOT TESTABLE" and "spans_window >= 1" in c.reason()
+    same = get_experiment("fig6")  # the folder tests above decide both ids
+    assert get_experiment(id).analyse is same.analyse and get_experiment(id).claims == same.claims
+
+
+def test_report_of_another_experiment_is_refused(tmp_path):
     fake_fig6(tmp_path, lambda x, s: 12.0, seeds=1)
     with pytest.raises(ValueError, match="holds experiment 'fig6'"):
         report_experiment("fig5", tmp_path, verbose=False)

@@ -48,6 +48,49 @@ def test_a_frontier_over_many_model_sizes_is_decided_against_the_foil():
     assert beta.held is (True if hi < 0.5 else (False if lo > 0.5 else None))
 
 
+def _frontier_runs(beta_p, error_of, jitter=0.0, k=7):
+    """k runs, each compute 4× the last, each the best so far (all on the frontier): parameters
+    P = 10⁴·4^(β_P·i) (× 1 ± ``jitter``, alternating), N·T = C / 6P, error ``error_of(i)``."""
+    runs = []
+    for i in range(k):
+        C, P = 1e9 * 4 ** i, 1e4 * 4 ** (beta_p * i) * (1 + jitter * (-1) ** i)
+        runs.append(RunRecord("runs", f"r{i}", Path("."), {"model.kwargs.width": i, "model.kwargs.depth": 2},
+                              results={"flops_per_example": 2 * P, "train_examples": round(C / (6 * P)), "epochs": 1,
+                                       "params": P, "test_acc": 1 - error_of(i) / 100}))
+    return runs
+
+
+def _claims(runs):
+    return {c.key: c for c in _analyse_scaling(runs, MANIFEST).claims}
+
+
+def test_power_law_and_frontier_reach_each_verdict():
+    """Error 30·(C/C0)^−0.3 + 5 along a frontier with P* ∝ C^β_P: β_P = 0.35 below the foil 0.5
+    (HELD), 0.65 above it (DID NOT HOLD), 0.5 with scatter across it (UNDECIDED); the error rising
+    with compute: α DID NOT HOLD; falling, then rising: no exponent identified (UNDECIDED)."""
+    falls = lambda i: 30 * 4 ** (-0.3 * i) + 5  # noqa: E731
+    c = _claims(_frontier_runs(0.35, falls))
+    assert (c["power-law"].verdict, c["beta-p"].verdict) == ("HELD", "HELD")
+    assert c["power-law"].stats.effect == pytest.approx(0.3, abs=1e-3)
+    assert c["beta-p"].stats.effect == pytest.approx(0.35, abs=1e-4)
+    c = _claims(_frontier_runs(0.65, falls))
+    assert c["beta-p"].verdict == "DID NOT HOLD" and c["beta-p"].stats.effect == pytest.approx(0.65, abs=1e-4)
+    c = _claims(_frontier_runs(0.5, falls, jitter=0.3))
+    assert c["beta-p"].verdict == "UNDECIDED" and c["beta-p"].stats.interval[0] < 0.5 < c["beta-p"].stats.interval[1]
+    c = _claims(_frontier_runs(0.35, lambda i: 10 + abs(i - 3)))
+    assert c["power-law"].verdict == "UNDECIDED"
+
+
+def test_error_rising_with_compute_did_not_hold_without_a_frontier():
+    """No run beats the cheapest: α's interval lies below the floor (DID NOT HOLD), and a frontier
+    of one run has no exponent (NOT TESTABLE) — the analysis decides, it does not fail."""
+    an = _analyse_scaling(_frontier_runs(0.35, lambda i: 5 + 2 * i), MANIFEST)
+    c = {c.key: c for c in an.claims}
+    assert c["power-law"].verdict == "DID NOT HOLD" and c["power-law"].stats.interval[1] < 0.01
+    assert c["beta-p"].verdict == "NOT TESTABLE" and "ours 1" in c["beta-p"].reason()
+    assert sum(r["frontier"] for r in an.table) == 1
+
+
 def test_bootstrap_interval_of_alpha_holds_the_truth():
     rng = np.random.default_rng(1)
     C = np.geomspace(1e9, 1e14, 30)

@@ -8,7 +8,7 @@ import pytest
 
 from mlplab.experiments import estimate_cost, expand, plan_experiment, report_experiment, reproduce
 from mlplab.experiments.specs.mixer_cost import MIXER_PUBLISHED
-from mlplab.experiments.specs.sm_inference import SM_PUBLISHED, TABLE4_MODELS
+from mlplab.experiments.specs.sm_inference import MLP, SM_PUBLISHED, TABLE4_MODELS
 from mlplab.experiments.tasks import build_model
 from mlplab.models.counting import count_flops, count_params, measured_flops
 from mlplab.utils.io import atomic_write_json
@@ -119,6 +119,33 @@ def test_sm_inference_verdicts(tmp_path):
     # too few interleaved rounds: no timing claim decided
     write_run(tmp_path / "c", "sm-inference", sm_rows(40.0, 40.0, n=2), scale="smoke")
     assert verdicts(tmp_path / "c", "sm-inference") == [True, None, None]
+
+
+def test_sm_inference_other_verdicts():
+    """Decided from the run record: models other than Table 4's make the parameter identity NOT
+    TESTABLE; the MLP exactly 10× the references (each ratio's interval around its bound) leaves
+    both timing claims UNDECIDED; no finite parameter count leaves the identity UNDECIDED."""
+    from pathlib import Path
+
+    from mlplab.experiments.aggregate import RunRecord
+    from mlplab.experiments.specs.sm_inference import _analyse_sm_inference
+
+    def analyse(rows):
+        machine = {"cpu": "c", "machine_tag": "t", "cpu_flags": [], "torch": "2", "threads": 1,
+                   "loadavg": [1.0, 1.0, 1.0], "device": "cpu", "clock": "cpu"}
+        run = RunRecord("run", "seed=0", Path("."), {"seed": 0}, results={"rows": rows, "machine": machine,
+                                                                          "load_after": [1.0, 1.0, 1.0]})
+        return {c.key: c.verdict for c in _analyse_sm_inference([run], {}).claims}
+
+    rows = sm_rows(40.0, 40.0)
+    rows[1]["kwargs"] = {**rows[1]["kwargs"], "depth": 2}  # not Table 4's ResNet-152
+    assert analyse(rows)["params"] == "NOT TESTABLE"
+    ten = [row(k, int(p[0] * 1e6), 1e9, 500.0 if k == MLP else 50.0, 0.04 if k == MLP else 0.4, 40)
+           for k, p in SM_PUBLISHED.items()]
+    assert analyse(ten) == {"params": "HELD", "throughput": "UNDECIDED", "latency": "UNDECIDED"}
+    for r in ten:
+        r["params"] = float("nan")
+    assert analyse(ten)["params"] == "UNDECIDED"
 
 
 def mixer_rows(rates, n=20):

@@ -5,6 +5,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from test_spec_claims import TILT  # a per-seed tilt over the points, mean 0 over the seeds
 
 from mlplab.experiments import estimate_cost, expand, plan_experiment
 from mlplab.experiments.aggregate import RunRecord
@@ -45,6 +46,14 @@ def test_weights_analysis_with_one_seed_is_undecided():
     assert all("fewer than 3" in c.stats.detail for c in an.claims if c.stats)
 
 
+def test_weights_analysis_flat_is_undecided():
+    """Trained as often inverse-paired as at init (on average over the seeds), the same frequency
+    ratio at both patch sizes: nothing to decide."""
+    an = _analyse_weights(_weights_runs(-0.01, -0.01, {4: 0.8, 7: 0.8}), {})  # trained − init = 0.01·(s − 1)
+    assert {c.key: c.verdict for c in an.claims} == {"inverse-pairs": "UNDECIDED", "closest-is-inverse": "UNDECIDED",
+                                                     "embedding-frequency": "UNDECIDED"}
+
+
 # ------------------------------------------------------------------ mixer-ablations analysis
 
 
@@ -78,6 +87,34 @@ def test_ablations_analysis_reaches_each_verdict():
     an = _analyse_ablations(_ablation_runs({"shared": 0.0, "untied": 0.1, "grouped": 1.5, "views": 0.0},
                                            seeds=(0, 1)), {})
     assert all(c.held is None for c in an.claims)
+
+
+def _tilted_runs(shot_gain: dict[str, float], top5_gain: float):
+    """Every variant's 5-shot accuracy 60 + gain and top-5 accuracy 90 (+ gain for views), with a
+    per-seed tilt (mean 0 over the seeds) and the views Mixer at S/32, 224×224: in its regime."""
+    runs = []
+    for s, tilt in enumerate(TILT):
+        for i, v in enumerate(VARIANTS):
+            regime = {"model.kwargs.patch_size": 32, "data.image_size": 224} if v == "views" else {}
+            top5 = 90.0 + 0.3 * s + (top5_gain if v == "views" else 0.0) + tilt * i
+            runs.append(RunRecord("train", f"{v},seed={s}", Path("."), {"meta.variant": v, "run.seed": s, **regime},
+                                  results={"test_acc": 0.7, "test_top5": top5 / 100, "params": 1000,
+                                           "flops_per_example": 5000}))
+            acc = (60.0 + 0.7 * s + shot_gain[v] + tilt * i) / 100
+            runs.append(RunRecord("eval", f"{v},seed={s}", Path("."), {"meta.variant": v, "seed": s},
+                                  results={"few_shot": {"5": {"mean": acc, "sd": 0.01}}, "probe": {"acc": 0.8}}))
+    return runs
+
+
+@pytest.mark.parametrize("top5_gain, want", [(3.5, "HELD"), (-3.0, "DID NOT HOLD"), (0.0, "UNDECIDED")])
+def test_ablations_views_in_its_regime_and_gains_on_the_margins(top5_gain, want):
+    """Views at S/32, 224×224: decided on top-5 (views > shared). Untied and grouped gain exactly
+    their margins on average: the data cannot tell a gain below the margin from one above it."""
+    gains = {"shared": 0.0, "untied": EQUIVALENCE_MARGIN, "grouped": GROUPED_MARGIN, "views": 0.0}
+    an = _analyse_ablations(_tilted_runs(gains, top5_gain), {})
+    assert {c.key: c.verdict for c in an.claims} == {"untied": "UNDECIDED", "grouped": "UNDECIDED", "views": want}
+    (views,) = [c for c in an.claims if c.key == "views"]
+    assert views.stats.effect == pytest.approx(-top5_gain, abs=1e-9)  # shared − views top-5
 
 
 # ------------------------------------------------------------------ plans

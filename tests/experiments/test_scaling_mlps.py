@@ -8,6 +8,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
+from test_spec_claims import TILT  # a per-seed tilt over the cells, mean 0 over the seeds
 
 from mlplab.experiments import estimate_cost, expand, plan_experiment, reproduce
 from mlplab.experiments.aggregate import RunRecord
@@ -123,6 +124,23 @@ def test_table1_analysis_reaches_did_not_hold_and_undecided():
     assert all(c.held is None and "no test at" in c.stats.detail for c in an.claims)
 
 
+def test_table1_inverted_bottleneck_and_longer_training_that_hurt_did_not_hold():
+    an = _analyse_table1(_table1_runs(effect_inv=+3.0, effect_epochs=+1.5), MANIFEST)
+    assert {c.key: c.verdict for c in an.claims} == {CLAIM_DA.key: "HELD", CLAIM_INV.key: "DID NOT HOLD",
+                                                     CLAIM_EPOCHS.key: "DID NOT HOLD"}
+    assert all(c.stats.effect > 0 for c in an.claims[1:])  # MLP-Inv − MLP, longer − shorter
+
+
+def test_table1_flat_is_undecided():
+    """Every cell the same error on average over the seeds (a per-seed tilt over the cells)."""
+    cells = [(MLP, False, 8, "table"), (MLP, True, 8, "table"), (INV, False, 8, "table"), (INV, True, 8, "table"),
+             (INV, True, 32, "longer-32")]
+    runs = [_record(m, da, e, s, 20.0 + 0.5 * s + TILT[s] * k, sweep)
+            for s in range(4) for k, (m, da, e, sweep) in enumerate(cells)]
+    assert {c.key: c.verdict for c in _analyse_table1(runs, MANIFEST).claims} == \
+        {CLAIM_DA.key: "UNDECIDED", CLAIM_INV.key: "UNDECIDED", CLAIM_EPOCHS.key: "UNDECIDED"}
+
+
 def test_table1_da_claim_is_not_testable_when_the_models_without_da_do_not_overfit():
     runs = _table1_runs()
     for r in runs:
@@ -170,6 +188,8 @@ def test_weights_analysis_decides_on_r_half(monkeypatch):
     an = _analyse_weights(runs, MANIFEST)
     assert [c.verdict for c in an.claims] == ["NOT TESTABLE"] * 2 and an.claims[0].held is True
     assert "min_relative_r_half < 0.9" in an.claims[0].reason()
+    radius.update({"no DA": 2.0, "DA": 2.0, "DA, fewer images": 2.0})  # localised, alike: nothing to decide
+    assert [c.verdict for c in _analyse_weights(runs, MANIFEST).claims] == ["UNDECIDED"] * 2
     assert 0.5 < LOCALISED_BELOW < 1.0
 
 

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from test_spec_claims import TILT  # a per-seed tilt over the points, mean 0 over the seeds
 
 from mlplab.experiments import estimate_cost, expand, plan_experiment, reproduce
 from mlplab.experiments.aggregate import RunRecord
@@ -171,15 +172,33 @@ def test_transfer_analysis_reaches_each_verdict():
     assert "sm-transfer" in an.figures
 
 
-def _batch_runs(err, seeds=(0, 1, 2)):
-    """err(epochs, batch) -> downstream error; seed s adds 0.2·s (paired)."""
+def test_transfer_fine_tuning_and_probe_are_decided_apart_and_flat_is_undecided():
+    """Fine-tuned and probed errors disagree, so each DA claim reads its own table; equal errors
+    decide nothing; transfer undecided leaves its premise unknown."""
+    flat_da = {(1000, False): 10.0, (1000, True): 10.0, (5000, False): 9.0, (5000, True): 9.0}
+    reverse = {(1000, False): 10.0, (1000, True): 20.0, (5000, False): 8.0, (5000, True): 18.0}
+    an = _analyse_transfer(_transfer_runs(flat_da, reverse, 12.0), {})
+    assert {c.key: c.verdict for c in an.claims} == {"transfer": "HELD", "da-finetune": "UNDECIDED",
+                                                     "da-probe": "DID NOT HOLD", "da-over-size": "DID NOT HOLD",
+                                                     "no-da-vs-scratch": "DID NOT HOLD"}
+    ft = {(1000, False): 11.0, (1000, True): 10.0, (5000, False): 10.0, (5000, True): 8.0}
+    an = _analyse_transfer(_transfer_runs(ft, {k: 20.0 for k in ft}, 10.0), {})
+    assert {c.key: c.verdict for c in an.claims} == {"transfer": "HELD", "da-finetune": "HELD",
+                                                     "da-probe": "UNDECIDED", "da-over-size": "UNDECIDED",
+                                                     "no-da-vs-scratch": "UNDECIDED"}
+    an = _analyse_transfer(_transfer_runs(ft, ft, 8.0), {})  # fine-tuned N = 5000 + DA = from scratch
+    assert _verdicts(an) == ["UNDECIDED"] * 5 and "transfers" in an.claims[1].reason()
+
+
+def _batch_runs(err, seeds=(0, 1, 2), noise=lambda s, b: 0.2 * s + 0.05 * s * b / 64):
+    """err(epochs, batch) -> downstream error; seed s adds ``noise(s, batch)`` (paired)."""
     runs = []
     for s in seeds:
         for e in (2, 8):
             for b in (64, 256, 1024):
                 ov = {"run.seed": s, "schedule.epochs": e, "run.batch_size": b}
                 runs.append(RunRecord("probe", f"{e}-{b}-{s}", Path("."), ov,
-                                      results={"probe": {"acc": 1 - (err(e, b) + 0.2 * s + 0.05 * s * b / 64) / 100}}))
+                                      results={"probe": {"acc": 1 - (err(e, b) + noise(s, b)) / 100}}))
     return runs
 
 
@@ -191,6 +210,8 @@ def test_batch_size_analysis_reaches_each_verdict():
     assert _verdicts(one_budget_rises) == ["DID NOT HOLD"]
     assert _verdicts(_analyse_batch_size(_batch_runs(lambda e, b: 20.0 - b.bit_length(), seeds=(0, 1)), {})) == \
         ["UNDECIDED"]
+    flat = _batch_runs(lambda e, b: 20.0, seeds=range(4), noise=lambda s, b: 0.5 * s + TILT[s] * b.bit_length())
+    assert _verdicts(_analyse_batch_size(flat, {})) == ["UNDECIDED"]
 
 
 # ------------------------------------------------------------------------------------ smoke, end to end

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from typing import Any
 
 
-from ...analysis.scaling import (PUBLISHED_EXPONENTS, bootstrap_scaling, compute_budget, fit_frontier_exponents,
-                                 fit_power, fit_scaling_law)
+from ...analysis.scaling import (PUBLISHED_EXPONENTS, bootstrap_scaling, compute_budget, compute_optimal_frontier,
+                                 fit_frontier_exponents, fit_power, fit_scaling_law)
 from ..aggregate import RunRecord, select, test_error
 from ..claims import Analysis, ClaimSpec, Need
 from ..derived import derive
@@ -73,6 +73,17 @@ def _alpha_verdict(fit, boot, runs: int) -> Verdict:
                           f"log-residual {fit.rmse_log:.3f}" + ("; the interval reaches the fit's bound" if at_bound else ""))
 
 
+def _frontier(C: list[float], E: list[float], P: list[float], NT: list[float]) -> dict[str, Any]:
+    """The compute-optimal frontier and its exponents; NaN exponents when the frontier holds one
+    compute value (no run beats the cheapest: the error does not fall with compute), through which
+    no power law is fitted — the claims are still decided (α's interval, the frontier's levels)."""
+    try:
+        return fit_frontier_exponents(C, E, P, NT)
+    except ValueError:
+        idx = compute_optimal_frontier(C, E)
+        return {"frontier": idx.tolist(), "num_frontier": int(idx.size), "beta_P": math.nan, "beta_N": math.nan}
+
+
 def _analyse_scaling(runs: list[RunRecord], manifest: dict[str, Any]) -> Analysis:
     rows = _run_rows(select(runs, "runs"))
     if len(rows) < 4:
@@ -83,7 +94,7 @@ def _analyse_scaling(runs: list[RunRecord], manifest: dict[str, Any]) -> Analysi
     P = [r["params"] for r in rows]
     NT = [r["examples_seen"] for r in rows]
     fit = fit_scaling_law(C, E)
-    front = fit_frontier_exponents(C, E, P, NT)
+    front = _frontier(C, E, P, NT)
     on = set(front["frontier"])
     for i, r in enumerate(rows):
         r["frontier"] = i in on
