@@ -121,10 +121,13 @@ def reproduce(
     verbose: bool = True,
     command: str | None = None,
     overrides: dict[str, Any] | None = None,
+    lockstep: str = "auto",
 ) -> dict[str, Any]:
     """Run experiment ``id`` at ``scale`` into ``out_dir`` and write its report there.
 
     ``overrides``: dotted run-config keys applied to every training run (e.g. more epochs).
+    ``lockstep``: train a sweep point's seeds together where it pays, wherever supported, or
+    never ("auto", "on", "off"; ``mlplab.experiments.executors``).
     Returns ``{"out_dir", "status" (per run), "failed", "report" (path or None), "verdicts"}``.
     Finished runs are skipped, so calling it again resumes a killed experiment.
     """
@@ -142,7 +145,8 @@ def reproduce(
         "sweeps": [{"name": sw.name, "task": sw.task, "runs": len(sw_runs), "epochs": sw.epochs,
                     "description": sw.description}
                    for stage, stage_runs in zip(plan.stages, runs) for sw, sw_runs in zip(stage, stage_runs)],
-        "cost": estimate_cost(plan, scale, expanded=runs), "jobs": jobs, "executor": executor,
+        "cost": estimate_cost(plan, scale, expanded=runs, lockstep=lockstep), "jobs": jobs, "executor": executor,
+        "lockstep": lockstep,
     }
     atomic_write_json(out / "experiment.json", manifest)
     status: dict[str, str] = {}
@@ -154,7 +158,7 @@ def reproduce(
     for stage_runs in runs:
         specs: list[RunSpec] = [s for sw_runs in stage_runs for s in sw_runs]
         res: SweepResult = run_specs(specs, out, jobs=jobs, executor=executor, slurm=slurm, verbose=verbose,
-                                     checked=True, tally=tally)
+                                     checked=True, tally=tally, lockstep=lockstep)
         status.update(res.status)
         failed += res.failed
     manifest["finished"] = time.strftime("%Y-%m-%d %H:%M:%S")
