@@ -442,19 +442,33 @@ def _eager_function(name: str, impl, setup, grad) -> type[torch.autograd.Functio
     """A custom op's implementation, setup and gradient as a ``torch.autograd.Function``, which eager
     callers use: the custom op's dispatch costs ~0.1 ms per call forward and ~0.2 ms backward on
     top of the kernels (a seam is ~1 ms at S = C = 64, batch 256), the Function's a few µs.
-    Compiled graphs call the custom ops, which inductor sees as opaque kernels."""
-    def forward(ctx, *inputs):
-        out = impl(*inputs)
-        setup(ctx, inputs, out)
+    Compiled graphs call the custom ops, which inductor sees as opaque kernels.
+
+    Under ``torch.func.vmap`` (several seeds' Mixers stacked: :mod:`mlplab.train.lockstep`) the
+    kernels take the stack: each model's slice is one call of the Function, on its own weights,
+    and the slices' outputs are stacked (unbind / stack: one copy of the outputs each way)."""
+    def forward(*inputs):
+        return impl(*inputs)
+
+    def setup_context(ctx, inputs, output):
+        setup(ctx, inputs, output)
         ctx.eager = True
-        ctx.mark_non_differentiable(*out[-2:])  # mean, rstd
+        ctx.mark_non_differentiable(*output[-2:])  # mean, rstd
         ctx.set_materialize_grads(False)  # an unused output's gradient stays None (the op makes zeros)
-        return out
 
     def backward(ctx, *grads):
         return grad(ctx, *grads)
 
-    return type(name, (torch.autograd.Function,), {"forward": staticmethod(forward), "backward": staticmethod(backward)})
+    def vmap(info, in_dims, *inputs):
+        k = info.batch_size
+        per = [x.unbind(d) if d is not None else (x,) * k for x, d in zip(inputs, in_dims)]
+        outs = [function.apply(*(p[i] for p in per)) for i in range(k)]
+        return tuple(torch.stack(o) for o in zip(*outs)), (0,) * len(outs[0])
+
+    function = type(name, (torch.autograd.Function,), {
+        "forward": staticmethod(forward), "setup_context": staticmethod(setup_context),
+        "backward": staticmethod(backward), "vmap": staticmethod(vmap)})
+    return function
 
 
 _ResidualNorm = _eager_function("_ResidualNorm", _residual_norm_impl, _residual_norm_setup, _residual_norm_grad)

@@ -26,15 +26,18 @@ weights copied into its own model and evaluated by the loop's ``evaluate``: the 
 the solo run takes them) and ``results.json`` (with ``"lockstep"``: the seeds trained together;
 ``wall_s`` is the group's).
 
-The stacked forward takes the module path (``model.impl=module``): vmap cannot batch the fused
-CPU seams' C kernels. Whether lockstep pays for a model is measured, not assumed
-(``mlplab.experiments.cost.lockstep_factor``; docs/kernels.md). What cannot be stacked is named by
+The stacked forward is the model's own, on the path its ``model.impl`` chooses: a Mixer's fused
+CPU seams take the stack (:func:`mlplab.layers.fused._eager_function`: one kernel call per seed on
+its slice; docs/kernels.md), so a stacked S-Mixer step costs about what its seeds' solo steps
+cost together, not the module path's 1.5x. Whether lockstep pays for a model is measured, not
+assumed (:func:`mlplab.experiments.cost.lockstep_factor`). What cannot be stacked is named by
 :func:`lockstep_unsupported`; such seeds train one after another.
 """
 from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
@@ -46,7 +49,6 @@ from torch.func import functional_call, stack_module_state, vmap
 
 from ..errors import RunFailure
 from ..layers.common import DropPath
-from ..layers.pk import set_impl
 from ..utils.io import atomic_write_json
 from ..utils.units import format_count
 from .backend import describe_implementation, implementation_line, keep_freed_memory
@@ -78,8 +80,8 @@ def lockstep_unsupported(cfg: RunConfig) -> str | None:
         return "random-permuted layers (each seed's permutations are derived gathers, not stackable tensors)"
     if kw.get("storage") == "sparse":
         return "sparse storage (each seed's mask has its own number of nonzeros)"
-    if cfg.model.impl in ("fused", "definition"):
-        return f"model.impl={cfg.model.impl} (the stacked forward takes the module path)"
+    if cfg.model.impl == "definition":
+        return "model.impl=definition (its gathers are not batched over seeds)"
     return None
 
 
@@ -180,6 +182,11 @@ def _with_streams(template: nn.Module, streams: _Streams) -> None:
 # ----------------------------------------------------------------------------- the stack
 
 def _same(a: Any, b: Any) -> bool:
+    """Whether two seeds' values of a module attribute are the same; a model config's ``seed`` may
+    differ (what it seeds, RP permutations and masks, lives in buffers or is checked apart)."""
+    if dataclasses.is_dataclass(a) and type(a) is type(b):
+        fields = [f.name for f in dataclasses.fields(a) if f.name != "seed"]
+        return all(_same(getattr(a, f), getattr(b, f)) for f in fields)
     if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
         return isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.shape == b.shape \
             and bool(torch.equal(a.cpu(), b.cpu()))
@@ -207,16 +214,15 @@ def not_stackable(models: Sequence[nn.Module]) -> str | None:
             if type(ref) is not type(mod):
                 return f"the seeds' models differ in structure at {name or 'the top'}"
             for attr, v in vars(mod).items():
-                if attr not in _MODULE_STATE and not attr.startswith("_forward") and not attr.startswith("_backward") \
-                        and not _same(v, vars(ref).get(attr)):
+                if attr not in _MODULE_STATE and "hook" not in attr and not _same(v, vars(ref).get(attr)):
                     return f"{name or 'the model'}.{attr} differs between the seeds and is not a parameter or buffer"
     return None
 
 
 class _Stack:
     """K seeds' models as one: stacked parameters (leaves with a leading seed dimension) and
-    buffers, a template module (the first model's structure on the meta device, module path,
-    random modules drawing from :class:`_Streams`) and the optimiser over the stacked parameters."""
+    buffers, a template module (the first model's structure on the meta device, its random
+    modules drawing from :class:`_Streams`) and the optimiser over the stacked parameters."""
 
     def __init__(self, runs: list[_Run], streams: _Streams):
         models = [r.model for r in runs]
@@ -225,8 +231,6 @@ class _Stack:
                        for k, v in params.items()}
         self.buffers = buffers
         self.template = copy.deepcopy(models[0]).to("meta")
-        if hasattr(self.template, "impl"):
-            set_impl(self.template, "module")  # vmap cannot batch the fused seams' C kernels
         self.streams = streams
         _with_streams(self.template, streams)
         self.optimizer = build_optimizer(models[0], runs[0].cfg.optim, stacked=self.params)
