@@ -38,6 +38,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
@@ -53,7 +54,7 @@ from ..layers.masked import MaskedLinear
 from ..utils.io import atomic_write_json
 from ..utils.units import format_count
 from .backend import describe_implementation, implementation_line, keep_freed_memory
-from .config import RunConfig, to_dict
+from .config import NON_SEMANTIC, RunConfig, config_diff
 from .data import RunData, eval_loader, load_run_data, train_loader
 from .distributed import DistInfo, init_distributed
 from .loggers import open_loggers
@@ -87,16 +88,10 @@ def lockstep_unsupported(cfg: RunConfig) -> str | None:
 
 
 def _differences(cfgs: Sequence[RunConfig]) -> list[str]:
-    """The config keys other than :data:`SEED_KEYS` in which the runs differ."""
-    def flat(d: dict, prefix: str = "") -> dict[str, Any]:
-        out = {}
-        for k, v in d.items():
-            out.update(flat(v, f"{prefix}{k}.") if isinstance(v, dict) else {f"{prefix}{k}": v})
-        return out
-
-    rows = [flat(to_dict(c)) for c in cfgs]
-    keys = sorted({k for r in rows for k in r} - set(SEED_KEYS))
-    return [k for k in keys if any(r.get(k) != rows[0].get(k) for r in rows)]
+    """The config keys that change the computation, other than :data:`SEED_KEYS`, in which the
+    runs differ."""
+    ignore = NON_SEMANTIC | frozenset(SEED_KEYS)
+    return sorted({k for c in cfgs[1:] for k in config_diff(cfgs[0], c, ignore)})
 
 
 # ----------------------------------------------------------------------------- random streams
@@ -143,41 +138,30 @@ class _SeedMask(torch.autograd.Function):
         return torch.stack(masks), 0
 
 
-class _StreamDropout(nn.Module):
-    """``nn.Dropout`` drawing from the seed's stream: x · (bernoulli(1 − p) / (1 − p))."""
+class _StreamDrop(nn.Module):
+    """``nn.Dropout`` (``per_sample=False``: x · bernoulli(1 − p) / (1 − p) per entry) or
+    :class:`~mlplab.layers.common.DropPath` (``per_sample=True``: x · bernoulli(1 − p) / (1 − p)
+    per sample), drawing from the seed's stream as its solo run's module does."""
 
-    def __init__(self, p: float, streams: _Streams):
+    def __init__(self, p: float, streams: _Streams, per_sample: bool):
         super().__init__()
-        self.p, self.streams = p, streams
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if not self.training:
-            return x
-        return x * _SeedMask.apply(x, tuple(x.shape), 1.0 - self.p, True, self.streams)
-
-
-class _StreamDropPath(nn.Module):
-    """:class:`~mlplab.layers.common.DropPath` drawing from the seed's stream."""
-
-    def __init__(self, p: float, streams: _Streams):
-        super().__init__()
-        self.p, self.streams = p, streams
+        self.p, self.streams, self.per_sample = p, streams, per_sample
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not self.training:
             return x
         keep = 1.0 - self.p
-        return x * _SeedMask.apply(x, (x.shape[0],) + (1,) * (x.ndim - 1), keep, False, self.streams) / keep
+        if self.per_sample:
+            return x * _SeedMask.apply(x, (x.shape[0],) + (1,) * (x.ndim - 1), keep, False, self.streams) / keep
+        return x * _SeedMask.apply(x, tuple(x.shape), keep, True, self.streams)
 
 
 def _with_streams(template: nn.Module, streams: _Streams) -> None:
     """Replace the template's random modules by ones that draw from the seeds' streams."""
     for name, mod in list(template.named_modules()):
         for child_name, child in list(mod.named_children()):
-            if isinstance(child, nn.Dropout) and child.p > 0:
-                setattr(mod, child_name, _StreamDropout(child.p, streams))
-            elif isinstance(child, DropPath) and child.p > 0:
-                setattr(mod, child_name, _StreamDropPath(child.p, streams))
+            if isinstance(child, (nn.Dropout, DropPath)) and child.p > 0:
+                setattr(mod, child_name, _StreamDrop(child.p, streams, per_sample=isinstance(child, DropPath)))
 
 
 # ----------------------------------------------------------------------------- one GEMM per seed
@@ -483,10 +467,10 @@ def _drop(members: list[_Member], stack: _Stack, guard: _Guard | None = None) ->
     return keep
 
 
-def _evaluate(m: _Member, split, name: str) -> dict[str, float]:
+def _evaluate(m: _Member, split) -> dict[str, float]:
+    """The loop's evaluation of the seed's own (unstacked) model on ``split``."""
     run = m.run
-    dur = run.dur
-    return evaluate(run.model, eval_loader(split, run.data, dur.eval_batch_per_rank, run.dist), run.dist,
+    return evaluate(run.model, eval_loader(split, run.data, run.dur.eval_batch_per_rank, run.dist), run.dist,
                     run.autocast, run.cfg.augment.test_hflip)
 
 
@@ -499,7 +483,7 @@ def _end_epoch(m: _Member, k: int, stack: _Stack, rec: dict[str, Any], epoch: in
     stack.unstack(k, run)
     if (r.eval_every and (epoch + 1) % r.eval_every == 0) or last:
         split, name = (data.val, "val") if data.val is not None else (data.test, "test")
-        ev = _evaluate(m, split, name)
+        ev = _evaluate(m, split)
         rec.update({f"{name}_{key}": v for key, v in ev.items()})
         if not ev["loss"] <= m.guard.limit:  # NaN, inf or diverged: no checkpoint from these weights
             m.guard.stop(f"{name} loss {ev['loss']:.4g} (non-finite or above run.divergence_factor "
@@ -526,7 +510,7 @@ def _finish(m: _Member, stack: _Stack, peak: float, t_start: float, seeds: list[
     if run.data.val is None and hist and "test_acc" in hist[-1]:
         final = {key: hist[-1][f"test_{key}"] for key in ("acc", "top5", "loss")}  # just evaluated
     else:
-        final = _evaluate(m, run.data.test, "test")
+        final = _evaluate(m, run.data.test)
     results = _results(run, state, final, m.path, peak, t_start)
     results["implementation"] = {**describe_implementation(stack.template, run.device, run.precision, False),
                                  "lockstep": len(seeds)}
@@ -610,7 +594,7 @@ def _group_unsupported(cfgs: list[RunConfig]) -> str | None:
     differ = _differences(cfgs)
     if differ:
         return f"the runs differ in more than their seed ({', '.join(differ[:4])})"
-    if int(__import__("os").environ.get("WORLD_SIZE", "1")) > 1:
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         return "several processes (torchrun) share each run"
     return lockstep_unsupported(cfgs[0])
 
