@@ -438,3 +438,31 @@ def test_paired_bf16_gathers_equal_one_sample_at_a_time(batch_major, maps):
         assert torch.equal(whole[i], torch.cat([a[i] for a in alone], dim)), i
     for i in range(4, len(whole)):  # dgamma, dbeta, dbias
         torch.testing.assert_close(whole[i], sum(a[i] for a in alone), rtol=1e-5, atol=1e-5)
+
+
+def test_the_kernels_take_a_stack_of_models_under_vmap():
+    """Several seeds' S-Mixers stacked (torch.func.vmap over functional_call, train.lockstep): each
+    seed's slice goes through the kernels on its own weights; float64 logits and every gradient
+    equal each model's module path."""
+    from torch.func import functional_call, stack_module_state, vmap
+
+    from mlplab import create_model
+
+    torch.manual_seed(0)
+    models = [create_model("s_mixer", image_size=8, patch_size=2, hidden_dim=8, num_tokens=12, depth=2).double()
+              for _ in range(3)]
+    for m in models:
+        nn.init.normal_(m.head.weight)
+    x, y = torch.randn(3, 4, 3, 8, 8, dtype=torch.float64), torch.randint(0, 10, (3, 4))
+    params, buffers = stack_module_state(models)
+    params = {k: v.detach().requires_grad_() for k, v in params.items()}
+    template = models[0]
+    assert template.fused_unavailable() is None
+    logits = vmap(lambda p, b, xk: functional_call(template, (p, b), (xk,)))(params, buffers, x)
+    vmap(F.cross_entropy)(logits, y).sum().backward()
+    for k, m in enumerate(models):
+        m.impl = "module"
+        F.cross_entropy(ref := m(x[k]), y[k]).backward()
+        assert torch.allclose(logits[k], ref, rtol=0, atol=1e-12)
+        for name, p in m.named_parameters():
+            assert torch.allclose(params[name].grad[k], p.grad, rtol=0, atol=1e-12), name

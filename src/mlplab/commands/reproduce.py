@@ -37,6 +37,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--executor", choices=("inline", "local", "slurm"), default=None,
                         help="default: local when --jobs > 1, else inline")
     parser.add_argument("--out", default=None, help="output folder (default: runs/experiments/ID-SCALE)")
+    parser.add_argument("--lockstep", choices=("auto", "on", "off"), default="auto",
+                        help="train a sweep point's seeds together as one stacked model: where measured to pay "
+                             "(auto), wherever supported (on), or never (off); inline and local executors")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
                         help="run-config override for every training run, e.g. schedule.epochs=10 (repeatable; "
                              "--schedule.epochs=10 is the same)")
@@ -115,7 +118,8 @@ def run(args: argparse.Namespace) -> int:
     executor = args.executor or ("local" if args.jobs > 1 else "inline")
     parts = [exp.id, "--scale", args.scale]
     for flag, v in (("--dataset", args.dataset), ("--jobs", args.jobs if args.jobs != 1 else None),
-                    ("--executor", args.executor), ("--out", args.out)):
+                    ("--executor", args.executor), ("--out", args.out),
+                    ("--lockstep", args.lockstep if args.lockstep != "auto" else None)):
         if v is not None:
             parts += [flag, str(v)]
     for o in args.overrides:
@@ -128,7 +132,8 @@ def run(args: argparse.Namespace) -> int:
     role = "confirmatory" if args.confirm else "exploratory"
     with _out_lock(exp.id, args.scale, args.out, role):  # a second reproduce of the same --out is refused before it writes
         res = reproduce(exp.id, args.scale, dataset=args.dataset, out_dir=args.out, jobs=args.jobs, executor=executor,
-                        slurm=slurm, report=not args.no_report, command=cmd, overrides=overrides, role=role)
+                        slurm=slurm, report=not args.no_report, command=cmd, overrides=overrides, role=role,
+                        lockstep=args.lockstep)
     print(f"{res['out_dir']}: {len(res['status'])} runs, {len(res['failed'])} failed")
     if res["report"]:
         print(f"report: {res['report']}")

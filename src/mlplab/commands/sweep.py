@@ -26,6 +26,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "default: local when --jobs > 1, else inline")
     parser.add_argument("--out", default=None, help="output folder (default: runs/experiments/ID-SCALE or runs/sweeps/NAME)")
     parser.add_argument("--dry-run", action="store_true", help="list the runs and their folders; run nothing")
+    parser.add_argument("--lockstep", choices=("auto", "on", "off"), default="auto",
+                        help="train a sweep point's seeds together as one stacked model: where measured to pay "
+                             "(auto), wherever supported (on), or never (off); inline and local executors")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
                         help="run-config override for every training run of an experiment id (repeatable; "
                              "--optim.lr=0.1 is the same as --set optim.lr=0.1)")
@@ -65,11 +68,11 @@ def run(args: argparse.Namespace) -> int:
         return 0
     slurm = parse_overrides(args.slurm, what="--slurm", example="slurm_partition=gpu")
     if is_file:
-        res = run_sweep(stages[0], out, jobs=args.jobs, executor=executor, slurm=slurm)
+        res = run_sweep(stages[0], out, jobs=args.jobs, executor=executor, slurm=slurm, lockstep=args.lockstep)
         print(f"{out}: " + ", ".join(f"{v} {k}" for k, v in sorted(res.counts().items())))
         return 1 if res.failed else 0
     res = reproduce(get_experiment(args.sweep).id, args.scale, dataset=args.dataset, out_dir=out, jobs=args.jobs,
-                    executor=executor, slurm=slurm, report=False, overrides=ov)
+                    executor=executor, slurm=slurm, report=False, overrides=ov, lockstep=args.lockstep)
     print(f"{out}: {len(res['status'])} runs, {len(res['failed'])} failed; `mlplab report {args.sweep} --out {out}` "
           "aggregates them")
     return 1 if res["failed"] else 0

@@ -36,11 +36,11 @@ from importlib import resources
 from typing import Any, Sequence
 
 from .plan import Plan
-from .sweep import RunSpec, Sweep, expand, nest_overrides
+from .sweep import RunSpec, Sweep, expand, nest_overrides, seed_groups
 
 __all__ = ["RATE", "KAPPA_S", "TAU_S", "RUN_OVERHEAD_S", "RP_SLOWDOWN", "CPU_JOBS", "Machine", "cpu_machine",
            "paper_machine", "host_tag", "calibration", "TRAIN_SIZES", "TEST_SIZES", "task_unit_s", "TASK_S", "example_s", "run_s",
-           "run_counts", "spec_s", "makespan", "estimate_cost", "planned_epochs"]
+           "run_counts", "spec_s", "makespan", "estimate_cost", "planned_epochs", "lockstep_factor"]
 
 # ---------------------------------------------------------------------------------- constants
 # The CPU machine: a 2-core AMD EPYC (AVX2), torch 2.13.0, fp32, eager, batch 256, 1 thread per
@@ -350,11 +350,35 @@ def makespan(seconds: Sequence[float], jobs: int) -> float:
     return max(free)
 
 
+def lockstep_factor(o: dict[str, Any]) -> float | None:
+    """Wall time of a sweep point's seeds trained in lockstep (``mlplab.train.lockstep``) over
+    their time trained one after another, as measured for the run's model on the CPU machine
+    (``calibration()["lockstep"]``, from ``benchmarks/bench_lockstep.py``); None where it was not
+    measured. Below 1 lockstep pays; ``reproduce`` then uses it (``executors``)."""
+    f = calibration().get("lockstep", {}).get("factor", {}).get(str(o.get("model.name")))
+    return None if f is None else float(f)
+
+
+def _job_seconds(specs: Sequence[RunSpec], scale: str, sw: Sweep, lockstep: str) -> list[float]:
+    """Seconds of each job the executor runs: one run, or a sweep point's seeds in lockstep
+    (their seconds one after another times :func:`lockstep_factor`, where it pays)."""
+    out: list[float] = []
+    for group in seed_groups(specs):
+        secs = [spec_s(s, scale, sw.est_epoch_s, sw.epochs) for s in group]
+        f = lockstep_factor(group[0].overrides) if group[0].task == "train" and len(group) > 1 else None
+        together = lockstep != "off" and scale != "paper" and f is not None and f < 1
+        out += [f * sum(secs)] if together else secs
+    return out
+
+
 def estimate_cost(plan: Plan, scale: str = "cpu", jobs: int | None = None,
-                  expanded: Sequence[Sequence[Sequence[RunSpec]]] | None = None) -> dict[str, float]:
+                  expanded: Sequence[Sequence[Sequence[RunSpec]]] | None = None,
+                  lockstep: str = "auto") -> dict[str, float]:
     """runs, run-epochs and estimated wall seconds of a plan at ``scale`` with ``jobs`` workers
     (default: ``CPU_JOBS`` on the CPU machine, 1 GPU at paper scale). ``expanded``: the runs of
-    each sweep of each stage, when the caller has expanded them already."""
+    each sweep of each stage, when the caller has expanded them already. ``lockstep``: "auto"
+    counts a sweep point's seeds as one job where lockstep was measured to pay on the CPU
+    machine (:func:`lockstep_factor`), "off" every run on its own."""
     jobs = jobs or (1 if scale == "paper" else CPU_JOBS)
     runs = epochs = wall = 0.0
     for i, stage in enumerate(plan.stages):
@@ -363,7 +387,7 @@ def estimate_cost(plan: Plan, scale: str = "cpu", jobs: int | None = None,
             specs = expand(sw) if expanded is None else expanded[i][j]
             runs += len(specs)
             epochs += len(specs) * sw.epochs
-            secs += [spec_s(s, scale, sw.est_epoch_s, sw.epochs) for s in specs]
+            secs += _job_seconds(specs, scale, sw, lockstep)
         wall += makespan(secs, jobs)
     return {"runs": int(runs), "run_epochs": epochs, "est_s": wall, "jobs": jobs}
 

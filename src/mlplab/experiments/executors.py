@@ -11,6 +11,13 @@ Every run lives in its own folder ``<out>/<sweep>/<run>/``:
 - ``error.txt``   the traceback of a failed run (the other runs go on);
 - ``log.txt``     stdout/stderr of a worker process (local executor).
 
+Seeds in lockstep (``lockstep="auto"``, ``reproduce --lockstep``): the unfinished seeds of one
+sweep point (:func:`mlplab.experiments.sweep.seed_groups`) are one job, trained together as one
+stacked model by :func:`mlplab.train.lockstep.train_lockstep` in one process, where the model
+supports it and lockstep was measured to pay for it (:func:`lockstep_note`); every seed keeps its
+own folder, files and outcome, exactly as its solo run's. "on": wherever supported; "off": every
+run on its own. Each run's line says why it trains alone where lockstep was considered.
+
 A killed sweep resumes where it stopped: finished runs are skipped and unfinished ones start
 again in the same folder, where the trainer picks up its checkpoint. ``<out>/<sweep>/summary.json``
 records the status of every run. One sweep at a time writes to an output folder: a second
@@ -36,13 +43,16 @@ from ..train.distributed import launch_env
 from ..utils.io import atomic_write_json, atomic_write_text, folder_lock, read_json
 from ..utils.processes import die_with_parent
 from ..utils.progress import RunTally
+from .cost import lockstep_factor
 from .slurm import job_gpus, spec_of, write_sbatch
-from .sweep import RunSpec, Sweep, expand, run_dir_overrides
+from .sweep import RunSpec, Sweep, expand, run_dir_overrides, seed_groups
 
-__all__ = ["SweepResult", "run_sweep", "run_specs", "execute_run", "available_cores", "EXECUTORS",
-           "run_dir_overrides"]
+__all__ = ["SweepResult", "run_sweep", "run_specs", "execute_run", "execute_group", "available_cores", "EXECUTORS",
+           "run_dir_overrides", "LOCKSTEP", "lockstep_note"]
 
 EXECUTORS = ("inline", "local", "slurm")
+#: ``lockstep`` choices: where measured to pay, wherever supported, never
+LOCKSTEP = ("auto", "on", "off")
 SWEEP_BUSY = ("another mlplab reproduce or sweep is writing there; wait for it to finish, then run the command "
               "again (finished runs are skipped)")
 
@@ -148,18 +158,17 @@ def execute_run(run_dir: str | os.PathLike) -> str:
     """
     run_dir = Path(run_dir)
     results = run_dir / "results.json"
-    if finished(run_dir):
-        return "skipped"
     if launch_env().rank != 0:  # one process of a multi-process run (torchrun, srun): rank 0 keeps the files
+        if finished(run_dir):
+            return "skipped"
         spec = RunSpec.from_json(read_json(run_dir / "spec.json", "run spec"))
         if spec.task == "train":
             _train_run(spec, run_dir)
         return "done"
-    _set_aside_unreadable_results(run_dir)
-    spec = RunSpec.from_json(read_json(run_dir / "spec.json", "run spec"))
+    spec = _start(run_dir)
+    if spec is None:
+        return "skipped"
     err = run_dir / "error.txt"
-    if err.exists():  # a previous attempt failed: keep its trace beside the new attempt
-        os.replace(err, run_dir / "error.previous.txt")
     threads = os.environ.get("MLPLAB_NUM_THREADS")
     if threads:
         import torch
@@ -188,6 +197,90 @@ def execute_run(run_dir: str | os.PathLike) -> str:
         return "failed"
 
 
+def _start(run_dir: Path) -> RunSpec | None:
+    """A run about to execute: None when it finished before; else its spec, with an unreadable
+    ``results.json`` and a previous attempt's ``error.txt`` set aside."""
+    if finished(run_dir):
+        return None
+    _set_aside_unreadable_results(run_dir)
+    err = run_dir / "error.txt"
+    if err.exists():  # a previous attempt failed: keep its trace beside the new attempt
+        os.replace(err, run_dir / "error.previous.txt")
+    return RunSpec.from_json(read_json(run_dir / "spec.json", "run spec"))
+
+
+def execute_group(run_dirs: Sequence[str | os.PathLike]) -> dict[str, str]:
+    """Execute the training runs of one sweep point (``<run_dir>/spec.json``, differing only in
+    their seed) together, in lockstep (:func:`mlplab.train.lockstep.train_lockstep`); per run
+    directory ``done`` / ``skipped`` / ``failed``, each failure's traceback in its ``error.txt``
+    (a diverged seed fails alone). ``KeyboardInterrupt`` / ``SystemExit`` propagate."""
+    from ..train.lockstep import train_lockstep
+
+    dirs = [Path(d) for d in run_dirs]
+    out = {str(d): "skipped" for d in dirs}
+    todo = [(d, spec) for d in dirs if (spec := _start(d)) is not None]
+    if not todo:
+        return out
+    threads = os.environ.get("MLPLAB_NUM_THREADS")
+    if threads:
+        import torch
+
+        torch.set_num_threads(int(threads))
+    try:
+        outcomes = train_lockstep([_train_config(spec, d) for d, spec in todo],
+                                  resume=[(d / "config.json").is_file() for d, _ in todo])
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as e:  # nothing was decided per seed: every unfinished one failed
+        outcomes = [e] * len(todo)
+    for (d, _), res in zip(todo, outcomes):
+        if isinstance(res, BaseException) and not finished(d):
+            atomic_write_text(d / "error.txt", "".join(traceback.format_exception(res)))
+            out[str(d)] = "failed"
+        else:
+            (d / "error.txt").unlink(missing_ok=True)
+            out[str(d)] = "done"
+    return out
+
+
+def lockstep_note(spec: RunSpec, mode: str) -> str | None:
+    """Why the seeds of ``spec``'s sweep point train one after another under ``mode``
+    (:data:`LOCKSTEP`), or None when they train in lockstep: the model cannot be stacked
+    (:func:`mlplab.train.lockstep.lockstep_unsupported`), or (``auto``) lockstep was not
+    measured to pay for it (:func:`mlplab.experiments.cost.lockstep_factor`: on the CPU machine)."""
+    if mode == "off":
+        return "lockstep off"
+    if spec.task != "train":
+        return "an analysis task"
+    from ..train.lockstep import lockstep_unsupported
+
+    cfg = _train_config(spec, Path(spec.sweep or ".") / spec.name)  # validated only: nothing is written
+    why = lockstep_unsupported(cfg)
+    if why is not None or mode == "on":
+        return why
+    factor = lockstep_factor(spec.overrides)
+    if factor is None:
+        return f"lockstep is not measured for {cfg.model.name}"
+    if factor >= 1:
+        return f"lockstep was measured at {factor:.2f}x the time of one seed after another for {cfg.model.name}"
+    if cfg.run.device != "cpu" and visible_gpus():
+        return "lockstep was measured on CPUs only"
+    return None
+
+
+def _jobs(specs: Sequence[RunSpec], dirs: dict[str, Path], mode: str) -> list[tuple[list[Path], str]]:
+    """The units the executor runs: a sweep point's unfinished seeds together where lockstep
+    applies (:func:`lockstep_note`), else each run alone; with each job's note for its line."""
+    jobs: list[tuple[list[Path], str]] = []
+    for group in seed_groups(specs):
+        why = lockstep_note(group[0], mode) if len(group) > 1 else None
+        if len(group) > 1 and why is None:
+            jobs.append(([dirs[_key(s)] for s in group], f" in lockstep ({len(group)} seeds)"))
+        else:
+            jobs += [([dirs[_key(s)]], f" (alone: {why})" if why and mode != "off" else "") for s in group]
+    return jobs
+
+
 def _error_head(run_dir: Path) -> str:
     err = run_dir / "error.txt"
     if not err.exists():
@@ -200,11 +293,14 @@ def _error_head(run_dir: Path) -> str:
 # executors
 
 
-def _run_inline(dirs: list[Path], log, out: dict[Path, str], tally: RunTally) -> dict[Path, str]:
-    for d in dirs:
-        log(tally.starting(d, d.name))
-        out[d] = execute_run(d)
-        tally.finish(d, out[d], d.name)
+def _run_inline(jobs: list[tuple[list[Path], str]], log, out: dict[Path, str], tally: RunTally) -> dict[Path, str]:
+    for dirs, note in jobs:
+        log(tally.starting(dirs[0], dirs[0].name + note))
+        status = {dirs[0]: execute_run(dirs[0])} if len(dirs) == 1 else \
+            {Path(d): st for d, st in execute_group(dirs).items()}
+        for d in dirs:
+            out[d] = status[d]
+            tally.finish(d, out[d], d.name)
     return out
 
 
@@ -248,57 +344,65 @@ def _signal_group(p: subprocess.Popen, sig: int) -> None:
         pass
 
 
-def _run_local(dirs: list[Path], jobs: int, log, out: dict[Path, str], tally: RunTally) -> dict[Path, str]:
-    """``jobs`` worker processes (``python -m mlplab.experiments.worker RUN_DIR``) at a time.
+def _run_local(jobs_: list[tuple[list[Path], str]], jobs: int, log, out: dict[Path, str],
+               tally: RunTally) -> dict[Path, str]:
+    """``jobs`` worker processes (``python -m mlplab.experiments.worker RUN_DIR [RUN_DIR ...]``:
+    one run, or a sweep point's seeds in lockstep) at a time.
 
     With GPUs each worker sees exactly one of the GPUs this process may use (``worker_slots``:
     the parent's ``CUDA_VISIBLE_DEVICES`` is honoured, no GPU is shared); on CPU the cores are
-    shared: threads per worker = cores // jobs.
+    shared: threads per worker = cores // jobs. A lockstep job logs to its first run's
+    ``log.txt``; the others' say so.
     """
     slots = worker_slots(jobs, visible_gpus())
     if len(slots) < jobs:
         log(f"--jobs {jobs}: {len(slots)} GPU(s) visible, running {len(slots)} at a time (one run per GPU)")
     jobs = len(slots)
     threads = max(1, available_cores() // jobs)
-    pending = list(dirs)
-    running: dict[int, tuple[subprocess.Popen, Path, Any]] = {}  # slot -> process
+    pending = list(jobs_)
+    running: dict[int, tuple[subprocess.Popen, list[Path], str, Any]] = {}  # slot -> process
     try:
         while pending or running:
             for slot in range(jobs):
                 if slot in running or not pending:
                     continue
-                d = pending.pop(0)
-                log(tally.starting(d, d.name))
+                dirs, note = pending.pop(0)
+                log(tally.starting(dirs[0], dirs[0].name + note))
                 env = dict(os.environ)
                 env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads),
                            MLPLAB_NUM_THREADS=str(threads))
                 if slots[slot] is not None:
                     env["CUDA_VISIBLE_DEVICES"] = slots[slot]
-                logf = open(d / "log.txt", "ab")
-                p = subprocess.Popen([sys.executable, "-m", "mlplab.experiments.worker", str(d)],
+                for d in dirs[1:]:
+                    with open(d / "log.txt", "a") as f:
+                        f.write(f"trained in lockstep with {', '.join(x.name for x in dirs)}: the log is "
+                                f"{dirs[0] / 'log.txt'}\n")
+                logf = open(dirs[0] / "log.txt", "ab")
+                p = subprocess.Popen([sys.executable, "-m", "mlplab.experiments.worker", *map(str, dirs)],
                                      stdout=logf, stderr=subprocess.STDOUT, env=env,
                                      preexec_fn=_owned_by(os.getpid()))
-                running[slot] = (p, d, logf)
+                running[slot] = (p, dirs, note, logf)
             time.sleep(0.1)
-            for slot, (p, d, logf) in list(running.items()):
+            for slot, (p, dirs, note, logf) in list(running.items()):
                 rc = p.poll()
                 if rc is None:
                     continue
                 logf.close()
                 del running[slot]
-                if finished(d):
-                    out[d] = "done"
-                    (d / "error.txt").unlink(missing_ok=True)
-                else:
-                    out[d] = "failed"
-                    if not (d / "error.txt").exists():
-                        tail = (d / "log.txt").read_text(errors="replace")[-4000:]
-                        atomic_write_text(d / "error.txt", f"worker exited with code {rc}\n{tail}")
-                log(tally.finish(d, out[d], d.name))
+                for d in dirs:
+                    if finished(d):
+                        out[d] = "done"
+                        (d / "error.txt").unlink(missing_ok=True)
+                    else:
+                        out[d] = "failed"
+                        if not (d / "error.txt").exists():
+                            tail = (dirs[0] / "log.txt").read_text(errors="replace")[-4000:]
+                            atomic_write_text(d / "error.txt", f"worker exited with code {rc}\n{tail}")
+                    log(tally.finish(d, out[d], d.name + note))
     except BaseException:
-        for p, d, logf in running.values():  # only the process groups this sweep started
+        for p, _, _, logf in running.values():  # only the process groups this sweep started
             _signal_group(p, signal.SIGTERM)
-        for p, d, logf in running.values():
+        for p, _, _, logf in running.values():
             try:
                 p.wait(timeout=10)
             except subprocess.TimeoutExpired:
@@ -428,6 +532,7 @@ def run_specs(
     verbose: bool = True,
     checked: bool = False,
     tally: RunTally | None = None,
+    lockstep: str = "auto",
 ) -> SweepResult:
     """Execute ``specs`` into ``<out_dir>/<spec.sweep>/<spec.name>/`` (see :func:`run_sweep`).
 
@@ -439,16 +544,19 @@ def run_specs(
         raise ValueError(f"unknown executor {executor!r}; choose one of {', '.join(EXECUTORS)}")
     if jobs < 1:
         raise ValueError(f"jobs must be >= 1, got {jobs}")
+    if lockstep not in LOCKSTEP:
+        raise ValueError(f"unknown lockstep {lockstep!r}; choose one of {', '.join(LOCKSTEP)}")
     out_dir = Path(out_dir)
     if not checked:
         check_specs([s for s in specs if not finished(_dir_of(s, out_dir))], out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     with folder_lock(out_dir, SWEEP_BUSY):
-        return _run_specs_locked(specs, out_dir, jobs, executor, slurm, verbose, tally)
+        return _run_specs_locked(specs, out_dir, jobs, executor, slurm, verbose, tally, lockstep)
 
 
 def _run_specs_locked(specs: Sequence[RunSpec], out_dir: Path, jobs: int, executor: str,
-                      slurm: dict[str, Any] | None, verbose: bool, tally: RunTally | None) -> SweepResult:
+                      slurm: dict[str, Any] | None, verbose: bool, tally: RunTally | None,
+                      lockstep: str = "auto") -> SweepResult:
     log = (lambda msg: print(msg, flush=True)) if verbose else (lambda msg: None)
     result = SweepResult(out_dir)
     todo: list[Path] = []
@@ -472,12 +580,15 @@ def _run_specs_locked(specs: Sequence[RunSpec], out_dir: Path, jobs: int, execut
     st: dict[Path, str] = {}  # filled as runs end, so an interrupted sweep still records them
     old_term = _term_as_interrupt()
     try:
-        if executor == "inline":
-            _run_inline(todo, log, st, tally)
-        elif executor == "local":
-            _run_local(todo, jobs, log, st, tally)
-        else:
+        if executor == "slurm":  # one array task per run
             _run_slurm(todo, jobs, out_dir, log, slurm, st, tally)
+        else:
+            by_key = {_key(s): result.run_dirs[_key(s)] for s in specs}
+            work = _jobs([s for s in specs if result.run_dirs[_key(s)] in set(todo)], by_key, lockstep)
+            if executor == "inline":
+                _run_inline(work, log, st, tally)
+            else:
+                _run_local(work, jobs, log, st, tally)
     except KeyboardInterrupt as e:
         if isinstance(e, Interrupted) and e.message:
             raise
@@ -524,6 +635,7 @@ def run_sweep(
     executor: str = "inline",
     slurm: dict[str, Any] | None = None,
     verbose: bool = True,
+    lockstep: str = "auto",
 ) -> SweepResult:
     """Run every run of ``sweep`` (or several sweeps) into ``<out_dir>/<sweep.name>/<run>/``.
 
@@ -531,9 +643,11 @@ def run_sweep(
     others go on; ``<out_dir>/<sweep.name>/summary.json`` lists every run's status.
     ``executor``: ``inline`` (sequential, in this process), ``local`` (``jobs`` worker
     processes) or ``slurm`` (job array via submitit; ``slurm`` = ``update_parameters`` kwargs).
+    ``lockstep`` (:data:`LOCKSTEP`): train a sweep point's seeds together where it pays ("auto"),
+    wherever supported ("on"), or never ("off"); inline and local only.
     """
     sweeps = [sweep] if isinstance(sweep, Sweep) else list(sweep)
     specs: list[RunSpec] = []
     for sw in sweeps:
         specs.extend(expand(sw))
-    return run_specs(specs, out_dir, jobs=jobs, executor=executor, slurm=slurm, verbose=verbose)
+    return run_specs(specs, out_dir, jobs=jobs, executor=executor, slurm=slurm, verbose=verbose, lockstep=lockstep)

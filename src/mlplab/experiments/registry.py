@@ -185,6 +185,7 @@ def reproduce(
     overrides: dict[str, Any] | None = None,
     role: str = "exploratory",
     on_run_end: Callable[[Any, str], None] | None = None,
+    lockstep: str = "auto",
 ) -> dict[str, Any]:
     """Run experiment ``id`` at ``scale`` into ``out_dir`` and write its report there.
 
@@ -192,6 +193,8 @@ def reproduce(
     ``role="confirmatory"``: the fresh seeds of the frozen protocol (refused when the protocol is
     not frozen, or differs from the frozen one — overrides change it). ``on_run_end(run_dir,
     status)`` is called as each run ends (the campaign commits finished runs with it).
+    ``lockstep``: train a sweep point's seeds together where it pays, wherever supported, or
+    never ("auto", "on", "off"; ``mlplab.experiments.executors``).
     Returns ``{"out_dir", "status" (per run), "failed", "report" (path or None), "verdicts"}``.
     Finished runs are skipped, so calling it again resumes a killed experiment.
     """
@@ -216,7 +219,8 @@ def reproduce(
         "sweeps": [{"name": sw.name, "task": sw.task, "runs": len(sw_runs), "epochs": sw.epochs,
                     "description": sw.description}
                    for stage, stage_runs in zip(plan.stages, runs) for sw, sw_runs in zip(stage, stage_runs)],
-        "cost": estimate_cost(plan, scale, expanded=runs), "jobs": jobs, "executor": executor,
+        "cost": estimate_cost(plan, scale, expanded=runs, lockstep=lockstep), "jobs": jobs, "executor": executor,
+        "lockstep": lockstep,
     }
     atomic_write_json(out / "experiment.json", manifest)
     status: dict[str, str] = {}
@@ -228,7 +232,7 @@ def reproduce(
     for stage_runs in runs:
         specs: list[RunSpec] = [s for sw_runs in stage_runs for s in sw_runs]
         res: SweepResult = run_specs(specs, out, jobs=jobs, executor=executor, slurm=slurm, verbose=verbose,
-                                     checked=True, tally=tally)
+                                     checked=True, tally=tally, lockstep=lockstep)
         status.update(res.status)
         failed += res.failed
     manifest["finished"] = time.strftime("%Y-%m-%d %H:%M:%S")

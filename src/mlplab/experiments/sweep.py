@@ -27,7 +27,7 @@ from ..train.config import run_name
 
 __all__ = [
     "Axis", "product", "zip_axes", "Sweep", "RunSpec", "expand", "name_keys", "run_name",
-    "flatten_overrides", "nest_overrides", "run_dir_overrides", "DICT_KEYS", "sweep_from_dict", "load_sweep_file",
+    "flatten_overrides", "nest_overrides", "run_dir_overrides", "DICT_KEYS", "sweep_from_dict", "load_sweep_file", "seed_groups",
 ]
 
 # Override keys whose value is a dict in the run config; ``key.sub`` entries fold into ``key``.
@@ -261,6 +261,20 @@ def _rows(sweep: Sweep) -> list[dict[str, Any]]:
                 alts = nxt
             rows.extend(alts)
     return rows
+
+
+def seed_groups(specs: Sequence[RunSpec]) -> list[list[RunSpec]]:
+    """The runs of each sweep point: runs of one sweep and task whose overrides differ only in
+    their seed (``mlplab.train.lockstep.SEED_KEYS``: ``run.seed`` and the model's ``seed``), in
+    the order their first run appears. What trains in lockstep (``executors``), and what the cost
+    estimate counts as one job."""
+    from ..train.lockstep import SEED_KEYS
+
+    groups: dict[str, list[RunSpec]] = {}
+    for s in specs:
+        point = {k: v for k, v in s.overrides.items() if k not in SEED_KEYS}
+        groups.setdefault(_json_eq_key([s.sweep, s.task, s.base, point]), []).append(s)
+    return list(groups.values())
 
 
 def sweep_from_dict(d: dict[str, Any]) -> Sweep:

@@ -253,9 +253,10 @@ def _load_data(cfg: RunConfig, device: torch.device, dist: DistInfo) -> RunData:
     return data
 
 
-def _prepare(plan: RunPlan, dist: DistInfo) -> _Run:
+def _prepare(plan: RunPlan, dist: DistInfo, data: RunData | None = None) -> _Run:
     """Data, model, durations and optimiser for the plan: every check that needs no write
-    happens here, so a refused run leaves no folder behind."""
+    happens here, so a refused run leaves no folder behind. ``data``: the run's data when the
+    caller has loaded it already (seeds in lockstep share one copy: train.lockstep)."""
     cfg, r, device, precision = plan.cfg, plan.cfg.run, plan.device, plan.precision
     if precision == "bf16" and device.type == "cpu" and not cpu_has_native_bf16() and dist.is_main:
         print("mlplab train: warning: this CPU has no native bf16 (AVX512-BF16/AMX); bf16 matmuls are "
@@ -264,7 +265,8 @@ def _prepare(plan: RunPlan, dist: DistInfo) -> _Run:
     if device.type == "cuda":
         set_fp32_matmul_policy()  # fp32 means IEEE fp32 (train.accelerator)
     torch.manual_seed(r.seed)
-    data = _load_data(plan.data_cfg, device, dist)  # a pretrained model's resolution (train.init)
+    if data is None:
+        data = _load_data(plan.data_cfg, device, dist)  # a pretrained model's resolution (train.init)
     plan.check_memory_with(data.info)  # image folders, packs: their sizes are known now
     dur = durations(cfg, len(data.train), dist.world_size)
     model = plan.build_model(data.info).to(device)  # computing as model.impl says (plan.impl)

@@ -94,10 +94,17 @@ def fused_update(groups: list[dict]) -> dict:
     return {"fused": True} if ok else {}
 
 
-def build_optimizer(model: nn.Module, cfg: OptimSection) -> torch.optim.Optimizer:
+def build_optimizer(model: nn.Module, cfg: OptimSection,
+                    stacked: dict[str, torch.Tensor] | None = None) -> torch.optim.Optimizer:
+    """The optimiser of ``cfg`` over ``model``'s parameter groups. ``stacked``: several seeds'
+    copies of ``model``, each parameter stacked along a new first dimension, by name
+    (:mod:`mlplab.train.lockstep`): the groups are ``model``'s, each parameter replaced by its stack."""
     if cfg.freeze == "body":
         freeze_body(model)
     groups = param_groups(model, cfg.weight_decay, (cfg.head_lr / cfg.lr) if cfg.head_lr is not None else 1.0)
+    if stacked is not None:
+        name = {id(p): n for n, p in model.named_parameters()}
+        groups = [{**g, "params": [stacked[name[id(p)]] for p in g["params"]]} for g in groups]
     for g in groups:  # each group starts at its own peak lr (the head's is optim.head_lr), schedule or not
         g["lr"] = cfg.lr * g["lr_scale"]
     if cfg.name == "sgd":

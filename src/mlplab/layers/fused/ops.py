@@ -190,20 +190,33 @@ _residual_norm.register_autograd(_grad, setup_context=_setup)
 # ------------------------------------------------------------------ the same, for eager mode
 def _eager_function(name: str, impl, setup, grad) -> type[torch.autograd.Function]:
     """A custom op's implementation, setup and gradient as a ``torch.autograd.Function`` (the
-    module docstring says why eager callers take it)."""
-    def forward(ctx, *inputs):
-        out = impl(*inputs)
-        setup(ctx, inputs, out)
+    module docstring says why eager callers take it).
+
+    Under ``torch.func.vmap`` (several seeds' Mixers stacked: :mod:`mlplab.train.lockstep`) the
+    kernels take the stack: each model's slice is one call of the Function, on its own weights,
+    and the slices' outputs are stacked (unbind / stack: one copy of the outputs each way)."""
+    def forward(*inputs):
+        return impl(*inputs)
+
+    def setup_context(ctx, inputs, output):
+        setup(ctx, inputs, output)
         ctx.eager = True
-        ctx.mark_non_differentiable(out[2], out[3])  # mean, rstd
+        ctx.mark_non_differentiable(output[2], output[3])  # mean, rstd
         ctx.set_materialize_grads(False)  # an unused output's gradient stays None (the op makes zeros)
-        return out
 
     def backward(ctx, *grads):
         return grad(ctx, *grads)
 
-    return type(name, (torch.autograd.Function,),
-                {"forward": staticmethod(forward), "backward": staticmethod(backward)})
+    def vmap(info, in_dims, *inputs):
+        k = info.batch_size
+        per = [x.unbind(d) if d is not None else (x,) * k for x, d in zip(inputs, in_dims)]
+        outs = [function.apply(*(p[i] for p in per)) for i in range(k)]
+        return tuple(torch.stack(o) for o in zip(*outs)), (0,) * len(outs[0])
+
+    function = type(name, (torch.autograd.Function,), {
+        "forward": staticmethod(forward), "setup_context": staticmethod(setup_context),
+        "backward": staticmethod(backward), "vmap": staticmethod(vmap)})
+    return function
 
 
 _ResidualNorm = _eager_function("_ResidualNorm", lambda *inputs: _forward(Seam(*inputs)), _setup, _grad)
