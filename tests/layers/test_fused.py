@@ -457,7 +457,7 @@ def test_the_kernels_take_a_stack_of_models_under_vmap():
     params, buffers = stack_module_state(models)
     params = {k: v.detach().requires_grad_() for k, v in params.items()}
     template = models[0]
-    assert template.fused_unavailable() is None
+    assert template.fusable().ok, template.fusable().why
     logits = vmap(lambda p, b, xk: functional_call(template, (p, b), (xk,)))(params, buffers, x)
     vmap(F.cross_entropy)(logits, y).sum().backward()
     for k, m in enumerate(models):

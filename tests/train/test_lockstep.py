@@ -167,6 +167,7 @@ def test_what_cannot_be_stacked_trains_one_after_another_and_says_why(tmp_path, 
     ({"run.ema_decay": 0.9}, "run.ema_decay"),
     ({"model.kwargs.rp_blocks": [0]}, "random-permuted layers"),
     ({"model.impl": "definition"}, "model.impl=definition"),
+    ({"run.log_every_steps": 5}, "run.log_every_steps"),
 ])
 def test_lockstep_unsupported_names_the_reason(tmp_path, overrides, why):
     assert lockstep_unsupported(_cfgs(tmp_path, "x", (0,), **overrides)[0]).startswith(why)

@@ -60,7 +60,7 @@ from .distributed import DistInfo, init_distributed
 from .loggers import open_loggers
 from .loop import (NonFiniteError, RunState, _Guard, _prepare, _resume, _results, _rng_state, _Run,
                    _save_checkpoint, _set_rng_state, evaluate, train)
-from .metrics import Progress, matmul_flops_per_s, mfu
+from .metrics import MatmulPeak, Progress
 from .optim import build_optimizer, lr_at, set_lr
 from .rundir import open_run_folder
 from .runplan import RunPlan, as_plan
@@ -82,6 +82,8 @@ def lockstep_unsupported(cfg: RunConfig) -> str | None:
         return "random-permuted layers (each seed's permutations are derived gathers, not stackable tensors)"
     if kw.get("storage") == "sparse":
         return "sparse storage (each seed's mask has its own number of nonzeros)"
+    if cfg.run.log_every_steps:
+        return "run.log_every_steps (the per-step records are written by the solo loop)"
     if cfg.model.impl == "definition":
         return "model.impl=definition (its gathers are not batched over seeds)"
     return None
@@ -474,7 +476,7 @@ def _evaluate(m: _Member, split) -> dict[str, float]:
                     run.autocast, run.cfg.augment.test_hflip)
 
 
-def _end_epoch(m: _Member, k: int, stack: _Stack, rec: dict[str, Any], epoch: int, peak: float, t_start: float,
+def _end_epoch(m: _Member, k: int, stack: _Stack, rec: dict[str, Any], epoch: int, peak: MatmulPeak, t_start: float,
                t_epoch: float, on_epoch_end: Callable | None) -> None:
     """What the loop does after a seed's epoch: its periodic evaluation, record, log, checkpoint."""
     run, r, state = m.run, m.run.cfg.run, m.state
@@ -492,7 +494,7 @@ def _end_epoch(m: _Member, k: int, stack: _Stack, rec: dict[str, Any], epoch: in
     rec["epoch_time_s"] = time.perf_counter() - t_epoch
     if run.train_fpe:
         rec["flops_per_s"] = run.train_fpe * rec["images_per_s"]
-        rec["mfu"] = mfu(rec["flops_per_s"], peak, run.dist.world_size)
+        rec["mfu"] = peak.mfu(rec["flops_per_s"], run.dist.world_size)
     state.history.append(rec)
     state.epoch = epoch + 1
     m.loggers.log(rec, state.step)
@@ -503,7 +505,7 @@ def _end_epoch(m: _Member, k: int, stack: _Stack, rec: dict[str, Any], epoch: in
         on_epoch_end(rec)
 
 
-def _finish(m: _Member, stack: _Stack, peak: float, t_start: float, seeds: list[int]) -> dict[str, Any]:
+def _finish(m: _Member, stack: _Stack, peak: MatmulPeak, t_start: float, seeds: list[int]) -> dict[str, Any]:
     """The seed's final test evaluation and ``results.json``, as the loop writes them."""
     run, state = m.run, m.state
     hist = state.history
@@ -511,7 +513,7 @@ def _finish(m: _Member, stack: _Stack, peak: float, t_start: float, seeds: list[
         final = {key: hist[-1][f"test_{key}"] for key in ("acc", "top5", "loss")}  # just evaluated
     else:
         final = _evaluate(m, run.data.test)
-    results = _results(run, state, final, m.path, peak, t_start)
+    results = _results(run, state, final, m.path, peak, t_start, m.folder.data)
     results["implementation"] = {**describe_implementation(stack.template, run.device, run.precision, False),
                                  "lockstep": len(seeds)}
     results["compiled"] = False
@@ -537,7 +539,7 @@ def _train_group(members: list[_Member], t_start: float, on_epoch_end: Callable 
     run0 = members[0].run
     seeds = [m.run.cfg.run.seed for m in members]
     stack = _Stack([m.run for m in members], _Streams([m.rng for m in members], run0.device))
-    peak = matmul_flops_per_s(run0.device, torch.bfloat16 if run0.precision == "bf16" else torch.float32)
+    peak = MatmulPeak(run0.device, torch.bfloat16 if run0.precision == "bf16" else torch.float32)
     progress = Progress(run0.cfg.run.log)
     progress.line(_run_line(members, stack))
     guard = _Guard(run0, members[0].state.step, members[0].path)  # the stack's flags: one per seed
