@@ -36,7 +36,7 @@ from ..layers import fused
 from ..layers.pk import set_impl
 from .accelerator import compile_unavailable_reason
 
-__all__ = ["resolve_compile", "compile_model", "cpp_compiler", "keep_freed_memory", "MIN_STEPS_CPU", "apply_impl",
+__all__ = ["resolve_compile", "compile_model", "dynamo_counts", "cpp_compiler", "keep_freed_memory", "MIN_STEPS_CPU", "apply_impl",
            "describe_implementation", "implementation_line"]
 
 
@@ -110,13 +110,14 @@ def cpp_compiler() -> str | None:
     return None
 
 
-def compile_model(model: nn.Module, device: torch.device, *, warn=sys.stderr) -> nn.Module:
+def compile_model(model: nn.Module, device: torch.device, *, warn=sys.stderr, backend: str = "inductor") -> nn.Module:
     """``torch.compile(model)``, or ``model`` itself (with one line on ``warn``) when the backend
     cannot build kernels here: no C++ compiler on CPU, an unsupported GPU or no Triton on CUDA.
 
     Dynamo's caches are reset first: a process that trains one run after another (a sweep run
     inline, a notebook) would otherwise reach dynamo's recompile limit after a few model shapes
-    and silently run the rest eagerly while reporting them compiled."""
+    and silently run the rest eagerly while reporting them compiled. ``backend``: torch.compile's
+    (``"eager"`` traces with dynamo only: what the graph counts of :func:`dynamo_counts` need)."""
     if device.type == "cpu" and cpp_compiler() is None:
         print("mlplab train: run.compile: no C++ compiler (c++/g++/clang++, or $CXX) found for "
               "torch.compile on CPU; training eagerly", file=warn)
@@ -125,7 +126,25 @@ def compile_model(model: nn.Module, device: torch.device, *, warn=sys.stderr) ->
         print(f"mlplab train: run.compile: {why}; training eagerly", file=warn)
         return model
     torch._dynamo.reset()
-    return torch.compile(model)
+    torch._dynamo.utils.counters.clear()  # dynamo_counts: this model's graphs only
+    return torch.compile(model, backend=backend)
+
+
+def dynamo_counts() -> dict:
+    """What dynamo made of the code compiled since :func:`compile_model` (``results.json``'s
+    ``dynamo``): ``graphs`` (FX graphs compiled), ``graph_breaks``, ``skipped_frames`` (Python
+    frames dynamo gave up on and ran eagerly, e.g. a loop with a graph break inside), and
+    ``break_reasons`` (the first line of each reason, with its count). A dense model compiles to
+    one graph per shape with no break; the sparse SW-MLP breaks at each sparse product, which
+    runs outside the traced region (``layers.masked._sparse_product``)."""
+    c = torch._dynamo.utils.counters
+    reasons: dict[str, int] = {}
+    for reason, n in c["graph_break"].items():
+        line = reason.strip().splitlines()[0] if reason.strip() else "?"
+        reasons[line] = reasons.get(line, 0) + n
+    frames = c["frames"]
+    return {"graphs": int(c["stats"].get("unique_graphs", 0)), "graph_breaks": int(sum(reasons.values())),
+            "skipped_frames": int(frames.get("total", 0) - frames.get("ok", 0)), "break_reasons": reasons}
 
 
 # glibc's mallopt parameters (malloc.h)

@@ -68,7 +68,8 @@ from ..utils.seeds import derive_seed
 from ..utils.units import format_count
 from . import checkpoint as ckpt
 from .accelerator import set_fp32_matmul_policy
-from .backend import apply_impl, compile_model, describe_implementation, implementation_line, keep_freed_memory, resolve_compile
+from .backend import (apply_impl, compile_model, describe_implementation, dynamo_counts, implementation_line,
+                      keep_freed_memory, resolve_compile)
 from .config import Durations, RunConfig, durations
 from .data import RunData, eval_loader, load_run_data, train_loader
 from .ema import WeightEMA
@@ -468,6 +469,7 @@ def _results(run: _Run, state: RunState, final: dict[str, float], run_dir: Path,
         "matmul_flops_per_s": peak,
         "mfu": mfu(run.train_fpe * ips, peak, run.dist.world_size) if run.train_fpe else None,
         "precision": run.precision, "compiled": run.compiled, "device": str(run.device),
+        "dynamo": dynamo_counts() if run.compiled else None,  # graphs, graph breaks, skipped frames
         "implementation": describe_implementation(run.model, run.device, run.precision, run.compiled),
         "world_size": run.dist.world_size, "threads": torch.get_num_threads(), "loadavg": list(os.getloadavg()),
         "weights_sha256": digest, "run_dir": str(run_dir), "history": history,
