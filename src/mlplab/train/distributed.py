@@ -24,11 +24,17 @@ from ..errors import BadInput
 from ..utils.seeds import derive_generator
 
 __all__ = ["DistInfo", "init_distributed", "shard_indices", "all_reduce_sum", "barrier", "cleanup",
-           "DEFAULT_TIMEOUT_MIN"]
+           "DEFAULT_TIMEOUT_MIN", "BACKENDS"]
 
 #: How long a collective may wait for the slowest rank before the run fails (``MLPLAB_DIST_TIMEOUT_MIN``).
 #: Long enough for rank 0 to write a checkpoint or evaluate while the others wait at a barrier.
 DEFAULT_TIMEOUT_MIN = 30
+
+
+#: ``MLPLAB_DIST_BACKEND``: the process group's backend; unset, nccl on CUDA and gloo on the CPU.
+#: ``gloo`` on CUDA lets several ranks share one GPU (NCCL refuses two ranks on one device): how
+#: ``scripts/gpu_check.py`` runs real DDP, its all-reduces and ``no_sync``, on a one-GPU node.
+BACKENDS = ("nccl", "gloo")
 
 
 @dataclass(frozen=True)
@@ -50,7 +56,8 @@ def init_distributed(device_type: str) -> DistInfo:
     """Join the process group described by torchrun's env vars; a no-op without them.
 
     On CUDA the rank's GPU (``LOCAL_RANK``) becomes the current device before anything else
-    touches CUDA, so no rank opens a context on GPU 0, and NCCL is bound to it (``device_id``).
+    touches CUDA, so no rank opens a context on GPU 0, and NCCL is bound to it (``device_id``);
+    ``MLPLAB_DIST_BACKEND`` chooses another backend (:data:`BACKENDS`).
     ``LOCAL_RANK`` must be given: the global rank is not a GPU index on a second node."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world <= 1:
@@ -60,10 +67,15 @@ def init_distributed(device_type: str) -> DistInfo:
         raise BadInput(f"WORLD_SIZE={world} but {' and '.join(missing)} not set; launch with torchrun "
                        "(or set RANK and LOCAL_RANK for every process)")
     rank, local_rank = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
+    backend = os.environ.get("MLPLAB_DIST_BACKEND") or ("nccl" if device_type == "cuda" else "gloo")
+    if backend not in BACKENDS or (backend == "nccl" and device_type != "cuda"):
+        raise BadInput(f"MLPLAB_DIST_BACKEND={backend} on {device_type}: use gloo (any device) or nccl (CUDA), "
+                       "or unset it")
     if not dist.is_initialized():
         timeout = datetime.timedelta(minutes=float(os.environ.get("MLPLAB_DIST_TIMEOUT_MIN", DEFAULT_TIMEOUT_MIN)))
         if device_type == "cuda":
             torch.cuda.set_device(local_rank)
+        if backend == "nccl":  # bound to this rank's GPU
             dist.init_process_group(backend="nccl", timeout=timeout, device_id=torch.device("cuda", local_rank))
         else:
             dist.init_process_group(backend="gloo", timeout=timeout)
