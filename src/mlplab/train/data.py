@@ -170,9 +170,11 @@ def _on_device(flag: bool | str, train: Split, device: torch.device) -> bool:
     return train.images.numel() < 0.3 * free  # uint8: numel bytes; leave room for the model
 
 
-def _loader(split: Split, data: RunData, batch_size, *, augment, seed, drop_last, indices=None):
-    """The loader for ``split`` restricted to ``indices`` (positions within the split), in order."""
-    kw = dict(shuffle=False, drop_last=drop_last, augment=augment, seed=seed, mean=data.info.mean, std=data.info.std)
+def _loader(split: Split, data: RunData, batch_size, *, augment, seed, drop_last, indices=None, micro_batches=1):
+    """The loader for ``split`` restricted to ``indices`` (positions within the split), in order;
+    ``micro_batches`` > 1: each batch augmented one micro-batch at a time (``data.MicroBatches``)."""
+    kw = dict(shuffle=False, drop_last=drop_last, augment=augment, seed=seed, mean=data.info.mean, std=data.info.std,
+              micro_batches=micro_batches)
     if not split.streamed:
         # batches go to the run's device; a split kept in host memory for a GPU run is staged (DeviceLoader)
         return DeviceLoader(split.images, split.labels, batch_size, device=data.device or split.images.device,
@@ -189,14 +191,15 @@ def _home(split: Split) -> torch.device:
     return torch.device("cpu") if split.streamed else split.images.device
 
 
-def train_loader(data: RunData, epoch: int, batch_size: int, seed: int, dist: DistInfo):
+def train_loader(data: RunData, epoch: int, batch_size: int, seed: int, dist: DistInfo, micro_batches: int = 1):
     """This rank's loader for ``epoch``: its shard of the epoch's permutation, in order, with
     augmentation seeded by (seed, epoch, rank). ``batch_size`` is per rank. A streamed split
-    reads only this shard's rows."""
+    reads only this shard's rows. ``micro_batches`` (``run.accumulate_steps``): each batch is
+    augmented one micro-batch at a time, when the step reaches it (``mlplab.data.loader``)."""
     idx = shard_indices(len(data.train), epoch, seed, dist, device=_home(data.train))
     aug_seed = derive_seed(seed, "augment", epoch, dist.rank)
     return _loader(data.train, data, batch_size, augment=data.augment, seed=aug_seed, drop_last=True,
-                   indices=idx)  # batches gather their rows: no per-epoch copy of the dataset
+                   indices=idx, micro_batches=micro_batches)  # batches gather their rows: no per-epoch copy
 
 
 def eval_loader(split: Split, data: RunData, batch_size: int, dist: DistInfo):
