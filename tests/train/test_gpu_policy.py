@@ -195,3 +195,21 @@ def test_with_download_rank_zero_fetches_first(monkeypatch, rank, tiny):
     assert events == (["load", "barrier"] if rank == 0 else ["barrier", "load"])
     events.clear()
     assert loop._load_data(tiny(), torch.device("cpu"), dist) == "data" and events == ["load"]
+
+
+@pytest.mark.parametrize("initialized", [True, False])
+def test_an_inline_sweep_hands_pytorchs_gpu_cache_back_after_each_run(monkeypatch, tmp_path, initialized):
+    """Runs one after another in one process: what the allocator cached for a run is freed before
+    the next one plans (its memory check and data.on_device=auto see it free); never where CUDA
+    was not used (no context is made for it)."""
+    from mlplab.utils.progress import RunTally
+
+    calls = []
+    monkeypatch.setattr(executors, "execute_run", lambda d: calls.append(d.name) or "done")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: initialized)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: calls.append("empty_cache"))
+    dirs = [tmp_path / "a", tmp_path / "b"]
+    out = executors._run_inline(dirs, lambda line: None, {}, RunTally(total=2))
+    assert out == {d: "done" for d in dirs}
+    assert calls == (["a", "empty_cache", "b", "empty_cache"] if initialized else ["a", "b"])

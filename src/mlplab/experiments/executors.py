@@ -202,8 +202,19 @@ def _run_inline(dirs: list[Path], log, out: dict[Path, str], tally: RunTally) ->
     for d in dirs:
         log(tally.starting(d, d.name))
         out[d] = execute_run(d)
+        free_device_cache()
         tally.finish(d, out[d], d.name)
     return out
+
+
+def free_device_cache() -> None:
+    """Hand back the GPU memory PyTorch's allocator keeps cached after a run, so that the next run
+    of this process finds it free (its memory check and ``data.on_device=auto`` count it too:
+    ``train.memory.available_memory``). Nothing where CUDA was never used."""
+    import torch
+
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.empty_cache()
 
 
 def visible_gpus() -> list[str]:

@@ -27,6 +27,7 @@ from ..errors import BadInput
 from ..utils.seeds import derive_seed
 from .config import RunConfig
 from .distributed import DistInfo, shard_indices
+from .memory import available_memory
 
 __all__ = ["Split", "RunData", "load_run_data", "train_loader", "eval_loader", "SPLIT_SEED", "STREAM_BYTES"]
 
@@ -166,8 +167,7 @@ def _on_device(flag: bool | str, train: Split, device: torch.device) -> bool:
         return bool(flag)
     if device.type != "cuda":
         return True
-    free, _ = torch.cuda.mem_get_info(device)
-    return train.images.numel() < 0.3 * free  # uint8: numel bytes; leave room for the model
+    return train.images.numel() < 0.3 * available_memory(device)  # uint8: numel bytes; leave room for the model
 
 
 def _loader(split: Split, data: RunData, batch_size, *, augment, seed, drop_last, indices=None, micro_batches=1):

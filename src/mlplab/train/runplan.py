@@ -20,7 +20,6 @@ from typing import Any
 
 import torch
 import torch.nn as nn
-from torch.overrides import TorchFunctionMode
 
 from ..data.table import DatasetInfo, get_info, restrict_classes
 from ..errors import BadInput
@@ -31,12 +30,11 @@ from . import config as _config
 from .accelerator import native_bf16_cuda
 from .config import RunConfig
 from .init import check_pretrained, pretrained_model, read_init_checkpoint
+from .memory import STATE_BYTES_PER_PARAM, DataChecksPass as _DataChecksPass, available_memory, estimate_memory
 
 __all__ = ["RunPlan", "plan_run", "as_plan", "resolve_device", "resolve_precision", "resolve_model_kwargs",
-           "dataset_info", "check_memory", "meta_param_count"]
+           "dataset_info", "check_memory", "meta_model", "meta_param_count", "STATE_BYTES_PER_PARAM"]
 
-#: Bytes of training state per fp32 parameter: weights, gradients and two AdamW moments.
-STATE_BYTES_PER_PARAM = 16
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -87,9 +85,10 @@ def plan_run(cfg: RunConfig, *, here: bool = True, checkpoint: Any = None) -> Ru
     if not here:
         return RunPlan(**resolved)
     device = resolve_device(cfg.run.device, local_rank=_torchrun_local_rank())
+    precision = resolve_precision(cfg.run.precision, device)
     if n_params is not None:
-        check_memory(n_params, device)
-    return RunPlan(**resolved, device=device, precision=resolve_precision(cfg.run.precision, device))
+        check_memory(n_params, device, cfg=cfg, info=info, model_kwargs=kwargs, precision=precision)
+    return RunPlan(**resolved, device=device, precision=precision)
 
 
 def as_plan(run: RunConfig | RunPlan | str | os.PathLike) -> RunPlan:
@@ -167,52 +166,56 @@ def dataset_info(cfg: RunConfig) -> DatasetInfo:
     return info
 
 
-class _DataChecksPass(TorchFunctionMode):
-    """On the meta device a tensor has no values, so the checks a constructor makes on values
-    have no kernel there: ``torch.equal`` (PK layers compare index arrays with ``arange`` to
-    choose how they compute, and check permutations) answers True, and the truth value of a
-    tensor (sparse layers' "index out of range", "duplicate position") answers False: the
-    checks pass. The real build, before any file is written, checks the values."""
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        if any(getattr(a, "is_meta", False) for a in args):
-            if func in (torch.equal, torch.Tensor.equal):
-                return True
-            if func is torch.Tensor.__bool__:
-                return False
-        return func(*args, **(kwargs or {}))
+#: meta builds by (name, kwargs): the runs of a sweep share a few architectures, and a Mixer's
+#: meta build takes ~0.1-1 s (its PK layers' index arithmetic)
+_META_MODELS: dict[str, nn.Module] = {}
 
 
-#: meta_param_count's answers by (name, kwargs): the runs of a sweep share a few architectures,
-#: and a Mixer's meta build takes ~0.1-1 s (its PK layers' index arithmetic)
-_META_COUNTS: dict[str, int] = {}
+def _meta_key(name: str, kwargs: dict[str, Any]) -> str:
+    return json.dumps([name, kwargs], sort_keys=True, default=repr)
+
+
+def meta_model(name: str, kwargs: dict[str, Any]) -> nn.Module:
+    """``create_model(name, **kwargs)`` built on the meta device (no memory is allocated, so an
+    absurd size is refused instead of allocated; the constructor's own checks run too), once."""
+    key = _meta_key(name, kwargs)
+    if key not in _META_MODELS:
+        with torch.device("meta"), _DataChecksPass():
+            _META_MODELS[key] = create_model(name, **kwargs)
+    return _META_MODELS[key]
 
 
 def meta_param_count(name: str, kwargs: dict[str, Any]) -> int:
-    """The parameter count of ``create_model(name, **kwargs)``, built on the meta device (no
-    memory is allocated, so an absurd size is refused instead of allocated). The constructor's
-    own checks run too."""
-    key = json.dumps([name, kwargs], sort_keys=True, default=repr)
-    if key not in _META_COUNTS:
-        with torch.device("meta"), _DataChecksPass():
-            model = create_model(name, **kwargs)
-        _META_COUNTS[key] = sum(p.numel() for p in model.parameters())
-    return _META_COUNTS[key]
+    """The parameter count of ``create_model(name, **kwargs)``, from its meta build."""
+    return sum(p.numel() for p in meta_model(name, kwargs).parameters())
 
 
-def check_memory(n_params: int, device: torch.device) -> None:
-    """Refuse a model whose weights, gradients and optimiser state (16 bytes per fp32 parameter
-    with AdamW) cannot fit in the memory available now on ``device``."""
-    need = STATE_BYTES_PER_PARAM * n_params
-    if device.type == "cuda":
-        free = torch.cuda.mem_get_info(device)[0]
-    else:
-        try:
-            with open("/proc/meminfo") as f:
-                free = next(int(ln.split()[1]) * 1024 for ln in f if ln.startswith("MemAvailable:"))
-        except (OSError, StopIteration, ValueError):
-            return
-    if need > free:
-        raise BadInput(f"the model has {format_count(n_params)} parameters, needing about {need / 2**30:.1f} GiB "
-                       f"for weights, gradients and optimiser state; {device.type} has {free / 2**30:.1f} GiB "
-                       "available. Choose a smaller model (model.kwargs)")
+def check_memory(n_params: int, device: torch.device, *, cfg: RunConfig | None = None, info: Any = None,
+                 model_kwargs: dict[str, Any] | None = None, precision: str = "fp32") -> None:
+    """Refuse a run that cannot fit in the memory available now on ``device``: its weights,
+    gradients and optimiser state (16 bytes per fp32 parameter with AdamW), and, given the run's
+    ``cfg``, dataset ``info`` and model keywords, one micro-batch's activations and augmentation
+    temporaries (:func:`mlplab.train.memory.estimate_memory`, the one estimate)."""
+    free = available_memory(device)
+    if free is None:
+        return
+    state = STATE_BYTES_PER_PARAM * n_params
+    head = (f"the model has {format_count(n_params)} parameters, needing about {state / 2**30:.1f} GiB for weights, "
+            "gradients and optimiser state")
+    if state > free:
+        raise BadInput(f"{head}; {device.type} has {free / 2**30:.1f} GiB available. Choose a smaller model "
+                       "(model.kwargs)")
+    if cfg is None or info is None:
+        return
+    from ..data.augment import build_augment
+
+    world = max(1, int(os.environ.get("WORLD_SIZE", "1")))
+    model = meta_model(cfg.model.name, model_kwargs) if model_kwargs is not None else None
+    est = estimate_memory(n_params, model=model, image_shape=(info.in_chans, *info.image_size),
+                          augment=build_augment(cfg.augment, info), precision=precision,
+                          batch_per_rank=cfg.run.batch_size // world, micro_batches=cfg.run.accumulate_steps)
+    if est["total"] > free:
+        act = "" if est["activations"] is None else f"{est['activations'] / 2**30:.1f} GiB for the activations and "
+        raise BadInput(f"{head}, {act}{est['augment'] / 2**30:.1f} GiB for the augmentation of a micro-batch of "
+                       f"{est['micro_batch']} images; {device.type} has {free / 2**30:.1f} GiB available. Raise "
+                       f"run.accumulate_steps (fewer images per micro-batch) or lower run.batch_size")
