@@ -54,7 +54,8 @@ def test_the_sparse_product_runs_outside_the_traced_region():
     counts, got, want = _traced("sw_mlp", width=64, depth=2, density=0.25, storage="sparse")
     assert counts["graphs"] >= 2 and counts["graph_breaks"] >= 2, counts  # one per sparse layer at least
     # every break is the disabled sparse product: no sparse tensor, bincount or data_ptr is traced
-    assert set(counts["break_reasons"]) == {"Skip calling `torch.compiler.disable()`d function"}, counts
+    assert set(counts["break_reasons"]) == {"Skip calling `torch.compiler.disable()`d function "
+                                            "(<function _sparse_product>)"}, counts
     torch.testing.assert_close(got, want)
 
 
@@ -62,5 +63,14 @@ def test_counts_start_afresh_with_each_compiled_model():
     backend.compile_model(torch.nn.Linear(4, 2), CPU, backend="eager")(torch.randn(3, 4))
     first = backend.dynamo_counts()
     backend.compile_model(torch.nn.Linear(4, 2), CPU, backend="eager")(torch.randn(3, 4))
-    assert backend.dynamo_counts() == first == {"graphs": 1, "graph_breaks": 0, "skipped_frames": 0,
-                                                "break_reasons": {}}
+    assert backend.dynamo_counts() == first == {"backend": "eager", "graphs": 1, "graph_breaks": 0,
+                                                "skipped_frames": 0, "break_reasons": {}}
+
+
+def test_the_backend_is_inductor_unless_named(monkeypatch):
+    monkeypatch.setattr(torch, "compile", lambda m, backend: backend)
+    monkeypatch.delenv("MLPLAB_COMPILE_BACKEND", raising=False)
+    assert backend.compile_model(torch.nn.Linear(4, 2), CPU) == "inductor" == backend.dynamo_counts()["backend"]
+    monkeypatch.setenv("MLPLAB_COMPILE_BACKEND", "aot_eager")
+    assert backend.compile_model(torch.nn.Linear(4, 2), CPU) == "aot_eager"
+    assert backend.compile_model(torch.nn.Linear(4, 2), CPU, backend="eager") == "eager"

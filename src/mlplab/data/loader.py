@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Iterator, Mapping, Sequence
+from typing import Iterable, Iterator, Mapping, Sequence
 
 import torch
 
@@ -31,7 +31,8 @@ from .download import BadData
 from .formats import decode_image, folder_classes, list_image_folder
 from .staging import PinnedRing, read_ahead
 
-__all__ = ["DeviceLoader", "StreamingLoader", "PackedLoader", "ImageFolderDataset", "MicroBatches"]
+__all__ = ["DeviceLoader", "StreamingLoader", "PackedLoader", "ImageFolderDataset", "MicroBatches", "staged_batches",
+           "packed_batches"]
 
 Tensor = torch.Tensor
 
@@ -201,7 +202,8 @@ class DeviceLoader(_Loader):
         if self.indices is not None:
             order = self.indices[order]  # positions -> rows of the stored dataset (n int64s, no image copy)
         rows = (order[i * self.batch_size:(i + 1) * self.batch_size] for i in range(start, len(self)))
-        batches = self._staged(rows) if store != self.device else \
+        batches = staged_batches(self.images, self.labels, rows, self.device, self.threads, self.prefetch) \
+            if store != self.device else \
             ((self.images.index_select(0, idx), self.labels.index_select(0, idx)) for idx in rows)
         for i, (x, y) in enumerate(batches, start):
             x, y = self._finish(x, y, i)
@@ -209,20 +211,25 @@ class DeviceLoader(_Loader):
             yield x, y
         self._end_epoch()
 
-    def _staged(self, rows: Iterator[Tensor]) -> Iterator[tuple[Tensor, Tensor]]:
-        """Host-staged batches: gathered into the ring's buffers ahead, copied to the device."""
-        ring = PinnedRing(self.prefetch + 2, self.device)
 
-        def read(slot: int, idx: Tensor) -> tuple[Tensor, Tensor]:
-            ring.wait(slot)
-            x = ring.buffer(slot, "x", (len(idx), *self.images.shape[1:]), self.images.dtype)
-            y = ring.buffer(slot, "y", (len(idx),), self.labels.dtype)
-            return torch.index_select(self.images, 0, idx, out=x), torch.index_select(self.labels, 0, idx, out=y)
+def staged_batches(images: Tensor, labels: Tensor, rows: Iterable[Tensor], device: torch.device, threads: int = 2,
+                   prefetch: int = 2) -> Iterator[tuple[Tensor, Tensor]]:
+    """``(images[idx], labels[idx])`` on ``device`` for each ``idx`` of ``rows``, gathered in host
+    memory by ``threads`` reader threads, ``prefetch`` batches ahead, into a ring of (pinned)
+    buffers, then copied asynchronously: ``DeviceLoader``'s host-staged path. On the CPU the
+    batches are the ring's own buffers, valid until the next ``prefetch + 1`` batches are read."""
+    ring = PinnedRing(prefetch + 2, device)
 
-        for slot, (x, y) in read_ahead(rows, read, ring, self.threads):
-            x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
-            ring.copied(slot)
-            yield x, y
+    def read(slot: int, idx: Tensor) -> tuple[Tensor, Tensor]:
+        ring.wait(slot)
+        x = ring.buffer(slot, "x", (len(idx), *images.shape[1:]), images.dtype)
+        y = ring.buffer(slot, "y", (len(idx),), labels.dtype)
+        return torch.index_select(images, 0, idx, out=x), torch.index_select(labels, 0, idx, out=y)
+
+    for slot, (x, y) in read_ahead(rows, read, ring, threads):
+        x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+        ring.copied(slot)
+        yield x, y
 
 
 class ImageFolderDataset(torch.utils.data.Dataset):
@@ -329,27 +336,38 @@ class PackedLoader(_Loader):
     def __iter__(self) -> Iterator[tuple[Tensor, Tensor]]:
         start = self._start()
         order = self.order() if self.indices is None else self.indices[self.order()]
-        batches = (order[i * self.batch_size:(i + 1) * self.batch_size] for i in range(start, len(self)))
-        ring = PinnedRing(self.prefetch + 2, self.device)
-
-        def read(slot: int, rows: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-            ring.wait(slot)
-            x = ring.buffer(slot, "x", (len(rows), *self.images.shape[1:]), torch.uint8)
-            y = ring.buffer(slot, "y", (len(rows),), torch.long)
-            back = ring.buffer(slot, "back", (len(rows),), torch.long)
-            ascending = torch.from_numpy(self.images.take_ascending(rows.numpy(), x.numpy()))
-            back[ascending] = torch.arange(len(rows))  # x[back] holds the rows in the order asked for
-            return x, torch.index_select(self.labels, 0, rows, out=y), back
-
-        for i, (slot, (x, y, back)) in enumerate(read_ahead(batches, read, ring, self.threads), start):
-            # copies (y as well on the CPU, where .to would hand out the ring's own buffer)
-            x, back = x.to(self.device, non_blocking=True), back.to(self.device, non_blocking=True)
-            y = y.to(self.device, non_blocking=True, copy=True)
-            ring.copied(slot)
-            x = x.index_select(0, back)  # one gather on the device: the epoch's order again
+        rows = (order[i * self.batch_size:(i + 1) * self.batch_size] for i in range(start, len(self)))
+        for i, (x, y) in enumerate(packed_batches(self.images, self.labels, rows, self.device, self.threads,
+                                                  self.prefetch), start):
             if self.resize is not None:
                 x = resize_images(x, self.resize)
             x, y = self._finish(x, y, i)
             self._advance()
             yield x, y
         self._end_epoch()
+
+
+def packed_batches(images, labels: Tensor, rows: Iterable[Tensor], device: torch.device, threads: int = 2,
+                   prefetch: int = 4) -> Iterator[tuple[Tensor, Tensor]]:
+    """The images (``PackedImages``) and labels of each ``rows`` on ``device``, in that order:
+    ``PackedLoader``'s reader. Each batch is read with one copy per image, in ascending row order,
+    into a ring of (pinned) buffers by ``threads`` reader threads, ``prefetch`` batches ahead;
+    copied asynchronously with the order it was read in, and put back in the asked order by one
+    gather on the device (on the CPU a copy: nothing handed out is the ring's)."""
+    ring = PinnedRing(prefetch + 2, device)
+
+    def read(slot: int, idx: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        ring.wait(slot)
+        x = ring.buffer(slot, "x", (len(idx), *images.shape[1:]), torch.uint8)
+        y = ring.buffer(slot, "y", (len(idx),), torch.long)
+        back = ring.buffer(slot, "back", (len(idx),), torch.long)
+        ascending = torch.from_numpy(images.take_ascending(idx.numpy(), x.numpy()))
+        back[ascending] = torch.arange(len(idx))  # x[back] holds the rows in the order asked for
+        return x, torch.index_select(labels, 0, idx, out=y), back
+
+    for slot, (x, y, back) in read_ahead(rows, read, ring, threads):
+        # copies (y as well on the CPU, where .to would hand out the ring's own buffer)
+        x, back = x.to(device, non_blocking=True), back.to(device, non_blocking=True)
+        y = y.to(device, non_blocking=True, copy=True)
+        ring.copied(slot)
+        yield x.index_select(0, back), y  # one gather on the device: the epoch's order again
