@@ -569,6 +569,8 @@ def run_check(fn: Callable, budget: float | None) -> tuple[str, str, dict]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    if importlib.util.find_spec("mlplab") is None:  # run as `python3 scripts/gpu_check.py` from a checkout
+        sys.path.insert(0, str(ROOT / "src"))
     a = parse_args(argv)
     if a.ddp_child:
         ddp_child(Path(a.ddp_child[0]), Path(a.ddp_child[1]))

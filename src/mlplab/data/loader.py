@@ -309,7 +309,8 @@ class PackedLoader(_Loader):
     ``prefetch`` batches ahead of the one being used (numpy copies without holding the GIL), each
     with one copy per image: its rows in ascending order (``PackedImages.take_ascending``) straight
     into a ring of (pinned) buffers (:mod:`mlplab.data.staging`). They cross to ``device``, where
-    one gather puts the rows back in the epoch's order, for the batched augmentation. The process
+    one gather puts the rows back in the epoch's order (:func:`packed_batches`), for the batched
+    augmentation. The process
     holds only those buffers and the labels, never the images: its memory does not grow with the
     pack. ``image_size`` other than the pack's resizes each batch on the device (antialiased
     bilinear, as ``resize_images``).
@@ -351,23 +352,33 @@ def packed_batches(images, labels: Tensor, rows: Iterable[Tensor], device: torch
                    prefetch: int = 4) -> Iterator[tuple[Tensor, Tensor]]:
     """The images (``PackedImages``) and labels of each ``rows`` on ``device``, in that order:
     ``PackedLoader``'s reader. Each batch is read with one copy per image, in ascending row order,
-    into a ring of (pinned) buffers by ``threads`` reader threads, ``prefetch`` batches ahead;
-    copied asynchronously with the order it was read in, and put back in the asked order by one
-    gather on the device (on the CPU a copy: nothing handed out is the ring's)."""
+    into a ring of (pinned) buffers by ``threads`` reader threads, ``prefetch`` batches ahead. On
+    an accelerator it crosses asynchronously with the order it was read in and one gather there
+    puts it back in the asked order; on the CPU the reader thread scatters it into place, into a
+    second buffer of the ring (the images handed out are then the ring's own, valid until the next
+    ``prefetch + 1`` batches are read; the labels are copies)."""
     ring = PinnedRing(prefetch + 2, device)
+    on_host = device.type == "cpu"
 
     def read(slot: int, idx: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         ring.wait(slot)
-        x = ring.buffer(slot, "x", (len(idx), *images.shape[1:]), torch.uint8)
+        shape = (len(idx), *images.shape[1:])
+        x = ring.buffer(slot, "ascending", shape, torch.uint8)
         y = ring.buffer(slot, "y", (len(idx),), torch.long)
         back = ring.buffer(slot, "back", (len(idx),), torch.long)
-        ascending = torch.from_numpy(images.take_ascending(idx.numpy(), x.numpy()))
-        back[ascending] = torch.arange(len(idx))  # x[back] holds the rows in the order asked for
+        ascending = images.take_ascending(idx.numpy(), x.numpy())  # x[k] holds row idx[ascending[k]]
+        if on_host:  # scattered back into place here, by numpy (no torch threads inside the reader threads)
+            in_order = ring.buffer(slot, "x", shape, torch.uint8)
+            in_order.numpy()[ascending] = x.numpy()
+            x = in_order
+        else:
+            back[torch.from_numpy(ascending)] = torch.arange(len(idx))  # x[back]: the asked order
         return x, torch.index_select(labels, 0, idx, out=y), back
 
     for slot, (x, y, back) in read_ahead(rows, read, ring, threads):
-        # copies (y as well on the CPU, where .to would hand out the ring's own buffer)
-        x, back = x.to(device, non_blocking=True), back.to(device, non_blocking=True)
-        y = y.to(device, non_blocking=True, copy=True)
-        ring.copied(slot)
-        yield x.index_select(0, back), y  # one gather on the device: the epoch's order again
+        y = y.to(device, non_blocking=True, copy=True)  # a copy on the CPU too: labels pass through unchanged
+        if not on_host:
+            x, back = x.to(device, non_blocking=True), back.to(device, non_blocking=True)
+            ring.copied(slot)
+            x = x.index_select(0, back)  # one gather on the device: the asked order again
+        yield x, y

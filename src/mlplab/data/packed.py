@@ -177,11 +177,13 @@ class PackedImages:
         if len(rows) == 0:
             return order
         sorted_rows = rows[order]
+        if sorted_rows[0] < 0 or sorted_rows[-1] >= len(self):
+            raise IndexError(f"rows {sorted_rows[0]}..{sorted_rows[-1]} out of range for {len(self)} images")
         shard = np.searchsorted(self.starts, sorted_rows, side="right") - 1
         cuts = np.flatnonzero(np.diff(shard)) + 1
         for lo, hi in zip(np.r_[0, cuts], np.r_[cuts, len(rows)]):
-            s = shard[lo]
-            np.take(self.shards[s], sorted_rows[lo:hi] - self.starts[s], axis=0, out=out[lo:hi])
+            s = shard[lo]  # mode="clip": the rows are in range (checked above), and numpy buffers out= otherwise
+            np.take(self.shards[s], sorted_rows[lo:hi] - self.starts[s], axis=0, out=out[lo:hi], mode="clip")
         return order
 
 

@@ -163,7 +163,7 @@ def _break_reason(text: str) -> str:
     is about (its "Developer debug context", addresses left out)."""
     lines = [ln.strip() for ln in text.strip().splitlines()] or ["?"]
     where = next((ln.split(":", 1)[1].strip() for ln in lines if ln.startswith("Developer debug context:")), "")
-    where = re.sub(r" at 0x[0-9a-f]+", "", where)[:160]
+    where = re.sub(r"\d{6,}", "N", re.sub(r" at 0x[0-9a-f]+", "", where))[:160]  # addresses and pointers
     return f"{lines[0]} ({where})" if where else lines[0]
 
 
