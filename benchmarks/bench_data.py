@@ -284,6 +284,9 @@ def feed(a, work: Path) -> dict:
             "img_per_s_median": {k: round(v, 1) for k, v in med.items()},
             "img_per_s_reps": {k: [round(v, 1) for v in vs] for k, vs in rates.items()},
             "new_over_old": {k: round(v, 2) for k, v in vs_old.items() if ", new" in k},
+            "notes": [f"Interleaved, median of {a.reps} rounds, {a.threads} threads, at load "
+                      f"{os.getloadavg()[0]:.1f}: the rates are what the load left, the ratios the comparison. "
+                      f"The target, >= {FEED_TARGET:,} img/s, is one H100's appetite (Mixer-S/16 at 64x64)."],
             "loadavg_end": list(os.getloadavg())}
 
 
