@@ -240,6 +240,29 @@ DDP_BREAKS = {"Unsupported method call (call_method UserDefinedObjectVariable(Re
               "DistributedDataParallel._inside_ddp_forward, skip reason: file matches MOD_SKIPLIST)": 2}
 
 
+def test_the_fmnist_check_gates_accuracy_and_time(gc, tmp_path, monkeypatch):
+    monkeypatch.setenv("FMNIST_DIR", str(tmp_path))
+    for f in gc.FMNIST_FILES:
+        (tmp_path / f"{f}.gz").write_bytes(b"")
+    seen = []
+
+    def fake_child(runs):
+        def child(cmd, timeout, log, env=None):
+            seen.append(cmd)
+            Path(cmd[cmd.index("--out") + 1]).write_text(json.dumps({"runs": runs}))
+            return 0
+        return child
+
+    monkeypatch.setattr(gc, "run_child", fake_child([{"test_acc": 0.905, "wall_s": 8.2}]))
+    line, n = gc.check_fmnist(torch.device("cuda"), tmp_path, 25, short=True)
+    assert line == "1 seed(s): test accuracy 90.50% in 8.2 s (target >= 90% in <= 10 s)" and n["wall_s"] == [8.2]
+    assert f"data.root={tmp_path}" in seen[0] and seen[0][seen[0].index("--seeds") + 1] == "0"
+    for runs in ([{"test_acc": 0.899, "wall_s": 8.2}], [{"test_acc": 0.95, "wall_s": 10.5}]):
+        monkeypatch.setattr(gc, "run_child", fake_child(runs))
+        with pytest.raises(gc.Failed, match=r"target >= 90% in <= 10 s"):
+            gc.check_fmnist(torch.device("cuda"), tmp_path, 25, short=True)
+
+
 def ddp_report(sha="a" * 64, allreduces=4, steps=4, world=2, breaks=0):
     reasons = {**DDP_BREAKS, **({"Data pointer comparison (richcompare_impl)": breaks} if breaks else {})}
     run = {"weights_sha256": sha, "steps": steps, "world_size": world, "compiled": True, "train_loss": 1.0,
