@@ -7,7 +7,8 @@ rewritten (atomically) after every check, so a run killed by its allocation keep
 and every benchmark's JSON and log beside it.
 Expect: PASS on every line of a working GPU from Ampere on (bf16 needs compute capability 8.0).
 Time: ``--short`` at most 7 minutes on one H100 (each check has a budget, the sum fits; the
-Mixer-B/16 benchmark runs first); the full run (no ``--short``) about 15 minutes.
+Mixer-B/16 benchmark runs first); the full run (no ``--short``) has no overall limit, its budgets
+add up to 54 minutes. Neither has run on a GPU yet.
 
 Checks
   bench_b16            full-size Mixer-B/16 (224x224, batch 256, bf16, AdamW) train step, eager and

@@ -109,3 +109,14 @@ def test_a_batch_whose_activations_do_not_fit_is_refused_with_what_to_change(tmp
     runplan.check_memory(plan.n_params, torch.device("cpu"), **kw)
     monkeypatch.setattr(runplan, "available_memory", lambda device: None)  # unknown: nothing refused
     runplan.check_memory(10**15, torch.device("cpu"), **kw)
+
+
+def test_a_folder_whose_classes_or_size_are_not_known_yet_is_checked_by_what_is_known(tmp_path):
+    """Image folders and packs learn their classes (and sizes) when opened: label smoothing with
+    K unknown, or an unknown size, must not fail the plan's check."""
+    import dataclasses
+
+    cfg = make_config(None, tiny_overrides(tmp_path, "folder", **{"augment.label_smoothing": 0.1}))
+    info = runplan.plan_run(cfg, here=False).info
+    for unknown in (dict(num_classes=0), dict(image_size=(0, 0))):
+        runplan.check_memory(10, torch.device("cpu"), cfg=cfg, info=dataclasses.replace(info, **unknown))

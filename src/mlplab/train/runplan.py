@@ -205,14 +205,15 @@ def check_memory(n_params: int, device: torch.device, *, cfg: RunConfig | None =
     if state > free:
         raise BadInput(f"{head}; {device.type} has {free / 2**30:.1f} GiB available. Choose a smaller model "
                        "(model.kwargs)")
-    if cfg is None or info is None:
+    image_shape = (info.in_chans, *info.image_size) if info is not None else (0,)
+    if cfg is None or 0 in image_shape:  # an image folder's size is known once it is opened
         return
     from ..data.augment import build_augment
 
     world = max(1, int(os.environ.get("WORLD_SIZE", "1")))
     model = meta_model(cfg.model.name, model_kwargs) if model_kwargs is not None else None
-    est = estimate_memory(n_params, model=model, image_shape=(info.in_chans, *info.image_size),
-                          augment=build_augment(cfg.augment, info), precision=precision,
+    augment = build_augment(cfg.augment, info, num_classes=max(1, info.num_classes))  # classes: the folder's, later
+    est = estimate_memory(n_params, model=model, image_shape=image_shape, augment=augment, precision=precision,
                           batch_per_rank=cfg.run.batch_size // world, micro_batches=cfg.run.accumulate_steps)
     if est["total"] > free:
         act = "" if est["activations"] is None else f"{est['activations'] / 2**30:.1f} GiB for the activations and "
