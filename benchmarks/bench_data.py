@@ -3,6 +3,18 @@ memory of a training run on a small and a large pack.
 
     python benchmarks/bench_data.py                      # rates, 20k PNGs of 64x64, 2 workers/threads
     python benchmarks/bench_data.py --rss                # + RssAnon of `mlplab train` on 2k vs 200k packs
+    python benchmarks/bench_data.py --feed [--device cuda]   # host gather and pack reads, old vs new (own file)
+
+``--feed``: can the host feed a GPU? uint8 64x64 batches of ``--feed-batch`` (4096) from a
+dataset held in host memory and from a pack (page cache warm), ``--threads`` reader and torch
+threads, each gathered the old way (``images[idx]``, advanced indexing; the pack's gather into a
+temporary, scattered into place; each then pinned by a second copy on CUDA) and the new way
+(``staged_batches`` / ``packed_batches``: one ``index_select(out=)`` / ``take(out=)`` per batch
+into a ring of preallocated, pinned buffers, read ahead), interleaved (old, new, old, new, ...);
+with ``--device cuda`` each batch is copied to the GPU and the epoch waits for the last copy; on
+the CPU two more rows time the host's share of a GPU feed (batches "copied" to the ``meta``
+device, which moves no data: the pack's reordering is then the GPU's gather, not a host copy).
+The target (issue 37): >= 200k img/s on 2 threads, what one H100 trains Mixer-S/16 at 64x64 at.
 
 Rates (img/s, median of ``--reps`` interleaved rounds, page cache warm):
 
@@ -26,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import itertools
 import json
 import os
 import re
@@ -177,6 +190,106 @@ def measure_rss(work: Path, size: int, steps: int = 200, batch: int = 256) -> di
     return out
 
 
+FEED_TARGET = 200_000  # img/s: one H100 training Mixer-S/16 at 64x64 (issue 37)
+
+
+def old_host_gather(images: torch.Tensor, labels: torch.Tensor, rows, device: torch.device):
+    """The former host-staged path: advanced indexing, then a pinned copy of each batch."""
+    for idx in rows:
+        x, y = images[idx], labels[idx]
+        if device.type == "cuda":
+            x, y = x.pin_memory().to(device, non_blocking=True), y.pin_memory().to(device, non_blocking=True)
+        yield x, y
+
+
+def old_pack_take(part, rows: np.ndarray) -> np.ndarray:
+    """The former ``PackedImages.take``: each shard's rows gathered into a temporary, scattered into place."""
+    out = np.empty((len(rows), *part.shape[1:]), np.uint8)
+    order = np.argsort(rows, kind="stable")
+    sorted_rows = rows[order]
+    shard = np.searchsorted(part.starts, sorted_rows, side="right") - 1
+    cuts = np.flatnonzero(np.diff(shard)) + 1
+    for lo, hi in zip(np.r_[0, cuts], np.r_[cuts, len(rows)]):
+        s = shard[lo]
+        out[order[lo:hi]] = part.shards[s][sorted_rows[lo:hi] - part.starts[s]]
+    return out
+
+
+def old_pack_reads(part, rows, device: torch.device, threads: int, prefetch: int = 4):
+    """The former PackedLoader reader: ``threads`` threads, ``prefetch`` ahead, then pinned copies."""
+    def read(idx):
+        x, y = torch.from_numpy(old_pack_take(part, idx.numpy())), part.labels[idx]
+        return (x.pin_memory(), y.pin_memory()) if device.type == "cuda" else (x, y)
+
+    rows = iter(rows)
+    with ThreadPoolExecutor(threads) as pool:
+        pending = [pool.submit(read, r) for r in itertools.islice(rows, prefetch)]
+        while pending:
+            x, y = pending.pop(0).result()
+            nxt = next(rows, None)
+            if nxt is not None:
+                pending.append(pool.submit(read, nxt))
+            yield x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+
+
+def feed(a, work: Path) -> dict:
+    """img/s of the old and new host gathers and pack reads (see the module docstring)."""
+    from mlplab.data.loader import packed_batches, staged_batches
+
+    device, n, b = torch.device(a.device), a.feed_images, a.feed_batch
+    x, y = synthetic_images(n, a.size, 0)
+    write_pack_directly(work / "feed", n, a.size, shard_size=10_000, n_test=10)
+    part = Pack(work / "feed").split("train")
+    images, labels = torch.from_numpy(x), torch.from_numpy(y)
+    order = torch.randperm(n, generator=torch.Generator().manual_seed(0))
+
+    def epoch(batches) -> None:
+        for xb, _ in batches:
+            pass
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+
+    rows = lambda: (order[i:i + b] for i in range(0, n - b + 1, b))  # noqa: E731
+    pin = " + pin" if device.type == "cuda" else ""
+    cands = {
+        f"host gather, old: images[idx]{pin}": lambda: epoch(old_host_gather(images, labels, rows(), device)),
+        f"host gather, new: index_select(out=) ring, {a.threads} threads":
+            lambda: epoch(staged_batches(images, labels, rows(), device, a.threads, 2)),
+        f"pack read, old: take + scatter{pin}, {a.threads} threads":
+            lambda: epoch(old_pack_reads(part, rows(), device, a.threads)),
+        f"pack read, new: take(out=) ring, {a.threads} threads":
+            lambda: epoch(packed_batches(part, part.labels, rows(), device, a.threads, 2)),
+    }
+    if device.type == "cpu":  # what the host does for a GPU (the meta device moves no data): the reorder is the GPU's
+        meta = torch.device("meta")
+        cands[f"host gather, new, host side of a GPU feed, {a.threads} threads"] = \
+            lambda: epoch(staged_batches(images, labels, rows(), meta, a.threads, 2))
+        cands[f"pack read, new, host side of a GPU feed, {a.threads} threads"] = \
+            lambda: epoch(packed_batches(part, part.labels, rows(), meta, a.threads, 2))
+    count = (n // b) * b
+    for fn in cands.values():
+        fn()  # warm: page cache, threads, pinned memory
+    rates: dict[str, list[float]] = {k: [] for k in cands}
+    for r in range(a.reps):
+        for name, fn in cands.items():
+            rates[name].append(rate(fn, count)[0])
+            print(f"  rep {r}: {name}: {rates[name][-1]:,.0f} img/s (load {os.getloadavg()[0]:.1f})", flush=True)
+    med = {k: statistics.median(v) for k, v in rates.items()}
+    old = {kind: next(v for k, v in med.items() if k.startswith(f"{kind}, old")) for kind in ("host gather", "pack read")}
+    vs_old = {k: v / old["host gather" if k.startswith("host gather") else "pack read"] for k, v in med.items()}
+    rows_ = [[k, f"{v:,.0f}", f"{vs_old[k]:.1f}x", "yes" if v >= FEED_TARGET else "no"] for k, v in med.items()]
+    print(fmt_table([f"uint8 {a.size}x{a.size}, batch {b}, to {a.device}", "img/s", "vs old",
+                     f">= {FEED_TARGET // 1000}k"], rows_))
+    return {"device": a.device, "batch": b, "images": n, "threads": a.threads, "target_img_per_s": FEED_TARGET,
+            "img_per_s_median": {k: round(v, 1) for k, v in med.items()},
+            "img_per_s_reps": {k: [round(v, 1) for v in vs] for k, vs in rates.items()},
+            "new_over_old": {k: round(v, 2) for k, v in vs_old.items() if ", new" in k},
+            "notes": [f"Interleaved, median of {a.reps} rounds, {a.threads} threads, at load "
+                      f"{os.getloadavg()[0]:.1f}: the rates are what the load left, the ratios the comparison. "
+                      f"The target, >= {FEED_TARGET:,} img/s, is one H100's appetite (Mixer-S/16 at 64x64)."],
+            "loadavg_end": list(os.getloadavg())}
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--images", type=int, default=20_000, help="PNGs in the generated folder")
@@ -187,6 +300,10 @@ def main() -> int:
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--rss", action="store_true", help="also measure RssAnon of training on 2k vs 200k packs")
     p.add_argument("--rss-only", action="store_true", help="only the RssAnon measurement")
+    p.add_argument("--feed", action="store_true", help="only the host gather and pack reads, old vs new")
+    p.add_argument("--feed-images", type=int, default=49_152, help="images of the --feed dataset and pack")
+    p.add_argument("--feed-batch", type=int, default=4096)
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="--feed: where the batches go")
     p.add_argument("--work", type=Path, default=None, help="scratch folder (default: a temp folder, deleted)")
     p.add_argument("--out", type=Path, default=None)
     a = p.parse_args()
@@ -194,6 +311,15 @@ def main() -> int:
     env = environment()
     out = a.out or default_out("bench_data")
     work = a.work or Path(tempfile.mkdtemp(prefix="bench_data."))
+    if a.feed:  # its own file: benchmarks/results/data-feed-pt<torch>-<machine>.json
+        try:
+            result = feed(a, work)
+        finally:
+            if a.work is None:
+                shutil.rmtree(work, ignore_errors=True)
+        write_results(a.out or default_out("bench_data_feed"), {"benchmark": "bench_data --feed",
+                                                                "environment": environment(a.device), **result})
+        return 0
     if a.rss_only:
         try:
             rss = measure_rss(work, a.size)

@@ -12,7 +12,8 @@ Suites (sizes from the command line):
   smixer: mlplab ``s_mixer``, ``rp_s_mixer`` and the reference S-Mixer (timm has none).
   b16   : the published Mixer-B/16 at 224×224, 1000 classes (``mixer_b16``: P=16, C=768,
           L=12, D_S=384, D_C=3072), its RP version (``rp_blocks=all``), timm and the reference:
-          a GPU size (``--quick`` shrinks it to 32×32 and 2 blocks for a CPU smoke run).
+          a GPU size (``--quick`` shrinks it to 32×32 and 2 blocks for a CPU smoke run;
+          ``scripts/gpu_check.py`` never does). timm is timed where it imports.
   ``--compile`` adds both mlplab models under ``torch.compile`` (normal and RP), so eager and
   compiled, normal and RP are timed in the same interleaved rounds.
   ``--with-generic`` adds mlplab computing every PK layer by gathers (``compute_by_definition``):
@@ -46,6 +47,7 @@ everything but its GEMMs took no time: a target above it needs faster GEMMs at t
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import statistics
 import sys
@@ -114,6 +116,17 @@ class RefMixer(nn.Module):
         return self.head(self.norm(x).mean(1))
 
 
+def with_timm(a: argparse.Namespace) -> bool:
+    """Whether the suite times timm: unless ``--no-timm``, where timm imports (a node's image may
+    lack it; the suite then times the rest and says so)."""
+    if a.no_timm:
+        return False
+    if importlib.util.find_spec("timm") is None:
+        print("timm is not importable here: no timm row (pip install timm to compare)", flush=True)
+        return False
+    return True
+
+
 def timm_mixer(C: int, ds: int, dc: int, depth: int, patch: int, image: int = 32, classes: int = 10):
     """timm's MlpMixer with token hidden D_S and channel hidden D_C (timm: int(ratio·C) each)."""
     from timm.models.mlp_mixer import MlpMixer
@@ -153,7 +166,7 @@ def build_b16(a: argparse.Namespace) -> dict[str, nn.Module]:
     if a.compile:
         models["mlplab_compiled"] = torch.compile(mlplab.create_model("mixer_b16", **kw))
         models["mlplab_rp_compiled"] = torch.compile(mlplab.create_model("mixer_b16", rp_blocks="all", **kw))
-    if not a.no_timm:
+    if with_timm(a):
         models["timm"] = timm_mixer(b["C"], b["ds"], b["dc"], a.b16_depth, b["patch"], a.b16_image, b["classes"])
     S0 = (a.b16_image // b["patch"]) ** 2
     models["reference"] = RefMixer(S0, b["C"], b["ds"], b["dc"], a.b16_depth, b["patch"], single=False,
@@ -181,7 +194,7 @@ def build_suite(suite: str, dtype: str, a: argparse.Namespace) -> dict[str, nn.M
             if a.with_unfused:
                 models["mlplab_unfused_compiled"] = torch.compile(_unfused(mlplab.create_model("mlp_mixer", **kw)))
             models["mlplab_rp_compiled"] = torch.compile(mlplab.create_model("rp_mlp_mixer", **kw))
-        if not a.no_timm:
+        if with_timm(a):
             models["timm"] = timm_mixer(a.C, a.ds, a.dc, a.depth, P)
         models["reference"] = RefMixer(S0, a.C, a.ds, a.dc, a.depth, P, single=False)
     elif suite == "smixer":

@@ -106,26 +106,29 @@ def test_batch_mode_mixes_the_whole_batch_with_one_lam():
 
 
 def test_host_staged_batches_cross_once_as_uint8(monkeypatch):
-    """A dataset kept in host memory for a GPU run stays there; each batch crosses as uint8
-    through ``to_device`` (pinned, asynchronous on CUDA) and is augmented where it lands."""
+    """A dataset kept in host memory for an accelerator run (``meta`` stands in for a GPU) stays
+    there; each batch crosses once, as uint8 images and int64 labels, asynchronously from the
+    ring's buffers (pinned on CUDA), and is augmented where it lands."""
     from mlplab.data import loader as loader_mod
 
-    crossed = []
+    crossed, to = [], torch.Tensor.to
 
-    def fake_to_device(t, device):
-        crossed.append((t.dtype, tuple(t.shape), str(device)))
-        return t.to("meta")
-    monkeypatch.setattr(loader_mod, "to_device", fake_to_device)
+    def recording_to(self, *args, **kwargs):
+        if self.device.type == "cpu" and args and str(args[0]) == "meta":
+            crossed.append((self.dtype, tuple(self.shape), kwargs))
+        return to(self, *args, **kwargs)
+
     monkeypatch.setattr(loader_mod, "derive_generator", lambda *key, device=None: torch.Generator().manual_seed(0))
     images = torch.randint(0, 256, (64, 3, 8, 8), dtype=torch.uint8)
     aug = build_augment(AugmentConfig(crop_padding=1, hflip=True), num_classes=10, mean=MEAN, std=STD)
-    dl = loader_mod.DeviceLoader(images, torch.arange(64) % 10, 16, augment=aug, device="cpu")
-    dl.device = torch.device("cuda")  # as built for a GPU run (no GPU here): the images stay on the host
-    dl.images, dl.labels = images, torch.arange(64) % 10
+    dl = loader_mod.DeviceLoader(images, torch.arange(64) % 10, 16, augment=aug, device="meta")
+    assert dl.images is images  # built for the device, the images stay on the host
+    monkeypatch.setattr(torch.Tensor, "to", recording_to)
     batches = list(dl)
-    assert len(batches) == 4 and all(x.device.type == "meta" for x, _ in batches)
-    assert crossed[0] == (torch.int64, (64,), "cpu")  # the epoch's order, to where the images live
-    assert crossed[1:] == [(torch.uint8, (16, 3, 8, 8), "cuda"), (torch.int64, (16,), "cuda")] * 4
+    monkeypatch.undo()
+    assert len(batches) == 4 and all(x.device.type == "meta" and x.dtype == torch.float32 for x, _ in batches)
+    assert crossed == [(torch.uint8, (16, 3, 8, 8), {"non_blocking": True}),
+                       (torch.int64, (16,), {"non_blocking": True})] * 4
 
 
 @pytest.mark.parametrize("padding,hflip", [(4, True), (4, False), (1, True), (0, True)])

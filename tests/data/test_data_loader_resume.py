@@ -206,7 +206,9 @@ def test_a_host_dataset_for_a_cuda_run_stays_on_the_host():
     assert lo.device == torch.device("cuda") and lo.images.device.type == "cpu" and lo.images is IMAGES
     assert lo.labels.dtype == torch.int64 and lo.labels.device.type == "cpu" and lo.indices.device.type == "cpu"
     assert lo.indices.dtype == torch.int64
-    on = DeviceLoader(IMAGES, LABELS.int(), 2, device="meta", indices=idx)  # not staged: moved to the device once
+    meta = DeviceLoader(IMAGES, LABELS.int(), 2, device="meta", indices=idx)  # any accelerator: staged the same
+    assert meta.images is IMAGES and meta.indices.device.type == "cpu"
+    on = DeviceLoader(IMAGES.to("meta"), LABELS.int(), 2, device="meta", indices=idx)  # data there: stays there
     assert on.images.device.type == on.labels.device.type == on.indices.device.type == "meta"
     assert on.labels.dtype == on.indices.dtype == torch.int64
     stream = StreamingLoader(InMemory(), 2, device="cuda", indices=idx.int(), num_workers=0)
@@ -242,40 +244,44 @@ def test_streaming_labels_come_back_int64():
 
 
 def test_packed_reads_stay_prefetch_batches_ahead(tmp_path, monkeypatch):
-    import concurrent.futures as cf
+    from mlplab.data import staging
 
     pools, submitted = [], []
 
-    class Pool(cf.ThreadPoolExecutor):
+    class Pool(staging.ThreadPoolExecutor):
         def __init__(self, workers):
             pools.append(workers)
             super().__init__(workers)
 
-        def submit(self, fn, *args):
-            submitted.append(args[0].tolist())
-            return super().submit(fn, *args)
+        def submit(self, fn, slot, rows):
+            submitted.append((slot, rows.tolist()))
+            return super().submit(fn, slot, rows)
 
-    monkeypatch.setattr(cf, "ThreadPoolExecutor", Pool)
+    monkeypatch.setattr(staging, "ThreadPoolExecutor", Pool)
     images = Pack(write_pack(tmp_path / "p")).split("train")
     lo = PackedLoader(images, LABELS, 2, shuffle=False, threads=3, prefetch=2, mean=MEAN, std=STD)
     seen = [len(submitted) for _ in lo]
     assert pools == [3] and len(seen) == 6
     assert seen == [3, 4, 5, 6, 6, 6]  # 2 ahead at the start, one more per batch used, 6 batches in all
-    assert submitted == [[0, 1], [2, 3], [4, 5], [6, 7], [8, 9], [10]]
+    # a ring of prefetch + 2 slots: the slot being read and the one whose copy may be in flight are never refilled
+    assert submitted == [(0, [0, 1]), (1, [2, 3]), (2, [4, 5]), (3, [6, 7]), (0, [8, 9]), (1, [10])]
     assert (lo.threads, lo.prefetch) == (3, 2)
     lo = PackedLoader(images, LABELS, 2, threads=0, prefetch=0)
     assert (lo.threads, lo.prefetch) == (1, 1)
 
 
-def test_packed_batches_are_pinned_for_a_cuda_run(tmp_path, monkeypatch):
-    pinned = []
-    monkeypatch.setattr(torch.Tensor, "pin_memory", lambda self: (pinned.append(self.dtype), self)[1])
+def test_the_readers_ring_is_made_for_the_loaders_device(tmp_path, monkeypatch):
+    """Packs and host-staged datasets gather into a ring for the loader's device: pinned buffers
+    when it is a CUDA device (tests/data/test_data_staging.py), plain ones on the CPU."""
+    from mlplab.data import staging
+
+    made = []
+    monkeypatch.setattr(loader_mod, "PinnedRing", lambda slots, device: made.append((slots, str(device))) or
+                        staging.PinnedRing(slots, "cpu"))
     images = Pack(write_pack(tmp_path / "p")).split("train")
-    x, y = PackedLoader(images, LABELS, 2, device="cuda")._read(torch.tensor([4, 0]))
-    assert torch.equal(x, IMAGES[[4, 0]]) and torch.equal(y, LABELS[[4, 0]])
-    assert pinned == [torch.uint8, torch.int64]
-    PackedLoader(images, LABELS, 2)._read(torch.tensor([1]))
-    assert len(pinned) == 2  # not on the CPU
+    next(iter(PackedLoader(images, LABELS, 2, prefetch=3)))
+    next(iter(DeviceLoader(IMAGES, LABELS, 2, device="meta", prefetch=2)))
+    assert made == [(5, "cpu"), (4, "meta")]
 
 
 def test_streaming_pins_host_memory_for_a_cuda_run(monkeypatch):
@@ -336,18 +342,19 @@ def test_the_loaders_statistics_override_the_augments_and_batches_of_one_work():
 
 
 def test_host_staged_batches_cross_through_to_device_and_equal_the_unstaged_ones(monkeypatch):
-    crossed = []
-
-    def fake_to_device(t, device):
-        crossed.append((t.dtype, str(device)))
-        return t
-
-    monkeypatch.setattr(loader_mod, "to_device", fake_to_device)
+    """Staged for an accelerator (``meta`` here, whose copies are recorded and kept on the CPU so
+    that their values can be compared), the batches gathered into the ring are the same batches."""
     want = list(DeviceLoader(IMAGES, LABELS, B, augment=AUG, seed=5))
-    assert crossed == [(torch.int64, "cpu")]  # only the epoch's order, to where the images are
-    staged = DeviceLoader(IMAGES, LABELS, B, augment=AUG, seed=5)
-    staged.device = torch.device("cuda")  # as built for a GPU run; the augmentation draws on the CPU here
+    staged = DeviceLoader(IMAGES, LABELS, B, augment=AUG, seed=5, device="meta", threads=2, prefetch=1)
+    crossed, to = [], torch.Tensor.to
+
+    def kept_on_the_host(self, *args, **kwargs):
+        if args and str(args[0]) == "meta":
+            crossed.append((self.dtype, kwargs))
+            return self.clone()  # what arrives: the ring's slot, copied
+        return to(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.Tensor, "to", kept_on_the_host)
     monkeypatch.setattr(loader_mod, "derive_generator", lambda *key, device=None: derive_generator(*key))
-    crossed.clear()
     same(list(staged), want)
-    assert crossed == [(torch.int64, "cpu")] + [(torch.uint8, "cuda"), (torch.int64, "cuda")] * len(want)
+    assert crossed == [(torch.uint8, {"non_blocking": True}), (torch.int64, {"non_blocking": True})] * len(want)

@@ -55,6 +55,9 @@ def test_take_is_numpy_fancy_indexing(tmp_path, seed):
     np.testing.assert_array_equal(out, IMAGES.numpy()[rows])
     assert split.take(np.array([10, 0])).tolist() == IMAGES.numpy()[[10, 0]].tolist()
     assert split.take(np.zeros(0, np.int64)).shape == (0, 3, 4, 4)
+    for bad in ([11], [0, -1]):
+        with pytest.raises(IndexError, match=r"out of range for 11 images"):
+            split.take(np.array(bad))
 
 
 def test_test_falls_back_to_val_and_a_missing_split_is_bad_input(tmp_path):

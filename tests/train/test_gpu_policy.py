@@ -9,6 +9,7 @@ import json
 import pytest
 import torch
 
+from mlplab.errors import BadInput
 from mlplab.experiments import executors
 from mlplab.train import accelerator, backend, distributed, runplan
 from mlplab.train.metrics import mfu
@@ -58,7 +59,7 @@ def test_compile_model_resets_dynamo_between_runs(monkeypatch):
     the recompile limit silently leaves later shapes eager while results say compiled)."""
     calls = []
     monkeypatch.setattr(torch._dynamo, "reset", lambda: calls.append("reset"))
-    monkeypatch.setattr(torch, "compile", lambda m: ("compiled", m))
+    monkeypatch.setattr(torch, "compile", lambda m, **kw: ("compiled", m))
     monkeypatch.setattr(backend, "cpp_compiler", lambda: "/usr/bin/c++")
     for width in (2, 3, 4):
         assert backend.compile_model(torch.nn.Linear(width, 2), torch.device("cpu"))[0] == "compiled"
@@ -105,6 +106,38 @@ def test_each_rank_sets_its_gpu_before_anything_reads_one(monkeypatch):
     info = distributed.init_distributed("cuda")
     assert events == [("set_device", 2), ("init", "nccl", torch.device("cuda", 2), 60.0 * distributed.DEFAULT_TIMEOUT_MIN)]
     assert (info.rank, info.world_size, info.local_rank) == (6, 4, 2)
+
+
+@pytest.mark.parametrize("device,chosen,expect", [
+    ("cuda", None, ("nccl", True)), ("cuda", "gloo", ("gloo", False)), ("cpu", None, ("gloo", False)),
+    ("cpu", "gloo", ("gloo", False)),
+])
+def test_the_backend_is_nccl_on_cuda_unless_gloo_is_asked_for(monkeypatch, device, chosen, expect):
+    """MLPLAB_DIST_BACKEND=gloo on CUDA: several ranks may share one GPU (gpu_check's DDP check);
+    the rank's GPU is still made current first, and only NCCL is bound to it (device_id)."""
+    events = []
+    for k, v in {"WORLD_SIZE": "2", "RANK": "1", "LOCAL_RANK": "0"}.items():
+        monkeypatch.setenv(k, v)
+    if chosen:
+        monkeypatch.setenv("MLPLAB_DIST_BACKEND", chosen)
+    else:
+        monkeypatch.delenv("MLPLAB_DIST_BACKEND", raising=False)
+    monkeypatch.setattr(distributed.dist, "is_initialized", lambda: False)
+    monkeypatch.setattr(torch.cuda, "set_device", lambda i: events.append(("set_device", i)))
+    monkeypatch.setattr(distributed.dist, "init_process_group",
+                        lambda **kw: events.append((kw["backend"], "device_id" in kw)))
+    monkeypatch.setattr(distributed.dist, "get_rank", lambda: 1)
+    monkeypatch.setattr(distributed.dist, "get_world_size", lambda: 2)
+    distributed.init_distributed(device)
+    assert events == ([("set_device", 0)] if device == "cuda" else []) + [expect]
+
+
+@pytest.mark.parametrize("device,bad", [("cuda", "mpi"), ("cpu", "nccl")])
+def test_an_unusable_backend_is_refused_in_one_sentence(monkeypatch, device, bad):
+    for k, v in {"WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "0", "MLPLAB_DIST_BACKEND": bad}.items():
+        monkeypatch.setenv(k, v)
+    with pytest.raises(BadInput, match=f"MLPLAB_DIST_BACKEND={bad} on {device}: use gloo"):
+        distributed.init_distributed(device)
 
 
 def test_a_rank_plans_on_its_own_gpu_before_the_group_exists(monkeypatch):
@@ -162,3 +195,21 @@ def test_with_download_rank_zero_fetches_first(monkeypatch, rank, tiny):
     assert events == (["load", "barrier"] if rank == 0 else ["barrier", "load"])
     events.clear()
     assert loop._load_data(tiny(), torch.device("cpu"), dist) == "data" and events == ["load"]
+
+
+@pytest.mark.parametrize("initialized", [True, False])
+def test_an_inline_sweep_hands_pytorchs_gpu_cache_back_after_each_run(monkeypatch, tmp_path, initialized):
+    """Runs one after another in one process: what the allocator cached for a run is freed before
+    the next one plans (its memory check and data.on_device=auto see it free); never where CUDA
+    was not used (no context is made for it)."""
+    from mlplab.utils.progress import RunTally
+
+    calls = []
+    monkeypatch.setattr(executors, "execute_run", lambda d: calls.append(d.name) or "done")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: initialized)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: calls.append("empty_cache"))
+    dirs = [tmp_path / "a", tmp_path / "b"]
+    out = executors._run_inline(dirs, lambda line: None, {}, RunTally(total=2))
+    assert out == {d: "done" for d in dirs}
+    assert calls == (["a", "empty_cache", "b", "empty_cache"] if initialized else ["a", "b"])

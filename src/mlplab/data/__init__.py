@@ -11,7 +11,7 @@ from .download import BadData, ChecksumError, DataError, cache_dir, download_fil
 from .datasets import ImageData, holdout_split, load_dataset, make_synthetic, resize_images
 from .augment import Augment, AugmentConfig, build_augment
 from .autoaugment import AutoAugment, RandAugment, parse_randaugment
-from .loader import DeviceLoader, ImageFolderDataset, PackedLoader, StreamingLoader
+from .loader import DeviceLoader, ImageFolderDataset, MicroBatches, PackedLoader, StreamingLoader
 from .packed import Pack, PackedImages, verify_pack
 from .packing import pack
 
@@ -20,6 +20,6 @@ __all__ = [
     "BadData", "ChecksumError", "DataError", "cache_dir", "download_file", "safe_extract", "verify_checksum",
     "ImageData", "holdout_split", "load_dataset", "make_synthetic", "resize_images",
     "Augment", "AugmentConfig", "build_augment", "AutoAugment", "RandAugment", "parse_randaugment",
-    "DeviceLoader", "ImageFolderDataset", "PackedLoader", "StreamingLoader",
+    "DeviceLoader", "ImageFolderDataset", "MicroBatches", "PackedLoader", "StreamingLoader",
     "Pack", "PackedImages", "pack", "verify_pack",
 ]

@@ -147,10 +147,11 @@ class PackedImages:
     """One split of a pack: images read from memory-mapped shards, labels held in memory (int64).
 
     ``take(rows)`` gathers any rows into a new uint8 array (n, ch, H, W), reading each shard's
-    rows in increasing order. Opening checks every shard against the index before anything is
-    read from it (:func:`_check_shard`): its header (dtype, shape, count), its size, the sha256
-    of its labels and the :func:`shard_probe` of its images. The full sha256 of the images reads
-    the whole pack: ``verify_pack``.
+    rows in increasing order; ``take_ascending`` leaves them in that order (the loader's one-copy
+    path). Opening checks every shard against the index before anything is read from it
+    (:func:`_check_shard`): its header (dtype, shape, count), its size, the sha256 of its labels
+    and the :func:`shard_probe` of its images. The full sha256 of the images reads the whole
+    pack: ``verify_pack``.
     """
 
     def __init__(self, root: Path, entry: dict[str, Any], in_chans: int, image_size: tuple[int, int]):
@@ -175,18 +176,33 @@ class PackedImages:
         return self.shape[0]
 
     def take(self, rows: np.ndarray | torch.Tensor, out: np.ndarray | None = None) -> np.ndarray:
+        """The images of ``rows`` (any order, repeats allowed) in that order, into ``out`` or a new
+        uint8 array (n, ch, H, W)."""
         rows = rows.numpy() if isinstance(rows, torch.Tensor) else np.asarray(rows)
         out = np.empty((len(rows), *self.shape[1:]), np.uint8) if out is None else out
-        if len(rows) == 0:
-            return out
+        staged = np.empty_like(out)
+        order = self.take_ascending(rows, staged)
+        out[order] = staged
+        return out
+
+    def take_ascending(self, rows: np.ndarray, out: np.ndarray) -> np.ndarray:
+        """Gather the images of ``rows`` in ascending row order into ``out`` and return ``order``:
+        ``out[k]`` holds row ``rows[order[k]]``. One copy per image (``np.take(out=)`` per shard,
+        reading each shard's pages in increasing order), no temporary: the reader's fast path, which
+        puts the batch back in the asked order with one gather on the device."""
+        rows = np.asarray(rows)
         order = np.argsort(rows, kind="stable")
+        if len(rows) == 0:
+            return order
         sorted_rows = rows[order]
+        if sorted_rows[0] < 0 or sorted_rows[-1] >= len(self):
+            raise IndexError(f"rows {sorted_rows[0]}..{sorted_rows[-1]} out of range for {len(self)} images")
         shard = np.searchsorted(self.starts, sorted_rows, side="right") - 1
         cuts = np.flatnonzero(np.diff(shard)) + 1
         for lo, hi in zip(np.r_[0, cuts], np.r_[cuts, len(rows)]):
-            s = shard[lo]
-            out[order[lo:hi]] = self.shards[s][sorted_rows[lo:hi] - self.starts[s]]
-        return out
+            s = shard[lo]  # mode="clip": the rows are in range (checked above), and numpy buffers out= otherwise
+            np.take(self.shards[s], sorted_rows[lo:hi] - self.starts[s], axis=0, out=out[lo:hi], mode="clip")
+        return order
 
 
 def _check_shard(path: Path, a: np.memmap, shape: tuple[int, ...], dtype: type, entry: dict[str, Any],

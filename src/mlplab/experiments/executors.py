@@ -298,10 +298,21 @@ def _run_inline(jobs: list[tuple[list[Path], str]], log, out: dict[Path, str], t
         log(tally.starting(dirs[0], dirs[0].name + note))
         status = {dirs[0]: execute_run(dirs[0])} if len(dirs) == 1 else \
             {Path(d): st for d, st in execute_group(dirs).items()}
+        free_device_cache()
         for d in dirs:
             out[d] = status[d]
             tally.finish(d, out[d], d.name)
     return out
+
+
+def free_device_cache() -> None:
+    """Hand back the GPU memory PyTorch's allocator keeps cached after a run, so that the next run
+    of this process finds it free (its memory check and ``data.on_device=auto`` count it too:
+    ``train.memory.available_memory``). Nothing where CUDA was never used."""
+    import torch
+
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.empty_cache()
 
 
 def visible_gpus() -> list[str]:

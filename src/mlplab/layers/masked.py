@@ -123,6 +123,17 @@ class MaskedLinear(nn.Module):
         return f"in={self.in_features}, out={self.out_features}, density={self.density:.4g}, scale={float(self.scale):.4g}"
 
 
+@torch.compiler.disable
+def _sparse_product(layer: "SparseLinear", x2: torch.Tensor) -> torch.Tensor:
+    """x2 Wᵀ outside autocast and outside torch.compile's traced region: dynamo cannot trace
+    sparse tensors (``sparse_csr_tensor``), the pattern's ``bincount`` (a data-dependent size) or
+    its cache key (``data_ptr``), and a graph break inside the model's block loop would make it
+    skip the whole loop. Disabled here, the product runs eagerly between compiled graphs: one
+    graph break per sparse layer, every other op of the model compiled (``train.backend.dynamo_counts``)."""
+    with torch.autocast(x2.device.type, enabled=False):
+        return _SparseMatmul.apply(x2, layer.values * layer.scale, layer._pattern())
+
+
 class _CsrPattern:
     """The CSR structure of W (out×in) and of Wᵀ for a fixed, row-major sorted (row, col) list,
     derived once per mask (not per step): ``crow``/``col`` for W, and for Wᵀ ``crow_t``/``col_t``
@@ -272,8 +283,7 @@ class SparseLinear(nn.Module):
         the layers around it keep autocasting."""
         lead = x.shape[:-1]
         x2 = x.reshape(-1, self.in_features).to(self.values.dtype)  # (B, in)
-        with torch.autocast(x.device.type, enabled=False):
-            y = _SparseMatmul.apply(x2, self.values * self.scale, self._pattern())
+        y = _sparse_product(self, x2)
         if self.bias is not None:
             y = y + self.bias
         return y.reshape(*lead, self.out_features)

@@ -13,11 +13,12 @@ and the float32 matmul policy. One table, read by ``resolve_precision`` and ``re
 from __future__ import annotations
 
 import importlib.util
+import re
 
 import torch
 
 __all__ = ["BF16_MIN_CAPABILITY", "COMPILE_MIN_CAPABILITY", "cuda_capability", "native_bf16_cuda",
-           "compile_unavailable_reason", "set_fp32_matmul_policy"]
+           "compile_unavailable_reason", "set_fp32_matmul_policy", "DATASHEET_BF16_TFLOPS", "datasheet_bf16_tflops"]
 
 #: First compute capability with bf16 tensor cores (Ampere: A100 8.0, A10/RTX 30 8.6, H100 9.0).
 BF16_MIN_CAPABILITY = (8, 0)
@@ -49,3 +50,39 @@ def set_fp32_matmul_policy() -> None:
     """IEEE float32 for fp32 matmuls and convolutions on CUDA (see the module docstring)."""
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
+
+
+#: Dense bf16 tensor-core TFLOP/s from NVIDIA's datasheets (half the "with sparsity" figure), by
+#: the words of ``torch.cuda.get_device_name``; the first row whose words all appear wins, so a
+#: variant comes before its family. MFU against a datasheet peak is a ceiling no GEMM reaches
+#: (the measured GEMM rate is the fair denominator); a GPU not listed gets only the measured one.
+DATASHEET_BF16_TFLOPS: tuple[tuple[tuple[str, ...], float], ...] = (
+    (("gh200",), 989.5),
+    (("h200", "nvl"), 835.5),
+    (("h200",), 989.5),  # SXM
+    (("h100", "pcie"), 756.5),
+    (("h100", "nvl"), 835.5),
+    (("h100",), 989.5),  # SXM5 ("NVIDIA H100 80GB HBM3")
+    (("h800", "pcie"), 756.5),
+    (("h800",), 989.5),
+    (("a100",), 312.0),  # SXM4 and PCIe, 40 and 80 GB
+    (("a800",), 312.0),
+    (("l40s",), 362.05),
+    (("l40",), 181.05),
+    (("l4",), 121.0),
+    (("a40",), 149.7),
+    (("a30",), 165.0),
+    (("a10",), 125.0),
+    (("rtx", "6000", "ada"), 364.2),
+    (("rtx", "4090"), 165.2),
+)
+
+
+def datasheet_bf16_tflops(name: str) -> float | None:
+    """The dense bf16 datasheet peak of the GPU called ``name`` (:data:`DATASHEET_BF16_TFLOPS`),
+    or None for a GPU not in the table."""
+    words = set(re.split(r"[^a-z0-9]+", name.lower()))
+    for need, tflops in DATASHEET_BF16_TFLOPS:
+        if set(need) <= words:
+            return tflops
+    return None

@@ -28,6 +28,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import os
+import re
 import shutil
 import sys
 
@@ -40,7 +41,7 @@ from ..models.base import VisionMLP
 from ..models.impl import Fusable, Impl
 from .accelerator import compile_unavailable_reason
 
-__all__ = ["resolve_compile", "compile_model", "cpp_compiler", "keep_freed_memory", "MIN_STEPS_CPU", "apply_impl",
+__all__ = ["resolve_compile", "compile_model", "dynamo_counts", "cpp_compiler", "keep_freed_memory", "MIN_STEPS_CPU", "apply_impl",
            "describe_implementation", "implementation_line"]
 
 
@@ -112,13 +113,21 @@ def cpp_compiler() -> str | None:
     return None
 
 
-def compile_model(model: nn.Module, device: torch.device, *, warn=sys.stderr) -> nn.Module:
+#: the backend of the last :func:`compile_model` (``dynamo_counts`` reports it)
+_backend: str | None = None
+
+
+def compile_model(model: nn.Module, device: torch.device, *, warn=sys.stderr, backend: str | None = None) -> nn.Module:
     """``torch.compile(model)``, or ``model`` itself (with one line on ``warn``) when the backend
     cannot build kernels here: no C++ compiler on CPU, an unsupported GPU or no Triton on CUDA.
 
     Dynamo's caches are reset first: a process that trains one run after another (a sweep run
     inline, a notebook) would otherwise reach dynamo's recompile limit after a few model shapes
-    and silently run the rest eagerly while reporting them compiled."""
+    and silently run the rest eagerly while reporting them compiled. ``backend``: torch.compile's,
+    else ``$MLPLAB_COMPILE_BACKEND``, else inductor (``"eager"`` traces with dynamo only, enough for
+    the graph counts of :func:`dynamo_counts`; ``"aot_eager"`` also differentiates the graphs as
+    inductor does, without generating kernels: the CPU tests of compiled DDP use it)."""
+    global _backend
     if device.type == "cpu" and cpp_compiler() is None:
         print("mlplab train: run.compile: no C++ compiler (c++/g++/clang++, or $CXX) found for "
               "torch.compile on CPU; training eagerly", file=warn)
@@ -127,7 +136,37 @@ def compile_model(model: nn.Module, device: torch.device, *, warn=sys.stderr) ->
         print(f"mlplab train: run.compile: {why}; training eagerly", file=warn)
         return model
     torch._dynamo.reset()
-    return torch.compile(model)
+    torch._dynamo.utils.counters.clear()  # dynamo_counts: this model's graphs only
+    _backend = backend or os.environ.get("MLPLAB_COMPILE_BACKEND") or "inductor"
+    return torch.compile(model, backend=_backend)
+
+
+def dynamo_counts() -> dict:
+    """What dynamo made of the code compiled since :func:`compile_model` (``results.json``'s
+    ``dynamo``): the ``backend``, ``graphs`` (FX graphs compiled), ``graph_breaks``,
+    ``skipped_frames`` (Python frames dynamo gave up on and ran eagerly, e.g. a loop with a graph
+    break inside), and ``break_reasons`` (each reason's first line and the code it names, with its
+    count). A dense model compiles to one graph per shape with no break; the sparse SW-MLP breaks
+    at each sparse product, which runs outside the traced region (``layers.masked._sparse_product``);
+    under DDP the wrapper's own frames break by design (``DistributedDataParallel``, its ``Reducer``)."""
+    c = torch._dynamo.utils.counters
+    reasons: dict[str, int] = {}
+    for reason, n in c["graph_break"].items():
+        line = _break_reason(reason)
+        reasons[line] = reasons.get(line, 0) + n
+    frames = c["frames"]
+    return {"backend": _backend, "graphs": int(c["stats"].get("unique_graphs", 0)),
+            "graph_breaks": int(sum(reasons.values())),
+            "skipped_frames": int(frames.get("total", 0) - frames.get("ok", 0)), "break_reasons": reasons}
+
+
+def _break_reason(text: str) -> str:
+    """A graph break's reason in one line: its first line and, where dynamo gives one, the code it
+    is about (its "Developer debug context", addresses left out)."""
+    lines = [ln.strip() for ln in text.strip().splitlines()] or ["?"]
+    where = next((ln.split(":", 1)[1].strip() for ln in lines if ln.startswith("Developer debug context:")), "")
+    where = re.sub(r"\d{6,}", "N", re.sub(r" at 0x[0-9a-f]+", "", where))[:160]  # addresses and pointers
+    return f"{lines[0]} ({where})" if where else lines[0]
 
 
 # glibc's mallopt parameters (malloc.h)

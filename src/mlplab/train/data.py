@@ -28,6 +28,7 @@ from ..errors import BadInput
 from ..utils.seeds import derive_seed
 from .config import ROOTED_DATASETS, RunConfig
 from .distributed import DistInfo, shard_indices
+from .memory import available_memory
 
 __all__ = ["Split", "RunData", "load_run_data", "train_loader", "eval_loader", "data_identity", "same_data",
            "describe_data", "SPLIT_SEED", "STREAM_BYTES"]
@@ -202,13 +203,14 @@ def _on_device(flag: bool | str, train: Split, device: torch.device) -> bool:
         return bool(flag)
     if device.type != "cuda":
         return True
-    free, _ = torch.cuda.mem_get_info(device)
-    return train.images.numel() < 0.3 * free  # uint8: numel bytes; leave room for the model
+    return train.images.numel() < 0.3 * available_memory(device)  # uint8: numel bytes; leave room for the model
 
 
-def _loader(split: Split, data: RunData, batch_size, *, augment, seed, drop_last, indices=None):
-    """The loader for ``split`` restricted to ``indices`` (positions within the split), in order."""
-    kw = dict(shuffle=False, drop_last=drop_last, augment=augment, seed=seed, mean=data.info.mean, std=data.info.std)
+def _loader(split: Split, data: RunData, batch_size, *, augment, seed, drop_last, indices=None, micro_batches=1):
+    """The loader for ``split`` restricted to ``indices`` (positions within the split), in order;
+    ``micro_batches`` > 1: each batch augmented one micro-batch at a time (``data.MicroBatches``)."""
+    kw = dict(shuffle=False, drop_last=drop_last, augment=augment, seed=seed, mean=data.info.mean, std=data.info.std,
+              micro_batches=micro_batches)
     if not split.streamed:
         # batches go to the run's device; a split kept in host memory for a GPU run is staged (DeviceLoader)
         return DeviceLoader(split.images, split.labels, batch_size, device=data.device or split.images.device,
@@ -225,15 +227,18 @@ def _home(split: Split) -> torch.device:
     return torch.device("cpu") if split.streamed else split.images.device
 
 
-def train_loader(data: RunData, epoch: int, batch_size: int, seed: int, dist: DistInfo, start: int = 0):
+def train_loader(data: RunData, epoch: int, batch_size: int, seed: int, dist: DistInfo, start: int = 0,
+                 micro_batches: int = 1):
     """This rank's loader for ``epoch``: its shard of the epoch's permutation, in order, with
     augmentation seeded by (seed, epoch, rank). ``batch_size`` is per rank. A streamed split
     reads only this shard's rows. ``start``: the first batch (a run stopped mid-epoch resumes
-    there; batch i's augmentation depends on i alone, so the batches are those of a whole epoch)."""
+    there; batch i's augmentation depends on i alone, so the batches are those of a whole epoch).
+    ``micro_batches`` (``run.accumulate_steps``): each batch is augmented one micro-batch at a
+    time, when the step reaches it (``mlplab.data.loader``)."""
     idx = shard_indices(len(data.train), epoch, seed, dist, device=_home(data.train))
     aug_seed = derive_seed(seed, "augment", epoch, dist.rank)
     loader = _loader(data.train, data, batch_size, augment=data.augment, seed=aug_seed, drop_last=True,
-                     indices=idx)  # batches gather their rows: no per-epoch copy of the dataset
+                     indices=idx, micro_batches=micro_batches)  # batches gather their rows: no per-epoch copy
     if start:
         loader.load_state_dict({"epoch": loader.epoch, "position": start})
     return loader

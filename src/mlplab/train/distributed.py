@@ -32,6 +32,7 @@ from ..errors import BadInput
 from ..utils.seeds import derive_generator
 
 __all__ = [
+    "BACKENDS",
     "DEFAULT_TIMEOUT_MIN",
     "DistInfo",
     "Launch",
@@ -47,6 +48,12 @@ __all__ = [
 #: How long a collective may wait for the slowest rank before the run fails (``MLPLAB_DIST_TIMEOUT_MIN``).
 #: Long enough for rank 0 to write a checkpoint or evaluate while the others wait at a barrier.
 DEFAULT_TIMEOUT_MIN = 30
+
+
+#: ``MLPLAB_DIST_BACKEND``: the process group's backend; unset, nccl on CUDA and gloo on the CPU.
+#: ``gloo`` on CUDA lets several ranks share one GPU (NCCL refuses two ranks on one device): how
+#: ``scripts/gpu_check.py`` runs real DDP, its all-reduces and ``no_sync``, on a one-GPU node.
+BACKENDS = ("nccl", "gloo")
 
 
 @dataclass(frozen=True)
@@ -105,18 +112,24 @@ def init_distributed(device_type: str) -> DistInfo:
     """Join the process group described by torchrun's (or srun's) env vars; a no-op without them.
 
     On CUDA the rank's GPU (``LOCAL_RANK``) becomes the current device before anything else
-    touches CUDA, so no rank opens a context on GPU 0, and NCCL is bound to it (``device_id``).
+    touches CUDA, so no rank opens a context on GPU 0, and NCCL is bound to it (``device_id``);
+    ``MLPLAB_DIST_BACKEND`` chooses another backend (:data:`BACKENDS`).
     ``LOCAL_RANK`` must be given: the global rank is not a GPU index on a second node."""
     launch = launch_env()
     if launch.world_size <= 1:
         return DistInfo()
     local_rank = launch.local_rank
+    backend = os.environ.get("MLPLAB_DIST_BACKEND") or ("nccl" if device_type == "cuda" else "gloo")
+    if backend not in BACKENDS or (backend == "nccl" and device_type != "cuda"):
+        raise BadInput(f"MLPLAB_DIST_BACKEND={backend} on {device_type}: use gloo (any device) or nccl (CUDA), "
+                       "or unset it")
     if not dist.is_initialized():
         timeout = datetime.timedelta(minutes=float(os.environ.get("MLPLAB_DIST_TIMEOUT_MIN", DEFAULT_TIMEOUT_MIN)))
         where = {} if launch.init_method == "env://" else {"init_method": launch.init_method, "rank": launch.rank,
                                                            "world_size": launch.world_size}
         if device_type == "cuda":
             torch.cuda.set_device(local_rank)
+        if backend == "nccl":  # bound to this rank's GPU
             dist.init_process_group(backend="nccl", timeout=timeout, device_id=torch.device("cuda", local_rank),
                                     **where)
         else:

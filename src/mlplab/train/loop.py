@@ -24,9 +24,10 @@ this project's AVX2 EPYC, oneDNN's bf16 linear reaches ~4 GFLOP/s against ~40 at
 is always computed in fp32. MFU is measured against the machine's rate *at the run's precision*.
 
 Gradient accumulation (``run.accumulate_steps=K``). Each step's batch (``run.batch_size``, the
-global batch that the lr and its scaling name) is drawn and augmented as one — mixup pairs and
-soft targets span the whole batch — then split into K equal micro-batches whose mean losses,
-each divided by K, are back-propagated in turn (:func:`accumulated_backward`). The summed
+global batch that the lr and its scaling name) is drawn as one and split into K equal
+micro-batches, each augmented when it is reached (``mlplab.data.loader.MicroBatches``: the
+augmentation's memory is a micro-batch's; mixup pairs within it), whose mean losses, each
+divided by K, are back-propagated in turn (:func:`accumulated_backward`). The summed
 gradient is the full batch's mean-loss gradient (the models have no BatchNorm, so a micro-batch's
 forward does not depend on the others), and the optimiser steps once. Under DDP the first K − 1
 backward passes skip the gradient all-reduce (``no_sync``); the last one reduces the sum.
@@ -73,7 +74,8 @@ from ..utils.seeds import derive_seed
 from ..utils.units import format_count
 from . import checkpoint as ckpt
 from .accelerator import set_fp32_matmul_policy
-from .backend import compile_model, describe_implementation, implementation_line, keep_freed_memory, resolve_compile
+from .backend import (compile_model, describe_implementation, dynamo_counts, implementation_line, keep_freed_memory,
+                      resolve_compile)
 from .config import Durations, RunConfig, durations
 from .data import RunData, eval_loader, load_run_data, train_loader
 from .curves import save_curves
@@ -142,13 +144,15 @@ def accumulated_backward(model: nn.Module, x: torch.Tensor, y: torch.Tensor, k: 
                          no_sync: Callable | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Forward and backward of one optimiser step's batch ``(x, y)`` (``y`` class indices or soft
     targets) in ``k`` equal micro-batches; gradients accumulate in ``.grad``. Returns the batch's
-    mean loss and its logits, both detached (device tensors: no host sync).
+    mean loss and its logits, both detached (device tensors: no host sync). ``x`` may be the
+    loader's ``MicroBatches`` (``y`` None): its k parts, each augmented when reached.
 
     With micro-batches of size m = B/k the gradient is Σ_j ∇(1/k)·(1/m)Σ_{i∈j} ℓ_i = ∇(1/B)Σ_i ℓ_i,
     the unsplit batch's, up to float rounding. ``no_sync``: DDP's context manager, entered for the
     first k − 1 backward passes so that only the last one all-reduces the accumulated sum."""
     losses, logits_all = [], []
-    for j, (xj, yj) in enumerate(zip(x.chunk(k), y.chunk(k))):
+    parts = zip(x.chunk(k), y.chunk(k)) if y is not None else x
+    for j, (xj, yj) in enumerate(parts):
         ctx = no_sync() if no_sync is not None and j < k - 1 else contextlib.nullcontext()
         with ctx:
             with autocast():
@@ -396,7 +400,8 @@ def _train_epoch(run: _Run, epoch: int, state: RunState, guard: _Guard, progress
     params = [p for p in run.model.parameters() if p.requires_grad]
     start, partial = state.position, state.partial or {}
     t_before = partial.get("train_time_s", 0.0)  # of this epoch, before a stop signal (resumed mid-epoch)
-    loader = train_loader(run.data, epoch, dur.batch_per_rank, cfg.run.seed, dist, start=start)
+    loader = train_loader(run.data, epoch, dur.batch_per_rank, cfg.run.seed, dist, start=start,
+                          micro_batches=cfg.run.accumulate_steps)
     sums = partial["sums"].to(device) if partial else torch.zeros(2, dtype=torch.float64, device=device)  # loss·n, correct
     no_sync = run.ddp.no_sync if run.ddp is not None else None
     seen = partial.get("seen", 0)  # examples this epoch on this rank (host int: no sync)
@@ -409,6 +414,7 @@ def _train_epoch(run: _Run, epoch: int, state: RunState, guard: _Guard, progress
         set_lr(run.optimizer, lr_at(state.step, dur.total_steps, dur.warmup_steps, dur.peak_lr, cfg.schedule))
         run.optimizer.zero_grad(set_to_none=True)
         loss, logits = accumulated_backward(run.train_model, x, y, cfg.run.accumulate_steps, run.autocast, no_sync)
+        y = x.targets if y is None else y  # augmented one micro-batch at a time (data.loader.MicroBatches)
         gnorm = nn.utils.clip_grad_norm_(params, cfg.optim.grad_clip) if cfg.optim.grad_clip is not None else None
         run.optimizer.step()
         if run.ema is not None:
@@ -509,6 +515,7 @@ def _results(run: _Run, state: RunState, final: dict[str, float], run_dir: Path,
         "mfu": peak.mfu(run.train_fpe * ips, run.dist.world_size) if run.train_fpe else None,
         "matmul_flops_per_s": peak.rate, "data": data,
         "precision": run.precision, "compiled": run.compiled, "device": str(run.device),
+        "dynamo": dynamo_counts() if run.compiled else None,  # graphs, graph breaks, skipped frames
         "implementation": describe_implementation(run.model, run.device, run.precision, run.compiled),
         "world_size": run.dist.world_size, "threads": torch.get_num_threads(),
         "weights_sha256": digest, "run_dir": str(run_dir), "history": history,

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import json
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -29,7 +30,6 @@ from ..errors import BadInput
 from ..models.impl import Impl
 from ..models.registry import create_model, get_model_entry
 from ..utils.cpu import cpu_has_native_bf16
-from ..utils.machine import host_memory_available
 from ..utils.units import format_count
 from . import config as _config
 from .accelerator import native_bf16_cuda
@@ -37,12 +37,11 @@ from .backend import apply_impl
 from .config import RunConfig
 from .distributed import launch_env
 from .init import check_pretrained, pretrained_model, read_init_checkpoint
+from .memory import STATE_BYTES_PER_PARAM, DataChecksPass as _DataChecksPass, available_memory, estimate_memory
 
 __all__ = ["RunPlan", "plan_run", "as_plan", "resolve_device", "resolve_precision", "resolve_model_kwargs",
-           "dataset_info", "check_memory", "meta_model", "meta_param_count"]
+           "dataset_info", "check_memory", "meta_model", "meta_param_count", "STATE_BYTES_PER_PARAM"]
 
-#: Bytes of training state per fp32 parameter: weights, gradients and two AdamW moments.
-STATE_BYTES_PER_PARAM = 16
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -64,7 +63,9 @@ class RunPlan:
         (image folders, packs, streamed or not: their image size, channels and classes): called
         with the opened data's record before the model is built; a no-op where the plan checked."""
         if self.n_params is None and self.checkpoint is None and self.device is not None:
-            check_memory(meta_param_count(self.cfg.model.name, resolve_model_kwargs(self.cfg, info)), self.device)
+            kwargs = resolve_model_kwargs(self.cfg, info)
+            check_memory(meta_param_count(self.cfg.model.name, kwargs), self.device, cfg=self.cfg, info=info,
+                         model_kwargs=kwargs, precision=self.precision or "fp32")
 
     def build_model(self, info: DatasetInfo) -> nn.Module:
         """The run's model on the CPU for the loaded data ``info``: fresh from the registry, or
@@ -100,7 +101,7 @@ def plan_run(cfg: RunConfig, *, here: bool = True, checkpoint: Any = None) -> Ru
         model = apply_impl(meta_model(cfg.model.name, kwargs), impl, device, precision)
         n_params = sum(p.numel() for p in model.parameters())
     if device is not None and n_params is not None:
-        check_memory(n_params, device)
+        check_memory(n_params, device, cfg=cfg, info=info, model_kwargs=kwargs, precision=precision)
     return RunPlan(cfg=cfg, data_cfg=data_cfg, info=info, model_kwargs=kwargs, checkpoint=checkpoint,
                    n_params=n_params, impl=impl, device=device, precision=precision)
 
@@ -183,28 +184,57 @@ def dataset_info(cfg: RunConfig) -> DatasetInfo:
     return info
 
 
+#: meta builds by (name, kwargs): the runs of a sweep share a few architectures, and a Mixer's
+#: meta build takes ~0.1-1 s (its PK layers' index arithmetic)
+_META_MODELS: dict[str, nn.Module] = {}
+
+
+def _meta_key(name: str, kwargs: dict[str, Any]) -> str:
+    return json.dumps([name, kwargs], sort_keys=True, default=repr)
+
+
 def meta_model(name: str, kwargs: dict[str, Any]) -> nn.Module:
-    """``create_model(name, **kwargs)`` built on the meta device: no memory is allocated (an
-    absurd size is refused by its count instead of allocated), and the constructor's checks of
-    sizes run; checks of values (permutations, sparse indices) wait for the real build, before
-    any file is written."""
-    with torch.device("meta"):
-        return create_model(name, **kwargs)
+    """``create_model(name, **kwargs)`` built on the meta device (no memory is allocated, so an
+    absurd size is refused instead of allocated; the constructor's own checks run too), once."""
+    key = _meta_key(name, kwargs)
+    if key not in _META_MODELS:
+        with torch.device("meta"), _DataChecksPass():
+            _META_MODELS[key] = create_model(name, **kwargs)
+    return _META_MODELS[key]
 
 
 def meta_param_count(name: str, kwargs: dict[str, Any]) -> int:
-    """The parameter count of ``create_model(name, **kwargs)``, from a build on the meta device."""
+    """The parameter count of ``create_model(name, **kwargs)``, from its meta build."""
     return sum(p.numel() for p in meta_model(name, kwargs).parameters())
 
 
-def check_memory(n_params: int, device: torch.device) -> None:
-    """Refuse a model whose weights, gradients and optimiser state (16 bytes per fp32 parameter
-    with AdamW) cannot fit in the memory available now on ``device``."""
-    need = STATE_BYTES_PER_PARAM * n_params
-    free = torch.cuda.mem_get_info(device)[0] if device.type == "cuda" else host_memory_available()
+def check_memory(n_params: int, device: torch.device, *, cfg: RunConfig | None = None, info: Any = None,
+                 model_kwargs: dict[str, Any] | None = None, precision: str = "fp32") -> None:
+    """Refuse a run that cannot fit in the memory available now on ``device``: its weights,
+    gradients and optimiser state (16 bytes per fp32 parameter with AdamW), and, given the run's
+    ``cfg``, dataset ``info`` and model keywords, one micro-batch's activations and augmentation
+    temporaries (:func:`mlplab.train.memory.estimate_memory`, the one estimate)."""
+    free = available_memory(device)
     if free is None:
         return
-    if need > free:
-        raise BadInput(f"the model has {format_count(n_params)} parameters, needing about {need / 2**30:.1f} GiB "
-                       f"for weights, gradients and optimiser state; {device.type} has {free / 2**30:.1f} GiB "
-                       "available. Choose a smaller model (model.kwargs)")
+    state = STATE_BYTES_PER_PARAM * n_params
+    head = (f"the model has {format_count(n_params)} parameters, needing about {state / 2**30:.1f} GiB for weights, "
+            "gradients and optimiser state")
+    if state > free:
+        raise BadInput(f"{head}; {device.type} has {free / 2**30:.1f} GiB available. Choose a smaller model "
+                       "(model.kwargs)")
+    image_shape = (info.in_chans, *info.image_size) if info is not None else (0,)
+    if cfg is None or 0 in image_shape:  # an image folder's size is known once it is opened
+        return
+    from ..data.augment import build_augment
+
+    world = max(1, int(os.environ.get("WORLD_SIZE", "1")))
+    model = meta_model(cfg.model.name, model_kwargs) if model_kwargs is not None else None
+    augment = build_augment(cfg.augment, info, num_classes=max(1, info.num_classes))  # classes: the folder's, later
+    est = estimate_memory(n_params, model=model, image_shape=image_shape, augment=augment, precision=precision,
+                          batch_per_rank=cfg.run.batch_size // world, micro_batches=cfg.run.accumulate_steps)
+    if est["total"] > free:
+        act = "" if est["activations"] is None else f"{est['activations'] / 2**30:.1f} GiB for the activations and "
+        raise BadInput(f"{head}, {act}{est['augment'] / 2**30:.1f} GiB for the augmentation of a micro-batch of "
+                       f"{est['micro_batch']} images; {device.type} has {free / 2**30:.1f} GiB available. Raise "
+                       f"run.accumulate_steps (fewer images per micro-batch) or lower run.batch_size")
