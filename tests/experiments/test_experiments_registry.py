@@ -341,7 +341,7 @@ def test_estimate_is_at_least_the_measured_experiment(key):
     overrides = {"schedule.epochs": epochs} if epochs is not None else None
     _, _, plan = plan_experiment(id, scale, dataset="fashion_mnist", check_available=False, overrides=overrides)
     plan.stages = [[sw for sw in stage if not sw.name.endswith("-longer")] for stage in plan.stages]  # as timed
-    minutes = estimate_cost(plan, scale)["est_s"] / 60
+    minutes = estimate_cost(plan, scale, lockstep="off")["est_s"] / 60  # they were timed one run at a time
     assert measured <= minutes
     assert minutes == pytest.approx(stated, abs=0.05)
 

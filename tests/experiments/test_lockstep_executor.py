@@ -90,3 +90,19 @@ def test_the_estimate_counts_a_point_in_lockstep_as_one_job_at_the_measured_fact
     assert cost.estimate_cost(plan, "cpu", jobs=1)["est_s"] == pytest.approx(0.5 * alone["est_s"])
     assert cost.estimate_cost(plan, "cpu", jobs=1, lockstep="off") == alone
     assert cost.estimate_cost(plan, "cpu", jobs=2)["est_s"] == pytest.approx(0.5 * alone["est_s"] / 2)
+
+
+def test_runs_alone_keep_the_sweeps_order_and_a_stacked_point_takes_its_first_seeds_place(tmp_path):
+    """A sweep whose seeds are its outer axis (each seed a whole trend: fig6) runs in that order
+    when its points train alone; stacked, each point is one job where its first seed stood."""
+    from mlplab.experiments.executors import _jobs, _key
+
+    by_point = expand(_sweep(lrs=(0.01, 0.02)))
+    specs = [by_point[0], by_point[2], by_point[1], by_point[3]]  # seed 0 of both points, then seed 1
+    dirs = {_key(s): tmp_path / s.name for s in specs}
+    alone = _jobs(specs, dirs, "off")
+    assert [[d.name for d in ds] for ds, _ in alone] == [[s.name] for s in specs]
+    stacked = _jobs(specs, dirs, "on")
+    assert [[d.name for d in ds] for ds, _ in stacked] == [[by_point[0].name, by_point[1].name],
+                                                          [by_point[2].name, by_point[3].name]]
+    assert cost._job_seconds(specs, "cpu", _sweep(), "off") == [cost.spec_s(s, "cpu", None, 1) for s in specs]

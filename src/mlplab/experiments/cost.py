@@ -360,15 +360,20 @@ def lockstep_factor(o: dict[str, Any]) -> float | None:
 
 
 def _job_seconds(specs: Sequence[RunSpec], scale: str, sw: Sweep, lockstep: str) -> list[float]:
-    """Seconds of each job the executor runs: one run, or a sweep point's seeds in lockstep
-    (their seconds one after another times :func:`lockstep_factor`, where it pays)."""
-    out: list[float] = []
+    """Seconds of each job the executor runs, in its order (``executors._jobs``): one run, or a
+    sweep point's seeds in lockstep at its first seed's place (their seconds one after another
+    times :func:`lockstep_factor`, where it pays)."""
+    job: dict[int, float] = {}  # position of the job's first run -> its seconds
+    pos = {id(s): i for i, s in enumerate(specs)}
     for group in seed_groups(specs):
         secs = [spec_s(s, scale, sw.est_epoch_s, sw.epochs) for s in group]
         f = lockstep_factor(group[0].overrides) if group[0].task == "train" and len(group) > 1 else None
-        together = lockstep != "off" and scale != "paper" and f is not None and f < 1
-        out += [f * sum(secs)] if together else secs
-    return out
+        where = [pos[id(s)] for s in group]
+        if lockstep != "off" and scale != "paper" and f is not None and f < 1:
+            job[where[0]] = f * sum(secs)
+        else:
+            job.update(zip(where, secs))
+    return [job[i] for i in sorted(job)]
 
 
 def estimate_cost(plan: Plan, scale: str = "cpu", jobs: int | None = None,

@@ -269,15 +269,25 @@ def lockstep_note(spec: RunSpec, mode: str) -> str | None:
 
 
 def _jobs(specs: Sequence[RunSpec], dirs: dict[str, Path], mode: str) -> list[tuple[list[Path], str]]:
-    """The units the executor runs: a sweep point's unfinished seeds together where lockstep
-    applies (:func:`lockstep_note`), else each run alone; with each job's note for its line."""
-    jobs: list[tuple[list[Path], str]] = []
+    """The units the executor runs, in the sweep's order: a sweep point's unfinished seeds together
+    where lockstep applies (:func:`lockstep_note`; at its first seed's place), else each run alone;
+    with each job's note for its line."""
+    stacked: dict[str, list[RunSpec]] = {}  # first seed's key -> its group, trained in lockstep
+    why: dict[str, str | None] = {}  # a run trained alone -> the reason, where lockstep was considered
     for group in seed_groups(specs):
-        why = lockstep_note(group[0], mode) if len(group) > 1 else None
-        if len(group) > 1 and why is None:
-            jobs.append(([dirs[_key(s)] for s in group], f" in lockstep ({len(group)} seeds)"))
+        note = lockstep_note(group[0], mode) if len(group) > 1 else None
+        if len(group) > 1 and note is None:
+            stacked[_key(group[0])] = group
+            why.update({_key(s): "" for s in group[1:]})
         else:
-            jobs += [([dirs[_key(s)]], f" (alone: {why})" if why and mode != "off" else "") for s in group]
+            why.update({_key(s): note for s in group})
+    jobs: list[tuple[list[Path], str]] = []
+    for s in specs:
+        k = _key(s)
+        if k in stacked:
+            jobs.append(([dirs[_key(x)] for x in stacked[k]], f" in lockstep ({len(stacked[k])} seeds)"))
+        elif why[k] != "":  # "" marks a later seed of a stacked group
+            jobs.append(([dirs[k]], f" (alone: {why[k]})" if why[k] and mode != "off" else ""))
     return jobs
 
 
