@@ -143,7 +143,7 @@ def test_plan_at_every_scale(id, scale):
         assert {s.overrides["model.kwargs.patch_size"] for s in expand(train)} == \
             {"smoke": {4, 8}, "cpu": {4, 7}, "paper": {16, 32}}[scale]
     if scale == "cpu":
-        assert estimate_cost(plan)["est_s"] <= 30 * 60
+        assert estimate_cost(plan)["est_s"] <= 40 * 60  # 24 epochs each: a share of the overnight campaign
 
 
 def test_mixer_weights_smoke_end_to_end(tmp_path):

@@ -89,7 +89,7 @@ def plan_run(cfg: RunConfig, *, here: bool = True, checkpoint: Any = None) -> Ru
     precision = resolve_precision(cfg.run.precision, device) if here else None
     impl = Impl(cfg.model.impl)
     info = dataset_info(cfg)  # an unknown dataset -> BadInput naming the known ones
-    data_cfg, kwargs, n_params = cfg, None, None
+    data_cfg, kwargs, n_params, model = cfg, None, None, None
     if cfg.model.init_from is not None:  # the checkpoint decides the model (train.init)
         if checkpoint is None:
             checkpoint = read_init_checkpoint(cfg)
@@ -101,7 +101,7 @@ def plan_run(cfg: RunConfig, *, here: bool = True, checkpoint: Any = None) -> Ru
         model = apply_impl(meta_model(cfg.model.name, kwargs), impl, device, precision)
         n_params = sum(p.numel() for p in model.parameters())
     if device is not None and n_params is not None:
-        check_memory(n_params, device, cfg=cfg, info=info, model_kwargs=kwargs, precision=precision)
+        check_memory(n_params, device, cfg=cfg, info=info, model=model, precision=precision)
     return RunPlan(cfg=cfg, data_cfg=data_cfg, info=info, model_kwargs=kwargs, checkpoint=checkpoint,
                    n_params=n_params, impl=impl, device=device, precision=precision)
 
@@ -209,11 +209,12 @@ def meta_param_count(name: str, kwargs: dict[str, Any]) -> int:
 
 
 def check_memory(n_params: int, device: torch.device, *, cfg: RunConfig | None = None, info: Any = None,
-                 model_kwargs: dict[str, Any] | None = None, precision: str = "fp32") -> None:
+                 model_kwargs: dict[str, Any] | None = None, model: nn.Module | None = None,
+                 precision: str = "fp32") -> None:
     """Refuse a run that cannot fit in the memory available now on ``device``: its weights,
     gradients and optimiser state (16 bytes per fp32 parameter with AdamW), and, given the run's
-    ``cfg``, dataset ``info`` and model keywords, one micro-batch's activations and augmentation
-    temporaries (:func:`mlplab.train.memory.estimate_memory`, the one estimate)."""
+    ``cfg``, dataset ``info`` and model keywords (or its meta build ``model``), one micro-batch's
+    activations and augmentation temporaries (:func:`mlplab.train.memory.estimate_memory`, the one estimate)."""
     free = available_memory(device)
     if free is None:
         return
@@ -229,7 +230,8 @@ def check_memory(n_params: int, device: torch.device, *, cfg: RunConfig | None =
     from ..data.augment import build_augment
 
     world = max(1, int(os.environ.get("WORLD_SIZE", "1")))
-    model = meta_model(cfg.model.name, model_kwargs) if model_kwargs is not None else None
+    if model is None and model_kwargs is not None:
+        model = meta_model(cfg.model.name, model_kwargs)
     augment = build_augment(cfg.augment, info, num_classes=max(1, info.num_classes))  # classes: the folder's, later
     est = estimate_memory(n_params, model=model, image_shape=image_shape, augment=augment, precision=precision,
                           batch_per_rank=cfg.run.batch_size // world, micro_batches=cfg.run.accumulate_steps)
