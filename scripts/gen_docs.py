@@ -82,6 +82,28 @@ def load_results(root: Path = RESULTS) -> list[dict[str, Any]]:
     return out
 
 
+def campaigns_under_way(root: Path = RESULTS) -> dict[str, dict[str, Any]]:
+    """Per id, a confirmatory folder whose runs are being committed but whose report is not yet:
+    ``{"runs": committed, "of": the frozen protocol's run count, "seeds", "link"}``."""
+    sys.path.insert(0, str(REPO / "src"))
+    from mlplab.experiments.protocol import frozen_protocol
+
+    out: dict[str, dict[str, Any]] = {}
+    for f in sorted(root.glob("*/protocol.json")) if root.exists() else []:
+        rec = json.loads(f.read_text())
+        folder = f.parent
+        if rec.get("role") != "confirmatory" or (folder / "verdicts.json").exists():
+            continue
+        for id in experiment_titles():
+            scale = folder.name.removeprefix(f"{id}-").split("-")[0]
+            if folder.name.startswith(f"{id}-") and (frozen_protocol(id, scale) or {}).get("hash") == rec.get("hash"):
+                runs = len(list((folder / "runs").glob("*/*/results.json")))
+                total = len(frozen_protocol(id, scale)["content"].get("runs", []))
+                out[id] = {"runs": runs, "of": total, "seeds": rec.get("seeds"),
+                           "link": folder.relative_to(REPO).as_posix()}
+    return out
+
+
 def latest(results: list[dict[str, Any]], role: str = "confirmatory") -> dict[str, dict[str, Any]]:
     """Per id the most recent result of ``role``; on the same day the larger scale."""
     best: dict[str, dict[str, Any]] = {}
@@ -115,18 +137,21 @@ def _seeds(seeds: list[int] | None) -> str:
     return f"{len(seeds)} ({seeds[0]}–{seeds[-1]})" if seeds == list(range(seeds[0], seeds[-1] + 1)) else str(seeds)
 
 
-def experiments_table(results: list[dict[str, Any]], titles: dict[str, str], link_prefix: str = "") -> str:
+def experiments_table(results: list[dict[str, Any]], titles: dict[str, str], link_prefix: str = "",
+                      under_way: dict[str, dict[str, Any]] | None = None) -> str:
     """The README's table: every registered id, what it tests, its confirmatory verdicts by class,
-    seeds and report; then the totals over all ids with Benjamini–Hochberg over the trained claims."""
+    seeds and report (or how far its confirmatory run has got: ``under_way``); then the totals over
+    all ids with Benjamini–Hochberg over the trained claims."""
     best = latest(results)
     explored = latest(results, "exploratory")
     lines = ["| id | what it tests | confirmed verdicts, by class | seeds | report |", "|---|---|---|---|---|"]
     for id, title in titles.items():
         r = best.get(id)
         if r is None:
-            e = explored.get(id)
+            e, u = explored.get(id), (under_way or {}).get(id)
             where = f"[exploratory only]({link_prefix}{e['link']})" if e else "–"
-            lines.append(f"| `{id}` | {title} | not confirmed yet | – | {where} |")
+            state = f"under way: {u['runs']} of {u['of']} runs committed" if u else "not confirmed yet"
+            lines.append(f"| `{id}` | {title} | {state} | {_seeds(u['seeds']) if u else '–'} | {where} |")
             continue
         lines.append(f"| `{id}` | {title} | {by_class(r['claims'])} | {_seeds(r['seeds'])} | "
                      f"[{Path(r['link']).parent.name}]({link_prefix}{r['link']}) |")
@@ -258,7 +283,7 @@ def experiment_titles() -> dict[str, str]:
 def render(name: str) -> str:
     """The text of generated block ``name``."""
     if name == "experiments":
-        return experiments_table(load_results(), experiment_titles())
+        return experiments_table(load_results(), experiment_titles(), under_way=campaigns_under_way())
     if name == "all-results":
         return all_results_table(load_results())
     if name == "open-claims":

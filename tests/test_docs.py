@@ -53,6 +53,28 @@ def test_the_readme_table_shows_the_latest_confirmed_result_per_id_by_class():
     assert "| `fig6` | S ≈ C | not confirmed yet | – | [exploratory only](docs/results/x/report.md) |" in table
     assert "| `fig7` | d | not confirmed yet | – | – |" in table  # recovered from prose: not in the table
     assert "trained 3: 3 HELD" in table and "keeps 3 of the 3 decided" in table
+    going = gen_docs.experiments_table([explored], {"fig6": "S ≈ C"},
+                                       under_way={"fig6": {"runs": 7, "of": 36, "seeds": [3, 4, 5, 6, 7]}})
+    assert "| `fig6` | S ≈ C | under way: 7 of 36 runs committed | 5 (3–7) | [exploratory only](docs/results/x/report.md) |" \
+        in going
+
+
+def test_a_confirmatory_folder_without_its_report_counts_its_committed_runs(tmp_path, monkeypatch):
+    from mlplab.experiments.protocol import frozen_protocol
+
+    frozen = frozen_protocol("fig5", "cpu")
+    folder = tmp_path / "fig5-cpu-somewhere"
+    (folder / "runs" / "width" / "r0").mkdir(parents=True)
+    (folder / "runs" / "width" / "r0" / "results.json").write_text("{}")
+    (folder / "runs" / "width" / "r1").mkdir(parents=True)  # not finished
+    (folder / "protocol.json").write_text(json.dumps({"hash": frozen["hash"], "role": "confirmatory", "seeds": [3, 4]}))
+    other = tmp_path / "fig6-cpu-somewhere"  # another protocol's hash: not this id's campaign
+    other.mkdir()
+    (other / "protocol.json").write_text(json.dumps({"hash": "0" * 16, "role": "confirmatory", "seeds": [3]}))
+    monkeypatch.setattr(gen_docs, "REPO", tmp_path)
+    got = gen_docs.campaigns_under_way(tmp_path)
+    assert got == {"fig5": {"runs": 1, "of": len(frozen["content"]["runs"]), "seeds": [3, 4],
+                            "link": "fig5-cpu-somewhere"}}
 
 
 def test_the_summary_applies_benjamini_hochberg_across_ids():
