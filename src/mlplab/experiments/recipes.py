@@ -149,10 +149,17 @@ class Scale:
 
     def seeds(self, n: int, confirm: int = CONFIRM_SEEDS) -> list[int]:
         """The seeds of every point of a sweep: 0 … n − 1 when exploring; when confirming, ``confirm``
-        fresh seeds from ``protocol.CONFIRM_FIRST`` on (never an exploratory one)."""
+        (at least ``protocol.CONFIRM_SEEDS``) fresh seeds from ``protocol.CONFIRM_FIRST`` on, or
+        from n where the exploration used more seeds than that: never an exploratory one."""
         if self.role == "confirmatory":
-            return list(range(CONFIRM_FIRST, CONFIRM_FIRST + max(confirm, CONFIRM_SEEDS)))
+            first = max(CONFIRM_FIRST, n)
+            return list(range(first, first + max(confirm, CONFIRM_SEEDS)))
         return list(range(n))
+
+    def one_seed(self) -> list[int]:
+        """The seed of a sweep whose every run is one seed (its intervals come from a bootstrap
+        over runs): 0 when exploring, ``protocol.CONFIRM_FIRST`` when confirming."""
+        return [CONFIRM_FIRST] if self.role == "confirmatory" else [0]
 
     @property
     def paper(self) -> bool:

@@ -111,7 +111,7 @@ def figS1(sc: Scale) -> Plan:
                   epochs=base["schedule.epochs"],
                   description=f"SW-MLP, Ω={log2(s.omega)}, {2 * s.depth} blocks, p ∈ {s.densities}")
     spectrum = Sweep("spectrum", {"omega": s.spectrum_omega, "trials": s.trials}, [("a", [0.5, 1.0, 1.5])],
-                     seeds=[0], seed_keys=("seed",), task="normalised_spectrum", epochs=1,
+                     seeds=sc.one_seed(), seed_keys=("seed",), task="normalised_spectrum", epochs=1,
                      description="normalised spectrum of M ⊙ W (Ω = 10³; smoke: 10²)")
     return Plan([[train, spectrum]], settings={"Ω": log2(s.omega), "SW-MLP blocks": 2 * s.depth,
                                                "densities": s.densities})

@@ -206,7 +206,7 @@ def scaling(sc: Scale) -> Plan:
     base.update({"model.name": "bottleneck_mlp", "data.subset": "random", "run.checkpoint_every": 0})
     sweep = Sweep("runs", base, [product(("meta.model", list(range(len(models)))), ("data.train_subset", s.subsets),
                                          ("schedule.epochs", s.epochs))],
-                  seeds=[0], derived=[derive("lookup", key="meta.model", table=models)],
+                  seeds=sc.one_seed(), derived=[derive("lookup", key="meta.model", table=models)],
                   name_keys=["model.kwargs.width", "model.kwargs.depth", "data.train_subset", "schedule.epochs"],
                   epochs=mean(s.epochs),
                   description=f"{len(models)} bottleneck MLPs × N ∈ {s.subsets} × T ∈ {s.epochs}")
