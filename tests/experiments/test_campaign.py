@@ -90,3 +90,18 @@ def test_a_run_is_committed_only_once_it_has_finished(tmp_path):
     (run / "checkpoint").mkdir()
     assert C.publish_run(run, tmp_path / "res") is True
     assert sorted(p.name for p in (tmp_path / "res" / "runs" / "width" / "r1").iterdir()) == ["results.json", "spec.json"]
+
+
+def test_the_command_runs_a_chosen_part_of_the_campaign(tmp_path, frozen_now, capsys, monkeypatch):
+    """``mlplab reproduce --all --confirm --ids a,b``: those ids only, committed like the whole
+    campaign; an unknown id is one sentence."""
+    from mlplab import cli
+
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["reproduce", "--all", "--confirm", "--scale", "smoke", "--ids", "figS9, fig5",
+                     "--results", "res", "--executor", "inline"]) == 0
+    out = capsys.readouterr().out
+    assert out.index("fig5: ") < out.index("figS9: ") and "campaign: 2 ids, 0 with failed runs" in out
+    assert sorted(f.name.split("-smoke-")[0] for f in (tmp_path / "res").iterdir()) == ["fig5", "figS9"]
+    assert cli.main(["reproduce", "--all", "--confirm", "--scale", "smoke", "--ids", "fig99"]) == 2
+    assert "fig99" in capsys.readouterr().err

@@ -27,6 +27,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--list", action="store_true", help="list the experiments with their runs and estimated cost")
     parser.add_argument("--all", action="store_true",
                         help="with --confirm: every id with this scale, in campaign order, committing runs to --results")
+    parser.add_argument("--ids", default=None, metavar="ID,ID",
+                        help="with --all: only these ids (comma-separated), still in campaign order")
     parser.add_argument("--results", default="docs/results",
                         help="with --all: the folder of committed results (default docs/results)")
     parser.add_argument("--scale", choices=SCALES, default="cpu",
@@ -93,7 +95,13 @@ def _campaign(args: argparse.Namespace) -> int:
 
     if not args.confirm or args.id:
         raise BadInput("--all runs the confirmation campaign: give --all --confirm (and no id)")
-    records = run_campaign(args.scale, jobs=args.jobs, executor=args.executor or ("local" if args.jobs > 1 else "inline"),
+    ids = None
+    if args.ids:
+        from ..experiments.registry import get_experiment
+
+        ids = [get_experiment(i.strip()).id for i in args.ids.split(",") if i.strip()]  # an unknown id: one sentence
+    records = run_campaign(args.scale, ids=ids, jobs=args.jobs,
+                           executor=args.executor or ("local" if args.jobs > 1 else "inline"),
                            results_root=Path(args.results))
     failed = [r["id"] for r in records if r["status"] == "failed runs"]
     print(f"campaign: {len(records)} ids, {len(failed)} with failed runs" + (f" ({', '.join(failed)})" if failed else ""))
