@@ -183,13 +183,12 @@ def summary_line(best: dict[str, dict[str, Any]]) -> str:
 
 
 def bh(p_sorted: list[float]) -> list[float]:
-    """Benjamini–Hochberg adjusted p-values of ascending ``p_sorted`` (as mlplab.experiments.verdicts)."""
-    m = len(p_sorted)
-    out, running = [0.0] * m, 1.0
-    for i in range(m - 1, -1, -1):
-        running = min(running, p_sorted[i] * m / (i + 1))
-        out[i] = running
-    return out
+    """Benjamini–Hochberg adjusted p-values of ascending ``p_sorted``: the one rule,
+    ``mlplab.experiments.verdicts.benjamini_hochberg``."""
+    sys.path.insert(0, str(REPO / "src"))
+    from mlplab.experiments.verdicts import benjamini_hochberg
+
+    return benjamini_hochberg(p_sorted)
 
 
 def all_results_table(results: list[dict[str, Any]]) -> str:

@@ -1,4 +1,4 @@
-"""Linear few-shot evaluation (the MLP-Mixer paper's transfer metric; docs/science.md §7b).
+"""Linear few-shot evaluation (the MLP-Mixer paper's transfer metric; docs/science.md §7).
 
 Frozen pre-logit features of k examples per class are fitted in closed form by L2-regularised
 least squares onto ±1 targets (one column per class: +1 for its class, −1 elsewhere); a test

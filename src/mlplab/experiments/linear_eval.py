@@ -1,4 +1,4 @@
-"""Linear evaluation of a trained model's frozen pre-logit features (docs/science.md §7b): the
+"""Linear evaluation of a trained model's frozen pre-logit features (docs/science.md §7): the
 linear few-shot accuracy of the MLP-Mixer paper and a closed-form ridge linear probe
 (:mod:`mlplab.analysis.fewshot`), on the data of an evaluation setup (:mod:`mlplab.train.evaluation`).
 ``mlplab eval --few-shot/--probe`` and the ``linear_eval`` task both call :func:`linear_eval`.

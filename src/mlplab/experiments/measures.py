@@ -93,13 +93,14 @@ def first_layer_units(runs: Sequence[RunRecord], units: int) -> tuple[dict[str, 
     images, and per unit r½ (:func:`~mlplab.analysis.units.half_energy_radius`).
 
     Returns condition → {seed → median r½}, condition → the ``units`` most localised units of its
-    seed-0 run (else of its last run), the units' side in pixels (None without a readable run),
+    lowest-seed run, the units' side in pixels (None without a readable run),
     and one table row per run (a run whose model cannot be read gets a ``problem``)."""
     from ..analysis.units import half_energy_radius, initial_model, stem_unit_images
     from .tasks import load_trained_model
 
     r_half: dict[str, dict[int, float]] = {}
     pictures: dict[str, np.ndarray] = {}
+    picture_seed: dict[str, int] = {}
     side = None
     rows = []
     for r in runs:
@@ -119,7 +120,7 @@ def first_layer_units(runs: Sequence[RunRecord], units: int) -> tuple[dict[str, 
                      "r_half_q10": float(np.nanpercentile(rh, 10)), "r_half_q90": float(np.nanpercentile(rh, 90)),
                      "r_half_W_median": float(np.nanmedian(half_energy_radius(trained_units))),
                      "test_error": test_error(r)})
-        if cond not in pictures or seed == 0:
+        if cond not in picture_seed or seed < picture_seed[cond]:
             order = np.argsort(rh)[:units]  # the most localised units first, as the paper's figures pick clear ones
-            pictures[cond] = imgs[order]
+            pictures[cond], picture_seed[cond] = imgs[order], seed
     return r_half, pictures, side, rows

@@ -230,7 +230,7 @@ def cka_task(o: dict[str, Any], run_dir: Path) -> dict[str, Any]:
 @task("linear_eval")
 def linear_eval_task(o: dict[str, Any], run_dir: Path) -> dict[str, Any]:
     """Linear few-shot accuracy and a ridge linear probe of a trained run's frozen pre-logit
-    features (docs/science.md §7b; :func:`mlplab.experiments.linear_eval.linear_eval`).
+    features (docs/science.md §7; :func:`mlplab.experiments.linear_eval.linear_eval`).
 
     ``run``: the trained run's folder relative to the experiment folder (``run_dir/../..``, as
     ``cka``'s ``a``). The data is the run's own data config with the task's ``data.*`` keys

@@ -1,4 +1,4 @@
-"""mixer-ablations: the MLP-Mixer supplement (Tolstikhin et al. 2021, App. E–F; docs/science.md §7b)
+"""mixer-ablations: the MLP-Mixer supplement (Tolstikhin et al. 2021, App. E–F; docs/science.md §7)
 — the token-mixing variants that "did not help" (untied, grouped, G learned views), pre-trained
 and then evaluated by linear k-shot on classes they did not see."""
 from __future__ import annotations

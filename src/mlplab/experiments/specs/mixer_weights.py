@@ -1,5 +1,5 @@
 """mixer-weights: the MLP-Mixer supplement (Tolstikhin et al. 2021, App. E–F, Figs. 1–2;
-docs/science.md §7b) — what the first token-mixing and embedding units learn, measured per trained
+docs/science.md §7) — what the first token-mixing and embedding units learn, measured per trained
 run by the ``mixer_weights`` task (:mod:`mlplab.analysis.units`)."""
 from __future__ import annotations
 
@@ -158,7 +158,7 @@ def mixer_weights(sc: Scale) -> Plan:
     and the embedding units' mean spatial frequency; pictures sorted low frequency first.
     Published: token-mixing units are local and global filters, many paired with an inverse;
     embedding units at patch 32 are Gabor-like and low frequency, at 16 less so (pictures).
-    Verdict: paired one-sided t-tests over seeds, trained vs init, and the larger patch's
+    Verdict: paired t-tests over seeds at a two-sided 5%, trained vs init, and the larger patch's
     frequency ratio (trained/init) below the smaller's (``verdicts.compare``); the rest pictures.
     Time: paper Mixer-B/16, B/32 × 3 seeds × 300 ImageNet epochs (TPU weeks); cpu 6 runs on
     Fashion-MNIST (``reproduce --list``); smoke seconds.

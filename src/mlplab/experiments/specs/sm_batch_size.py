@@ -1,4 +1,4 @@
-"""sm-batch-size: Scaling MLPs (Bachmann et al. 2023, docs/science.md §7b) Fig. 4 — pre-train an
+"""sm-batch-size: Scaling MLPs (Bachmann et al. 2023, docs/science.md §7) Fig. 4 — pre-train an
 inverted-bottleneck MLP at several batch sizes and epoch budgets, then fit a linear probe on its
 frozen pre-logit features on data it was not trained on (the pieces shared with sm-transfer:
 ``specs/pretraining.py``)."""
@@ -61,7 +61,7 @@ BATCH_SIZE = {
                        pretrain=IN21K, downstream={},
                        batches=[1024, 2048, 4096, 8192, 16384], epochs=[50, 100, 200], seeds=3, da={}, lr_rule={},
                        note="ImageNet-21k pack (data.root) at 64×64 with the in21k_b12_wi1024 recipe (LION 1e-5, "
-                            "DA); docs/science.md §7b gives no per-batch lr rule for Fig. 4, so the preset's lr is kept "
+                            "DA); docs/science.md §7 gives no per-batch lr rule for Fig. 4, so the preset's lr is kept "
                             "at every batch size; the epoch budgets are this toolkit's choice; the probe is the "
                             "closed-form ridge probe on the asked-for downstream set (--dataset, default cifar100)"),
 }

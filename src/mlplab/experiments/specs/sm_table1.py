@@ -225,7 +225,7 @@ def sm_table1(sc: Scale) -> Plan:
 
 def _notes(sc: Scale) -> list[str]:
     if sc.paper:
-        return ["batch 1024: §7b does not state Table 1's batch (the official code's default is 4096); no lr schedule "
+        return ["batch 1024: §7 does not state Table 1's batch (the official code's default is 4096); no lr schedule "
                 "and no weight decay, as the official code's defaults"]
     return ["proxy: Fashion-MNIST at 28×28×1 (not CIFAR/ImageNet at 64×64×3), m = 128 instead of 1024, 3 000 "
             "training images, 32 and 128 epochs instead of 100/1000/5000; AdamW at each model's lr chosen on a held-out "

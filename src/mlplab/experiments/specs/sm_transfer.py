@@ -1,4 +1,4 @@
-"""sm-transfer: Scaling MLPs (Bachmann et al. 2023, docs/science.md §7b) Tables 2–3 — pre-train an
+"""sm-transfer: Scaling MLPs (Bachmann et al. 2023, docs/science.md §7) Tables 2–3 — pre-train an
 inverted-bottleneck MLP, then fine-tune it (a new head, SGD 0.01 head / 0.001 body) or fit a linear
 probe on its frozen pre-logit features, on data it was not trained on.
 
@@ -27,7 +27,7 @@ from .pretraining import (FM_DOWN, FM_PRE, IN21K, bottleneck, downstream_error, 
 
 __all__ = ["TRANSFER", "TABLE2", "TABLE3", "DOWNSTREAM"]
 
-# Published Table 2 (fine-tune) and Table 3 (linear probe), test accuracy %: docs/science.md §7b
+# Published Table 2 (fine-tune) and Table 3 (linear probe), test accuracy %: docs/science.md §7
 DOWNSTREAM = ["C-10", "C-100", "STL-10", "TinyIN", "IN-1k"]
 TABLE2 = {"B-6/Wi-1024": [69.9, 43.0, 51.5, 47.1, 15.2], "B-6/Wi-1024 + DA": [91.5, 76.4, 85.0, 62.7, 38.7],
           "B-12/Wi-1024 + DA": [93.6, 79.2, 88.9, 69.9, 42.5]}
@@ -259,7 +259,7 @@ def sm_transfer(sc: Scale) -> Plan:
                derived=[derive("match", keys=keys, rows=pretrained_rows(pre, keys, "pretrained"))],
                name_keys=keys, task="finetune", epochs=s.finetune_epochs,
                description="fine-tuning each pre-trained model on the downstream data (new head)")
-    if sc.paper:  # the from-scratch recipe of sm-table1 (docs/science.md §7b) for the same epochs
+    if sc.paper:  # the from-scratch recipe of sm-table1 (docs/science.md §7) for the same epochs
         scratch_base = sc.recipe(epochs=s.finetune_epochs, optim="lion", lr=5e-5, batch_size=1024,
                                  extra={"data.image_size": 64, "augment.label_smoothing": 0.3})
         scratch_base.update(bottleneck(s.width, s.depth))

@@ -81,7 +81,7 @@ def _analyse_weights(runs: list[RunRecord], manifest: dict[str, Any]) -> Analysi
     for cond in CONDITIONS:
         if cond in pictures:
             image, symmetric = unit_picture(pictures[cond])
-            panels.append(Images(f"{cond}: ΔW^(1) units (seed 0, most localised first)", image, symmetric=symmetric))
+            panels.append(Images(f"{cond}: ΔW^(1) units (lowest seed, most localised first)", image, symmetric=symmetric))
     means = [mean(list(r_half[c].values())) if r_half.get(c) else float("nan") for c in CONDITIONS]
     sds = [sd(list(r_half[c].values()), ddof=1) if len(r_half.get(c, {})) > 1 else float("nan")
            for c in CONDITIONS]

@@ -127,7 +127,7 @@ def table1(sc: Scale) -> Plan:
     (best lr reported).
     Published: test error (%) CIFAR-10 15.91 ± 1.55 → 12.07 ± 0.47; CIFAR-100 44.24 ± 1.83 →
     38.13 ± 1.36.
-    Verdict: each model at its best lr, paired one-sided t-test wide < narrow (``compare``).
+    Verdict: each model at its best lr, paired t-test wide < narrow at a two-sided 5% (``compare``).
     Time: paper 18 runs × 4000 epochs (GPU weeks); cpu 6 runs (narrow P = 7, S = 16, C = 128 vs
     wide P = 4, S = 64, C = 43 on Fashion-MNIST, ``reproduce --list``); smoke seconds.
     """
@@ -182,7 +182,7 @@ def table1_imagenet(sc: Scale) -> Plan:
     Tests: Mixer-B/16 (L = 12, S = 196, C = 768) vs Mixer-B-W (P = 14, S = 256, C = 588, γ = 4.57,
     L = 8) at 224×224, AdamW lr 1e-3, batch 4096, 300 epochs, DeiT-style augmentation.
     Published: top-1 error (%) 23.56 → 23.26 ± 0.19.
-    Verdict: paired one-sided t-test wide < narrow (``compare``).
+    Verdict: paired t-test wide < narrow at a two-sided 5% (``compare``).
     Time: paper 6 runs × 300 epochs of ImageNet (GPU weeks); no cpu scale; smoke seconds.
     """
     s = sc.settings(IMAGENET_SETTINGS)
