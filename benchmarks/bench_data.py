@@ -58,11 +58,10 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import default_out, environment, fmt_table, write_results  # noqa: E402
 
-from mlplab.data import (AugmentConfig, ImageFolderDataset, Pack, PackedLoader, StreamingLoader, build_augment,
-                         pack)
+from mlplab.data import AugmentConfig, ImageFolderDataset, Pack, PackedLoader, StreamingLoader, build_augment, pack
 from mlplab.data.augment import crop_flip_host
 from mlplab.data.formats import png_bytes
-from mlplab.data.packed import FORMAT_NAME, FORMAT_VERSION, shard_files, sha256_file
+from mlplab.data.packed import FORMAT_NAME, FORMAT_VERSION, sha256_file, shard_files
 
 EPOCH_12M = 12_000_000
 REPO = Path(__file__).resolve().parents[1]

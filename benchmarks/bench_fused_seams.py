@@ -32,7 +32,14 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import (  # noqa: E402
-    add_common_args, describe, environment, fmt_table, interleaved, setup_torch, train_step_fn, write_results,
+    add_common_args,
+    describe,
+    environment,
+    fmt_table,
+    interleaved,
+    setup_torch,
+    train_step_fn,
+    write_results,
 )
 
 import mlplab  # noqa: E402

@@ -22,7 +22,14 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import (  # noqa: E402
-    add_common_args, describe, environment, fmt_table, interleaved, setup_torch, summarise, write_results,
+    add_common_args,
+    describe,
+    environment,
+    fmt_table,
+    interleaved,
+    setup_torch,
+    summarise,
+    write_results,
 )
 
 from mlplab.models.counting import count_params  # noqa: E402

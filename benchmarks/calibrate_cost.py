@@ -120,8 +120,7 @@ def experiment_minutes(key: str, rate: float, kappa: float, tau: float, epochs: 
     ``epochs`` per training run when given (the plan as it was timed), else the plan's own."""
     from unittest import mock
 
-    from mlplab.experiments import estimate_cost, plan_experiment
-    from mlplab.experiments import cost
+    from mlplab.experiments import cost, estimate_cost, plan_experiment
 
     id, scale = key.split()
     overrides = {"schedule.epochs": epochs} if epochs is not None else None

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import re
 import fcntl
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest

@@ -19,7 +19,8 @@ import numpy as np
 import pytest
 import torch
 import torch.nn as nn
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import mlplab
 import mlplab.analysis.throughput as throughput
@@ -28,7 +29,6 @@ from mlplab.analysis.implicit_bias import l1_objective, solve_l1
 from mlplab.analysis.pictures import image_grid, token_mixing_unit_images
 from mlplab.analysis.scaling import compute_optimal_frontier, fit_power, fit_scaling_law, scaling_law
 from mlplab.analysis.spectra import model_weight_spectra
-
 
 # ----------------------------------------------------------------------------- throughput
 

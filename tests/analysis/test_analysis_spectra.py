@@ -7,8 +7,17 @@ import torch
 
 import mlplab
 from mlplab.analysis.spectra import (
-    kron_identity, largest_singular_value, mixer_pair_for_tokens, mixer_pair_for_width, model_weight_spectra,
-    mp_edge, normalised_spectrum, sample_mixer_weight, sample_sw_weight, spectrum_vs_width, sw_lambda_max_theory,
+    kron_identity,
+    largest_singular_value,
+    mixer_pair_for_tokens,
+    mixer_pair_for_width,
+    model_weight_spectra,
+    mp_edge,
+    normalised_spectrum,
+    sample_mixer_weight,
+    sample_sw_weight,
+    spectrum_vs_width,
+    sw_lambda_max_theory,
     sw_lplus,
 )
 from mlplab.layers.pk import PKLayer

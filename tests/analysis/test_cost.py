@@ -6,8 +6,19 @@ import pytest
 
 import mlplab
 from mlplab import cli
-from mlplab.analysis.cost import (config_activations, config_flops, count_activations, count_flops, count_params,
-                                  measured_flops, mixer_counts, model_summary, models_table, state_bytes, sw_mlp_counts)
+from mlplab.analysis.cost import (
+    config_activations,
+    config_flops,
+    count_activations,
+    count_flops,
+    count_params,
+    measured_flops,
+    mixer_counts,
+    model_summary,
+    models_table,
+    state_bytes,
+    sw_mlp_counts,
+)
 from mlplab.layers.masked import SparseLinear
 from mlplab.models.registry import model_config
 

@@ -17,8 +17,18 @@ import torch
 from scipy import stats
 
 from mlplab.data import AugmentConfig, build_augment
-from mlplab.data.augment import (_boxes, crop_flip_host, erasing_masks, mix_batch, normalize, one_hot,
-                                 random_crop, random_erasing, random_hflip, sample_beta)
+from mlplab.data.augment import (
+    _boxes,
+    crop_flip_host,
+    erasing_masks,
+    mix_batch,
+    normalize,
+    one_hot,
+    random_crop,
+    random_erasing,
+    random_hflip,
+    sample_beta,
+)
 from mlplab.data.resized_crop import resized_crop_boxes
 
 P_FLOOR = 1e-4  # a fixed seed: a correct sampler is far above it, a biased one far below

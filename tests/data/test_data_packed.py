@@ -10,8 +10,17 @@ import pytest
 import torch
 
 from mlplab import cli
-from mlplab.data import (AugmentConfig, BadData, DeviceLoader, Pack, PackedLoader, build_augment, load_dataset, pack,
-                         verify_pack)
+from mlplab.data import (
+    AugmentConfig,
+    BadData,
+    DeviceLoader,
+    Pack,
+    PackedLoader,
+    build_augment,
+    load_dataset,
+    pack,
+    verify_pack,
+)
 from mlplab.data import packing as packed_mod
 from mlplab.data.formats import png_bytes
 from mlplab.errors import BadInput

@@ -9,13 +9,21 @@ import json
 import numpy as np
 import pytest
 import torch
+from loader_helpers import IMAGES, LABELS, write_pack
 
 from mlplab.data.download import BadData
-from mlplab.data.packed import (FORMAT_NAME, FORMAT_VERSION, INDEX_NAME, Pack, is_pack, sha256_file, shard_files,
-                                shard_probe, verify_pack)
+from mlplab.data.packed import (
+    FORMAT_NAME,
+    FORMAT_VERSION,
+    INDEX_NAME,
+    Pack,
+    is_pack,
+    sha256_file,
+    shard_files,
+    shard_probe,
+    verify_pack,
+)
 from mlplab.errors import BadInput
-
-from loader_helpers import IMAGES, LABELS, write_pack
 
 
 def _index(root):

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file
+from test_data_packed import write_folder
 
 from mlplab import cli
 from mlplab.data import pack
@@ -15,8 +16,6 @@ from mlplab.data.packed import PackedImages
 from mlplab.train import make_config
 from mlplab.train.data import load_run_data, train_loader
 from mlplab.train.distributed import DistInfo
-
-from test_data_packed import write_folder
 
 
 @pytest.fixture(scope="module")

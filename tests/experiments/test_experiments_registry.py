@@ -3,7 +3,6 @@ every training run it plans is a valid run config (checked against the real ``ma
 import pytest
 
 from mlplab.experiments import estimate_cost, expand, format_list, get_experiment, list_experiments, plan_experiment
-
 from mlplab.experiments.specs.common import fair_width
 
 SPEC_IDS = ["fig2a-c", "fig2d", "fig4", "fig5", "fig6", "fig7", "figS1", "figS2-S3", "figS4", "figS5",
@@ -157,7 +156,6 @@ def test_fair_width_is_the_nearest_multiple_of_s0():
 def test_sw_mlps_get_the_mixers_per_patch_stem(id, scale):
     """Every SW-MLP width is a multiple of S0, so ``stem='auto'`` picks the per-patch FC, and its
     density spends the same Ω as planned."""
-    from mlplab.experiments.recipes import make_scale
 
     _, sc, plan = plan_experiment(id, scale, check_available=False)
     s0 = sc.s0(sc.patch_for_tokens(4))

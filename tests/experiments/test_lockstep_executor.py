@@ -5,8 +5,7 @@ import json
 
 import pytest
 
-from mlplab.experiments import Sweep, product, run_sweep
-from mlplab.experiments import cost
+from mlplab.experiments import Sweep, cost, product, run_sweep
 from mlplab.experiments.executors import execute_group, lockstep_note
 from mlplab.experiments.plan import Plan
 from mlplab.experiments.sweep import RunSpec, expand, seed_groups

@@ -115,7 +115,7 @@ def test_layers_and_summary_report_widths_and_densities():
     infos = {i.name: i for i in eff.layers()}
     m = S * C
     assert eff.width == m
-    S0, C0 = 16, 12
+    S0 = 16
     assert infos["stem"].shape == (C * S0, 3 * 8 * 8) and infos["stem"].density == pytest.approx(1 / S0)
     tok1, tok2 = infos["blocks.0.token.fc1"], infos["blocks.0.token.fc2"]
     assert tok1.shape == (C * int(g * S), C * S0) and tok1.width == int(g * S) * C  # hidden width γ·S·C

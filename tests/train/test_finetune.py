@@ -4,6 +4,7 @@ import json
 import pytest
 import torch
 import torch.nn as nn
+from train_helpers import tiny_overrides
 
 import mlplab
 from mlplab import cli
@@ -11,8 +12,6 @@ from mlplab.commands.finetune import finetune_config
 from mlplab.train import make_config, train
 from mlplab.train.config import OptimSection
 from mlplab.train.optim import build_optimizer, param_groups, set_lr
-
-from train_helpers import tiny_overrides
 
 
 @pytest.fixture(scope="module")

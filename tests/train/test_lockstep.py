@@ -5,6 +5,7 @@ import json
 import pytest
 import torch
 from safetensors.torch import load_file
+from train_helpers import tiny_overrides
 
 from mlplab.errors import Interrupted
 from mlplab.train import checkpoint as ckpt
@@ -12,7 +13,6 @@ from mlplab.train import lockstep, make_config, train
 from mlplab.train.lockstep import lockstep_unsupported, not_stackable, train_lockstep
 from mlplab.train.loop import NonFiniteError
 from mlplab.train.runplan import RunPlan
-from train_helpers import tiny_overrides
 
 SEEDS = (0, 1, 2)
 NOISY = {"model.kwargs.drop_path_rate": 0.3, "augment.crop_padding": 1, "augment.hflip": True, "augment.mixup": 0.5,

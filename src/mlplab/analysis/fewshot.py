@@ -12,7 +12,7 @@ over ``draws`` random draws of the shots; the result is the mean ± sd of test a
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 import numpy as np

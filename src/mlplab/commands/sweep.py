@@ -37,8 +37,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..experiments.registry import default_out_dir, get_experiment, plan_experiment, reproduce
     from ..experiments.executors import finished, run_sweep
+    from ..experiments.registry import default_out_dir, get_experiment, plan_experiment, reproduce
     from ..experiments.sweep import expand, load_sweep_file
     from ..train.config import parse_overrides
 

@@ -32,8 +32,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from ..train import CONFIGS, make_config, train
     from ..train.config import to_dict
-    from ..train.runplan import plan_run
     from ..train.presets import DESCRIPTIONS
+    from ..train.runplan import plan_run
     from ..utils.configfile import format_config
 
     if args.list:

@@ -36,9 +36,19 @@ from ..utils.io import LOCK_FILE, atomic_save, atomic_write_json, claimed_folder
 from ..utils.machine import host_memory_available
 from ..utils.processes import die_with_parent
 from .formats import decode_image, list_image_folder
+from .packed import (
+    FORMAT_NAME,
+    FORMAT_VERSION,
+    INDEX_NAME,
+    STATE_NAME,
+    _read_json,
+    is_pack,
+    sha256_file,
+    shard_files,
+    shard_probe,
+    verify_pack,
+)
 from .sources import SHARD_KINDS, find_shards, open_shards
-from .packed import (FORMAT_NAME, FORMAT_VERSION, INDEX_NAME, STATE_NAME, _read_json, is_pack, sha256_file,
-                     shard_files, shard_probe, verify_pack)
 
 __all__ = ["pack", "DEFAULT_SHARD_SIZE"]
 

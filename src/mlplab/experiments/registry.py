@@ -17,8 +17,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from ..errors import BadInput
-from ..errors import did_you_mean
+from ..errors import BadInput, did_you_mean
 from ..utils.io import atomic_write_json
 from ..utils.progress import RunTally, format_duration
 from .claims import LONGER, LONGER_SUFFIX

@@ -6,7 +6,6 @@ stated in the report, so "did not hold at this scale" is an explicit, checkable 
 """
 from __future__ import annotations
 
-import json
 import math
 import time
 import traceback
@@ -15,8 +14,16 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..utils.io import atomic_write_json, atomic_write_text, read_json
-from .aggregate import (RunRecord, flat_results, load_runs, loss_change, rows_to_csv, test_error, test_error_sd,
-                        union_columns)
+from .aggregate import (
+    RunRecord,
+    flat_results,
+    load_runs,
+    loss_change,
+    rows_to_csv,
+    test_error,
+    test_error_sd,
+    union_columns,
+)
 from .claims import CLASSES, LONGER_SUFFIX, Analysis, Claim, require_convergence, tally
 from .plan import Experiment
 from .protocol import frozen_protocol, protocol_history

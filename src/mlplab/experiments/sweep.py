@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 from ..errors import BadInput, BadType
-from ..utils.io import read_json
 from ..train.config import run_name
+from ..utils.io import read_json
 
 __all__ = [
     "Axis", "product", "zip_axes", "Sweep", "RunSpec", "expand", "name_keys", "run_name",

@@ -8,13 +8,11 @@ file may still name a task of its own as ``"module:function"``.
 """
 from __future__ import annotations
 
+import importlib
 import math
 import time
 from pathlib import Path
-from typing import Any
-
-import importlib
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 

@@ -39,7 +39,8 @@ have detected at 80% power and the seeds that would detect a given effect.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace as _replace
+from dataclasses import dataclass, field
+from dataclasses import replace as _replace
 from typing import Mapping, Sequence
 
 import numpy as np
@@ -540,7 +541,8 @@ def deterministic(value: float, *, expected: float | None = None, at_least: floa
 
 def _power(n: int, effect: float, spread: float) -> float:
     """Power of a two-sided t-test at ``ALPHA`` with n seeds against a true mean ``effect``."""
-    from scipy.stats import nct, t as student
+    from scipy.stats import nct
+    from scipy.stats import t as student
 
     if n < 2 or not spread > 0:
         return float("nan")

@@ -19,7 +19,6 @@ back. A kill between the two renames leaves only ``checkpoint.prev``, which
 """
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import shutil

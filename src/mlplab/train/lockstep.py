@@ -56,10 +56,22 @@ from ..utils.units import format_count
 from .backend import describe_implementation, implementation_line, keep_freed_memory
 from .config import NON_SEMANTIC, RunConfig, config_diff
 from .data import RunData, eval_loader, load_run_data, train_loader
-from .distributed import DistInfo, init_distributed
+from .distributed import init_distributed
 from .loggers import open_loggers
-from .loop import (NonFiniteError, RunState, _Guard, _prepare, _resume, _results, _rng_state, _Run,
-                   _save_checkpoint, _set_rng_state, evaluate, train)
+from .loop import (
+    NonFiniteError,
+    RunState,
+    _Guard,
+    _prepare,
+    _results,
+    _resume,
+    _rng_state,
+    _Run,
+    _save_checkpoint,
+    _set_rng_state,
+    evaluate,
+    train,
+)
 from .metrics import MatmulPeak, Progress
 from .optim import build_optimizer, lr_at, set_lr
 from .rundir import open_run_folder

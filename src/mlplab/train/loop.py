@@ -74,13 +74,19 @@ from ..utils.seeds import derive_seed
 from ..utils.units import format_count
 from . import checkpoint as ckpt
 from .accelerator import set_fp32_matmul_policy
-from .backend import (compile_model, describe_implementation, dynamo_counts, implementation_line, keep_freed_memory,
-                      resolve_compile)
+from .backend import (
+    compile_model,
+    describe_implementation,
+    dynamo_counts,
+    implementation_line,
+    keep_freed_memory,
+    resolve_compile,
+)
 from .config import Durations, RunConfig, durations
-from .data import RunData, eval_loader, load_run_data, train_loader
 from .curves import save_curves
-from .ema import WeightEMA
+from .data import RunData, eval_loader, load_run_data, train_loader
 from .distributed import DistInfo, all_reduce_sum, barrier, cleanup, init_distributed
+from .ema import WeightEMA
 from .loggers import StepLog, open_loggers
 from .metrics import MatmulPeak, Progress
 from .optim import build_optimizer, lr_at, set_lr

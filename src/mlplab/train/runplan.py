@@ -37,7 +37,8 @@ from .backend import apply_impl
 from .config import RunConfig
 from .distributed import launch_env
 from .init import check_pretrained, pretrained_model, read_init_checkpoint
-from .memory import STATE_BYTES_PER_PARAM, DataChecksPass as _DataChecksPass, available_memory, estimate_memory
+from .memory import STATE_BYTES_PER_PARAM, available_memory, estimate_memory
+from .memory import DataChecksPass as _DataChecksPass
 
 __all__ = ["RunPlan", "plan_run", "as_plan", "resolve_device", "resolve_precision", "resolve_model_kwargs",
            "dataset_info", "check_memory", "meta_model", "meta_param_count", "STATE_BYTES_PER_PARAM"]

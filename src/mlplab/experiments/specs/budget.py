@@ -13,8 +13,8 @@ from typing import Any, Sequence
 
 from ...errors import BadInput
 from ..aggregate import RunRecord
-from ..derived import Derive, derive, derived_key
 from ..claims import Need
+from ..derived import Derive, derive, derived_key
 from ..verdicts import Verdict, optimum_within, trend
 from .common import fair_width, mixer, pairs_for, per_seed, seed_table, sw_mlp, sw_widths
 

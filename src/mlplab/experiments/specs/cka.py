@@ -6,7 +6,6 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-
 from ..aggregate import RunRecord, group_runs, select
 from ..claims import Analysis, ClaimSpec
 from ..derived import derive

@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-
 from ..aggregate import RunRecord, select
 from ..claims import Analysis, ClaimSpec, Need
 from ..measures import mean, mean_departure, sd

@@ -5,18 +5,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-
 from ..aggregate import RunRecord, mean_std, select
 from ..claims import Analysis, ClaimSpec, Need
+from ..derived import derive
 from ..measures import mean_curve, nanmean, seed_mean
 from ..plan import Plan, experiment
 from ..plots import Bars, Panel, Series, draw
 from ..recipes import Scale
 from ..sweep import Sweep, product
 from ..verdicts import compare, trend, worst_of
-from ..derived import derive
 from .common import FAMILY_LABEL, TRAIN_COLUMNS, TRAIN_METRICS, err_rows, mixer, seed_table, trained
-
 
 # ------------------------------------------------------------------------------------------ fig7
 

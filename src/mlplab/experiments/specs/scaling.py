@@ -8,9 +8,15 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-
-from ...analysis.scaling import (PUBLISHED_EXPONENTS, bootstrap_scaling, compute_budget, compute_optimal_frontier,
-                                 fit_frontier_exponents, fit_power, fit_scaling_law)
+from ...analysis.scaling import (
+    PUBLISHED_EXPONENTS,
+    bootstrap_scaling,
+    compute_budget,
+    compute_optimal_frontier,
+    fit_frontier_exponents,
+    fit_power,
+    fit_scaling_law,
+)
 from ..aggregate import RunRecord, select, test_error
 from ..claims import Analysis, ClaimSpec, Need
 from ..derived import derive

@@ -17,8 +17,16 @@ from ..recipes import Scale, preset
 from ..sweep import Sweep, product
 from ..verdicts import all_of, trend
 from .common import trained
-from .pretraining import (FM_DOWN, FM_PRE, IN21K, bottleneck, downstream_error, downstream_errors, pretrained_rows,
-                          probe_sweep)
+from .pretraining import (
+    FM_DOWN,
+    FM_PRE,
+    IN21K,
+    bottleneck,
+    downstream_error,
+    downstream_errors,
+    pretrained_rows,
+    probe_sweep,
+)
 
 __all__ = ["BATCH_SIZE", "BS_KEYS"]
 

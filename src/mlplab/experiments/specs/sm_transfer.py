@@ -22,8 +22,17 @@ from ..recipes import Scale, preset
 from ..sweep import Sweep, product
 from ..verdicts import all_of, compare
 from .common import trained
-from .pretraining import (FM_DOWN, FM_PRE, IN21K, bottleneck, downstream_error, downstream_errors, lion_probe_sweep,
-                          pretrained_rows, probe_sweep)
+from .pretraining import (
+    FM_DOWN,
+    FM_PRE,
+    IN21K,
+    bottleneck,
+    downstream_error,
+    downstream_errors,
+    lion_probe_sweep,
+    pretrained_rows,
+    probe_sweep,
+)
 
 __all__ = ["TRANSFER", "TABLE2", "TABLE3", "DOWNSTREAM"]
 
