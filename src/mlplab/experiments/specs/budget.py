@@ -59,7 +59,8 @@ def near_claim(runs: list[RunRecord], rows: list[dict[str, Any]]) -> tuple[Any, 
     lo, hi = -math.log(NEAR), math.log(NEAR)
     spans = float(bool(x) and min(x) < lo and max(x) > hi)
     if not spans:
-        return Verdict(held=None, detail=f"the sweep's S/C does not reach past 1/{NEAR:g} and {NEAR:g}"), {"spans_window": 0.0}
+        return (Verdict(held=None, detail=f"the sweep's S/C does not reach past 1/{NEAR:g} and {NEAR:g}"),
+                {"spans_window": 0.0})
     tab = seed_table(runs, point)
     v = optimum_within(x, per_seed(tab, [row_point(r) for r in rows]), lo, hi, what="test error", unit="points",
                        x_name="log(S/C)")
