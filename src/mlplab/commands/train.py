@@ -47,7 +47,8 @@ def run(args: argparse.Namespace) -> int:
         rows = describe_fields(RunConfig)
         widths = [max(len(r[k]) for r in rows) for k in ("key", "type", "default")]
         for r in rows:
-            print(f"{r['key']:{widths[0]}}  {r['type']:{widths[1]}}  {r['default']:{widths[2]}}  {r['meaning']}".rstrip())
+            print(f"{r['key']:{widths[0]}}  {r['type']:{widths[1]}}  {r['default']:{widths[2]}}  "
+                  f"{r['meaning']}".rstrip())
         return 0
     if not args.config:
         print("mlplab train: error: give a CONFIG (named config or JSON/YAML/TOML file); --list shows the named ones",

@@ -583,15 +583,16 @@ def _train_group(members: list[_Member], t_start: float, on_epoch_end: Callable 
 
 # ----------------------------------------------------------------------------- the entry point
 
-def train_lockstep(cfgs: Sequence[RunConfig | RunPlan], *, resume: bool | Sequence[bool] = False, overwrite: bool = False,
-                   on_epoch_end: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any] | BaseException]:
+def train_lockstep(cfgs: Sequence[RunConfig | RunPlan], *, resume: bool | Sequence[bool] = False,
+                   overwrite: bool = False, on_epoch_end: Callable[[dict[str, Any]], None] | None = None,
+                   ) -> list[dict[str, Any] | BaseException]:
     """Train the seeds of one sweep point together; each one's results (as :func:`mlplab.train.train`
     returns them, also written to its ``results.json``) or the exception that stopped it (a
     diverged seed's :class:`~mlplab.train.NonFiniteError`), in the order given.
 
     ``cfgs``: the runs' configs (or plans), differing only in :data:`SEED_KEYS`. ``resume`` and
-    ``overwrite`` as for :func:`~mlplab.train.train` (``resume``: for every run, or one per run); seeds resumed at different
-    epochs train in one group per epoch, one group after another. Runs that cannot be stacked
+    ``overwrite`` as for :func:`~mlplab.train.train` (``resume``: for every run, or one per run);
+    seeds resumed at different epochs train in one group per epoch, one group after another. Runs that cannot be stacked
     (:func:`lockstep_unsupported`, or models whose state outside their weights differs) train
     one after another, as :func:`~mlplab.train.train` trains them, after a line saying why."""
     t_start = time.perf_counter()
@@ -600,7 +601,8 @@ def train_lockstep(cfgs: Sequence[RunConfig | RunPlan], *, resume: bool | Sequen
     why = _group_unsupported([p.cfg for p in plans])
     if why is None:
         return _train_stacked(plans, resume, overwrite, on_epoch_end, t_start)
-    Progress(plans[0].cfg.run.log).line(f"mlplab: training {len(plans)} seeds one after another, not in lockstep: {why}")
+    Progress(plans[0].cfg.run.log).line(f"mlplab: training {len(plans)} seeds one after another, "
+                                        f"not in lockstep: {why}")
     return [_solo(p, res, overwrite, on_epoch_end) for p, res in zip(plans, resume)]
 
 
@@ -613,7 +615,8 @@ def _group_unsupported(cfgs: list[RunConfig]) -> str | None:
     return lockstep_unsupported(cfgs[0])
 
 
-def _solo(plan: RunPlan, resume: bool, overwrite: bool, on_epoch_end: Callable | None) -> dict[str, Any] | BaseException:
+def _solo(plan: RunPlan, resume: bool, overwrite: bool,
+          on_epoch_end: Callable | None) -> dict[str, Any] | BaseException:
     try:
         return train(plan, resume=resume, overwrite=overwrite, on_epoch_end=on_epoch_end)
     except RunFailure as e:

@@ -97,7 +97,8 @@ def plan_run(cfg: RunConfig, *, here: bool = True, checkpoint: Any = None) -> Ru
         data_cfg = check_pretrained(cfg, info.in_chans, checkpoint, info.num_classes)
         info = dataset_info(data_cfg)
         n_params = sum(t.numel() for t in checkpoint.state.values())
-    elif info.image_size != (0, 0) and info.num_classes != 0:  # image folders, packs: size and classes are known once the data is opened
+    # image folders, packs: size and classes are known once the data is opened
+    elif info.image_size != (0, 0) and info.num_classes != 0:
         kwargs = resolve_model_kwargs(cfg, info)
         model = apply_impl(meta_model(cfg.model.name, kwargs), impl, device, precision)
         n_params = sum(p.numel() for p in model.parameters())
@@ -167,7 +168,8 @@ def resolve_model_kwargs(cfg: RunConfig, info: Any) -> dict[str, Any]:
         if k not in fields:
             continue
         if k in kwargs and kwargs[k] != v:
-            hint = {"image_size": f"set data.image_size={kwargs[k]} to resize the data, or drop model.kwargs.image_size",
+            hint = {"image_size": f"set data.image_size={kwargs[k]} to resize the data, "
+                                  "or drop model.kwargs.image_size",
                     "in_chans": "drop model.kwargs.in_chans",
                     "num_classes": "drop model.kwargs.num_classes"}[k]
             raise BadInput(f"model.kwargs.{k}={kwargs[k]} does not match dataset {cfg.data.dataset!r} "
