@@ -56,7 +56,8 @@ def test_throughput_arithmetic_on_a_simulated_clock(monkeypatch):
             assert out[k]["search"][str(b)] == pytest.approx([t, t])
     # images/s: a 100, 200, 80 -> batch 4; b 500, 667, 1000 -> batch 8
     assert out["a"]["best_batch"] == 4 and out["b"]["best_batch"] == 8
-    assert out["a"]["throughput"] == pytest.approx([200.0] * 3) and out["b"]["throughput"] == pytest.approx([1000.0] * 3)
+    assert (out["a"]["throughput"] == pytest.approx([200.0] * 3)
+            and out["b"]["throughput"] == pytest.approx([1000.0] * 3))
 
 
 # ----------------------------------------------------------------------------- CKA

@@ -129,7 +129,8 @@ def test_mix_prob_and_switch_prob_are_the_probabilities_they_name():
     area = (out == partner).flatten(1).double().mean(1)  # pixels taken from the partner
     torch.testing.assert_close(lam[pasted].double(), 1 - area[pasted], rtol=0, atol=1e-6)
     blended = ~pasted
-    want = lam.double()[blended].view(-1, 1, 1, 1) * x[blended] + (1 - lam.double()[blended].view(-1, 1, 1, 1)) * partner[blended]
+    want = (lam.double()[blended].view(-1, 1, 1, 1) * x[blended]
+            + (1 - lam.double()[blended].view(-1, 1, 1, 1)) * partner[blended])
     torch.testing.assert_close(out[blended], want, rtol=0, atol=1e-12)
     out, _, lam = mix_batch(x, t, gen(8), cutmix_alpha=1.0, mode="elem")  # cutmix alone: always cutmix
     assert ((out == x) | (out == partner)).all()

@@ -127,7 +127,8 @@ def test_group_runs_counts_the_seeds_of_the_test_error():
 
     from mlplab.experiments.aggregate import RunRecord, group_runs
 
-    runs = [RunRecord("s", f"r{i}", Path(f"r{i}"), {"model.name": "m", "run.seed": i}, results={"test_acc": 0.9 - 0.01 * i})
+    runs = [RunRecord("s", f"r{i}", Path(f"r{i}"), {"model.name": "m", "run.seed": i},
+                      results={"test_acc": 0.9 - 0.01 * i})
             for i in range(3)]
     rows = group_runs(runs, ["model.name"], {"test_error": lambda r: 100 * (1 - r.results["test_acc"]),
                                              "connections": lambda r: float("nan")})

@@ -59,7 +59,8 @@ def test_a_diverged_seed_fails_alone_with_its_trace(tmp_path, monkeypatch):
     res = run_sweep(_sweep(), tmp_path, lockstep="on", verbose=False)
     assert res.counts() == {"done": 2, "failed": 2}
     for key in res.failed:
-        assert "run.seed=1" in key and "NonFiniteError: non-finite loss or gradient" in (res.run_dirs[key] / "error.txt").read_text()
+        assert ("run.seed=1" in key
+                and "NonFiniteError: non-finite loss or gradient" in (res.run_dirs[key] / "error.txt").read_text())
     dirs = sorted(res.run_dirs.values())
     assert execute_group(dirs[:2])[str(dirs[0])] == "skipped"
 

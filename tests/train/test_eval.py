@@ -105,7 +105,8 @@ def test_eval_few_shot_equals_the_library_on_the_same_features(finished, capsys)
     batch = eval_batch_size(setup.cfg.run)
     train_f = extract_features(setup.model, eval_loader(setup.data.train, setup.data, batch, DistInfo()),
                                autocast=setup.autocast)
-    test_f = extract_features(setup.model, eval_loader(setup.split, setup.data, batch, DistInfo()), autocast=setup.autocast)
+    test_f = extract_features(setup.model, eval_loader(setup.split, setup.data, batch, DistInfo()),
+                              autocast=setup.autocast)
     want = linear_few_shot(*train_f, *test_f, shots=(1, 5), draws=3)
     assert set(got) == {"1", "5"}
     for k in (1, 5):
