@@ -38,7 +38,8 @@ def main() -> None:
     setup_torch(a.threads, a.seed)
     env = environment()
     print(describe(env))
-    print(f"batch {a.batch}, fp32, forward + backward of φ(W X + b); threshold LEFT_GEMM_MIN_COLS = {LEFT_GEMM_MIN_COLS}")
+    print(f"batch {a.batch}, fp32, forward + backward of φ(W X + b); "
+          f"threshold LEFT_GEMM_MIN_COLS = {LEFT_GEMM_MIN_COLS}")
     shapes = SHAPES[:3] if a.quick else SHAPES
     rows = []
     for n, cols in shapes:
