@@ -58,11 +58,10 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import default_out, environment, fmt_table, write_results  # noqa: E402
 
-from mlplab.data import (AugmentConfig, ImageFolderDataset, Pack, PackedLoader, StreamingLoader, build_augment,
-                         pack)
+from mlplab.data import AugmentConfig, ImageFolderDataset, Pack, PackedLoader, StreamingLoader, build_augment, pack
 from mlplab.data.augment import crop_flip_host
 from mlplab.data.formats import png_bytes
-from mlplab.data.packed import FORMAT_NAME, FORMAT_VERSION, shard_files, sha256_file
+from mlplab.data.packed import FORMAT_NAME, FORMAT_VERSION, sha256_file, shard_files
 
 EPOCH_12M = 12_000_000
 REPO = Path(__file__).resolve().parents[1]
@@ -275,7 +274,8 @@ def feed(a, work: Path) -> dict:
             rates[name].append(rate(fn, count)[0])
             print(f"  rep {r}: {name}: {rates[name][-1]:,.0f} img/s (load {os.getloadavg()[0]:.1f})", flush=True)
     med = {k: statistics.median(v) for k, v in rates.items()}
-    old = {kind: next(v for k, v in med.items() if k.startswith(f"{kind}, old")) for kind in ("host gather", "pack read")}
+    old = {kind: next(v for k, v in med.items() if k.startswith(f"{kind}, old"))
+           for kind in ("host gather", "pack read")}
     vs_old = {k: v / old["host gather" if k.startswith("host gather") else "pack read"] for k, v in med.items()}
     rows_ = [[k, f"{v:,.0f}", f"{vs_old[k]:.1f}x", "yes" if v >= FEED_TARGET else "no"] for k, v in med.items()]
     print(fmt_table([f"uint8 {a.size}x{a.size}, batch {b}, to {a.device}", "img/s", "vs old",

@@ -16,7 +16,8 @@ while choosing ``fmnist_fast`` on the held-out split, and the final runs.
     python benchmarks/bench_fmnist_fast.py --seeds 0,1,2 --out-dir runs/bench_fmnist_fast
     python benchmarks/bench_fmnist_fast.py --seeds 0 --set run.eval_every=1   # a curve on the test set
     python benchmarks/bench_fmnist_fast.py --seeds 0,1,2 --device cuda        # on one GPU
-    python benchmarks/bench_fmnist_fast.py --seeds 0,1 --variant run.threads=1  # each seed also with 1 thread, interleaved
+    # each seed also with 1 thread, interleaved:
+    python benchmarks/bench_fmnist_fast.py --seeds 0,1 --variant run.threads=1
 """
 from __future__ import annotations
 
@@ -52,8 +53,9 @@ def run_seed(config: str, seed: int, out_dir: Path, extra: list[str]) -> dict:
     run_dir = Path(last.rsplit("-> ", 1)[-1])
     res = json.loads((run_dir / "results.json").read_text())
     return {"seed": seed, "wall_s": wall, "cpu_s": after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime,
-            "threads": res["threads"], "variant": " ".join(extra), "test_acc": res["test_acc"], "train_s": res["wall_s"],
-            "images_per_s": res["images_per_s"], "precision": res["precision"], "run_dir": str(run_dir),
+            "threads": res["threads"], "variant": " ".join(extra), "test_acc": res["test_acc"],
+            "train_s": res["wall_s"], "images_per_s": res["images_per_s"], "precision": res["precision"],
+            "run_dir": str(run_dir),
             "loadavg_after": list(os.getloadavg()), "command": " ".join(cmd[1:])}
 
 
@@ -94,12 +96,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out-dir", type=Path, default=Path("runs/bench_fmnist_fast"))
     p.add_argument("--set", action="append", default=[], help="extra key=value overrides for every seed")
     p.add_argument("--variant", action="append", default=[], metavar="KEY=VALUE",
-                   help="each seed runs again with this override right after (interleaved; repeatable: one variant each)")
+                   help="each seed runs again with this override right after "
+                        "(interleaved; repeatable: one variant each)")
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"],
                    help="run.device of every seed (auto: as a user's run picks)")
     p.add_argument("--curves", type=Path, nargs="*", default=[], help="run folders to draw with --plot")
     p.add_argument("--plot", type=Path, default=None, help="figure path (PNG and PDF)")
-    p.add_argument("--out", type=Path, default=None, help="JSON results (default: benchmarks/results/CONFIG-pt...-MACHINE.json)")
+    p.add_argument("--out", type=Path, default=None,
+                   help="JSON results (default: benchmarks/results/CONFIG-pt...-MACHINE.json)")
     a = p.parse_args(argv)
     targets = GPU_TARGETS if a.device == "cuda" else TARGETS
     target_acc, target_s = targets.get(a.config, TARGETS.get(a.config, TARGETS["fmnist_fast"]))
@@ -117,14 +121,16 @@ def main(argv: list[str] | None = None) -> int:
                   f"{r['images_per_s']:.0f} img/s, load {r['loadavg_after'][0]:.1f})", flush=True)
     if rows:
         table = [[r["seed"], r["threads"], 100 * r["test_acc"], r["wall_s"], r["cpu_s"], r["wall_s"] / target_s,
-                  f"{r['loadavg_after'][0]:.1f}", "yes" if r["test_acc"] >= target_acc and r["wall_s"] <= target_s else "NO"]
+                  f"{r['loadavg_after'][0]:.1f}",
+                  "yes" if r["test_acc"] >= target_acc and r["wall_s"] <= target_s else "NO"]
                  for r in rows]
         print(fmt_table(["seed", "threads", "test acc %", "wall s", "CPU s", f"wall / {target_s:g} s", "load",
                          f"≥ {100 * target_acc:g}% in ≤ {target_s:g} s"], table))
     if a.plot:
         curves = a.curves + [Path(r["run_dir"]) for r in rows]
         print("figure:", ", ".join(map(str, plot_curves(curves, a.plot, (target_acc, target_s)))))
-    write_results(a.out or default_out(a.config.replace("_", "-")), {"benchmark": "bench_fmnist_fast", "config": a.config, "environment": env, "runs": rows})
+    write_results(a.out or default_out(a.config.replace("_", "-")),
+                  {"benchmark": "bench_fmnist_fast", "config": a.config, "environment": env, "runs": rows})
     return 0
 
 

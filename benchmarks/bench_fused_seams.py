@@ -32,7 +32,14 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import (  # noqa: E402
-    add_common_args, describe, environment, fmt_table, interleaved, setup_torch, train_step_fn, write_results,
+    add_common_args,
+    describe,
+    environment,
+    fmt_table,
+    interleaved,
+    setup_torch,
+    train_step_fn,
+    write_results,
 )
 
 import mlplab  # noqa: E402
@@ -58,7 +65,8 @@ def run_pair(name: str, S: int, C: int, dtype: str, a: argparse.Namespace) -> di
         models["fused_compiled"] = torch.compile(build(name, S, C, True, a.depth))
         models["unfused_compiled"] = torch.compile(build(name, S, C, False, a.depth))
     steps = {k: train_step_fn(m, x, y, "adamw", dtype) for k, m in models.items()}
-    print(f"\n[{name} S={S} C={C} / {dtype}] batch {a.batch}, L={a.depth}, {torch.get_num_threads()} threads", flush=True)
+    print(f"\n[{name} S={S} C={C} / {dtype}] batch {a.batch}, L={a.depth}, {torch.get_num_threads()} threads",
+          flush=True)
     load0 = os.getloadavg()
     times = interleaved(steps, a.reps, a.warmup, clock=a.clock)
     med = {k: statistics.median(v) for k, v in times.items()}
@@ -93,7 +101,8 @@ def main(argv: list[str] | None = None) -> int:
     rows = [[r["model"], f"S={r['S']} C={r['C']}", r["dtype"], *(r["ms_per_step"][k] for k in cols),
              *r["unfused_over_fused_paired_median"].values()] for r in runs]
     print("\nms per step; ratio = unfused / fused time (paired median, > 1: fused faster)")
-    print(fmt_table(["model", "config", "dtype", *cols, "ratio eager", *(["ratio compiled"] if a.compile else [])], rows))
+    print(fmt_table(["model", "config", "dtype", *cols, "ratio eager", *(["ratio compiled"] if a.compile else [])],
+                    rows))
     write_results(a.out, {"benchmark": "bench_fused_seams", "args": {k: str(v) for k, v in vars(a).items()},
                           "environment": env, "runs": runs})
     return 0

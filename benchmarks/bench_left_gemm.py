@@ -14,8 +14,8 @@ from __future__ import annotations
 import argparse
 
 import torch
-
 from common import add_common_args, describe, environment, interleaved, setup_torch, summarise, write_results
+
 from mlplab.layers.common import LEFT_GEMM_MIN_COLS, LinearAct
 
 # (n, cols): fig6's pairs at Ω = 2^16 (token mixing n = S, cols = C), S = C = 64, and small-C extremes
@@ -38,7 +38,8 @@ def main() -> None:
     setup_torch(a.threads, a.seed)
     env = environment()
     print(describe(env))
-    print(f"batch {a.batch}, fp32, forward + backward of φ(W X + b); threshold LEFT_GEMM_MIN_COLS = {LEFT_GEMM_MIN_COLS}")
+    print(f"batch {a.batch}, fp32, forward + backward of φ(W X + b); "
+          f"threshold LEFT_GEMM_MIN_COLS = {LEFT_GEMM_MIN_COLS}")
     shapes = SHAPES[:3] if a.quick else SHAPES
     rows = []
     for n, cols in shapes:

@@ -16,7 +16,7 @@ import time
 
 import torch
 
-from mlplab.data import AugmentConfig, DeviceLoader, DataError, build_augment, load_dataset
+from mlplab.data import AugmentConfig, DataError, DeviceLoader, build_augment, load_dataset
 
 RECIPES = {
     "normalise only": AugmentConfig(),

@@ -165,7 +165,8 @@ def step_mode(a: argparse.Namespace, extra: dict[str, Any]) -> dict[str, Any]:
                 continue
             r = out[f"{sel}/{name}"] = paired_ratio(times[f"{sel}/{name}"], s)
             what = "the model's own path" if name == "lockstep" else "module path (impl=module)"
-            rows.append([sel, what, per(s), per(times[f"{sel}/{name}"]), f"{r['median']:.3f} [{r['lo']:.3f}, {r['hi']:.3f}]"])
+            rows.append([sel, what, per(s), per(times[f"{sel}/{name}"]),
+                         f"{r['median']:.3f} [{r['lo']:.3f}, {r['hi']:.3f}]"])
     print(fmt_table(["recipe", "stacked forward", "solo ms per seed-step", "lockstep ms per seed-step",
                      "lockstep / solo [95% CI]"], rows))
     return {"ratios": out, "times_s": times}
@@ -189,7 +190,8 @@ def _lockstep_steps(lockstep, loop, plans, dist, data, steps: int, tmp: Path, im
     for plan in plans:
         run = loop._prepare(plan, dist, data)
         members.append(lockstep._Member(plan, run, loop._rng_state(run.device), guard=loop._Guard(run, 0, tmp)))
-    stack = lockstep._Stack([m.run for m in members], lockstep._Streams([m.rng for m in members], members[0].run.device))
+    stack = lockstep._Stack([m.run for m in members],
+                            lockstep._Streams([m.rng for m in members], members[0].run.device))
     if impl is not None:
         stack.template.impl = impl
     guard = loop._Guard(members[0].run, 0, tmp)

@@ -21,15 +21,24 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import (TRAINED_MODELS, add_common_args, add_trained_model_args, describe, environment,  # noqa: E402
-                    fmt_table, trained_model_choice, write_results)
+from common import (  # noqa: E402
+    TRAINED_MODELS,
+    add_common_args,
+    add_trained_model_args,
+    describe,
+    environment,
+    fmt_table,
+    trained_model_choice,
+    write_results,
+)
+
 
 def child(model: str, dtype: str, keep: bool, threads: int, batch: int, warmup: int, steps: int) -> dict:
     """One process's measurement (run with ``--child``): median step seconds and faults per step."""
     import torch
+    from common import train_step_fn
 
     import mlplab
-    from common import train_step_fn
     from mlplab.train.backend import keep_freed_memory
 
     torch.set_num_threads(threads)

@@ -33,8 +33,15 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import (  # noqa: E402
-    add_common_args, describe, environment, fmt_table, forward_flops, interleaved, setup_torch, summarise,
-    train_step_fn, write_results,
+    add_common_args,
+    environment,
+    fmt_table,
+    forward_flops,
+    interleaved,
+    setup_torch,
+    summarise,
+    train_step_fn,
+    write_results,
 )
 
 import mlplab  # noqa: E402
@@ -150,8 +157,9 @@ def main(argv: list[str] | None = None) -> int:
         specs = {k: v for k, v in specs.items() if k in a.models.split(",")}
     m = a.S * a.C
     omega = a.gamma * (a.C * a.S**2 + a.C**2 * a.S) / 2
-    print(f"S={a.S}, C={a.C}, L={a.depth}, γ={a.gamma}: m={m}, Ω={omega:.0f}, SW density p={omega / (a.gamma * m * m):.5f}; "
-          f"batch {a.batch}; torch {env['torch']}, {env['num_threads']} threads, load {env['loadavg']}", flush=True)
+    print(f"S={a.S}, C={a.C}, L={a.depth}, γ={a.gamma}: m={m}, Ω={omega:.0f}, "
+          f"SW density p={omega / (a.gamma * m * m):.5f}; batch {a.batch}; torch {env['torch']}, "
+          f"{env['num_threads']} threads, load {env['loadavg']}", flush=True)
 
     base_mem = measure_memory("baseline", "__baseline__", {}, a)
     print(f"  memory baseline (tiny linear model): peak RSS rise {base_mem['peak_rise_mb']:.1f} MiB", flush=True)

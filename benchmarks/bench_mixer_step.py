@@ -22,10 +22,10 @@ Suites (sizes from the command line):
   path, LN/act/skip as separate ops), eager and, with ``--compile``, compiled.
 
 The GEMM rate is that of ``F.linear`` on two n×n tensors already in the run's dtype, under
-autocast for bf16 (the route the models' matmuls take, without the casts). On CPUs without AVX512-BF16 bf16 GEMMs are emulated and
-far slower than fp32: compare the two GEMM lines before reading anything into bf16 timings.
-With more runnable threads than cores (a shared machine), every parallel region waits for the
-scheduler; ``--threads 1`` then measures the code rather than the contention.
+autocast for bf16 (the route the models' matmuls take, without the casts). On CPUs without
+AVX512-BF16 bf16 GEMMs are emulated and far slower than fp32: compare the two GEMM lines before
+reading anything into bf16 timings. With more runnable threads than cores (a shared machine),
+every parallel region waits for the scheduler; ``--threads 1`` then measures the code rather than the contention.
 
 MFU: model FLOPs per step = 3 × forward matmul FLOPs (torch.utils.flop_counter) × batch,
 divided by the step time and by the GEMM rate measured in the same interleaved loop; with
@@ -60,8 +60,17 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import (  # noqa: E402
-    add_common_args, autocast_ctx, describe, environment, fmt_table, forward_flops, interleaved, setup_torch,
-    summarise, train_step_fn, write_results,
+    add_common_args,
+    autocast_ctx,
+    describe,
+    environment,
+    fmt_table,
+    forward_flops,
+    interleaved,
+    setup_torch,
+    summarise,
+    train_step_fn,
+    write_results,
 )
 
 import mlplab  # noqa: E402

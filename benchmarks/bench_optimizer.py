@@ -18,8 +18,19 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import (TRAINED_MODELS, add_common_args, add_trained_model_args, describe, environment,  # noqa: E402
-                    fmt_table, interleaved, setup_torch, train_step_fn, trained_model_choice, write_results)
+from common import (  # noqa: E402
+    TRAINED_MODELS,
+    add_common_args,
+    add_trained_model_args,
+    describe,
+    environment,
+    fmt_table,
+    interleaved,
+    setup_torch,
+    train_step_fn,
+    trained_model_choice,
+    write_results,
+)
 
 UPDATES = ("loop", "foreach", "fused")
 

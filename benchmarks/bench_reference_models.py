@@ -22,7 +22,14 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import (  # noqa: E402
-    add_common_args, describe, environment, fmt_table, interleaved, setup_torch, summarise, write_results,
+    add_common_args,
+    describe,
+    environment,
+    fmt_table,
+    interleaved,
+    setup_torch,
+    summarise,
+    write_results,
 )
 
 from mlplab.models.counting import count_params  # noqa: E402
@@ -69,7 +76,8 @@ def main(argv: list[str] | None = None) -> int:
             diff = float((a_out - b_out).abs().max() / b_out.abs().max())
             results[name] = {"params_ours": count_params(ours), "params_timm": count_params(theirs),
                              "max_rel_output_diff": diff}
-        calls = {f"{n} {who}": (lambda m=m: m(x)) for n, pair in models.items() for who, m in zip(("ours", "timm"), pair)}
+        calls = {f"{n} {who}": (lambda m=m: m(x))
+                 for n, pair in models.items() for who, m in zip(("ours", "timm"), pair)}
         times = interleaved(calls, reps=2 if a.quick else a.reps, warmup=1 if a.quick else a.warmup, clock=a.clock)
     for name in models:
         t_ours, t_timm = summarise(times[f"{name} ours"]), summarise(times[f"{name} timm"])

@@ -115,7 +115,8 @@ def build_side(pkg: Any, base: str | None, overrides: dict[str, Any], steps: int
                                               "run.name": run_dir.name, "run.log": "none"})
     dist = pkg.train.distributed.init_distributed("cpu")
     runplan = sys.modules.get(f"{pkg.__name__}.train.runplan")
-    run = loop._prepare(runplan.plan_run(cfg) if runplan else loop.check_run(cfg), dist)  # before the plan: checked by the loop
+    # before the plan (no runplan module): checked by the loop
+    run = loop._prepare(runplan.plan_run(cfg) if runplan else loop.check_run(cfg), dist)
     loop._wrap(run)
     state = (getattr(loop, "RunState", None) or loop._Progress)()
     guard, progress = loop._Guard(run, 0, run_dir), loop.Progress("none")
@@ -176,9 +177,11 @@ def main(argv: list[str] | None = None) -> int:
         o, n = times[f"{sel}/old"], times[f"{sel}/new"]
         r = ratios[sel] = paired_ratio(o, n)
         rows.append([sel, resolved[f"{sel}/new"]["precision"], f"{1e3 * statistics.median(o) / a.steps:.2f}",
-                     f"{1e3 * statistics.median(n) / a.steps:.2f}", f"{r['median']:.3f} [{r['lo']:.3f}, {r['hi']:.3f}]"])
+                     f"{1e3 * statistics.median(n) / a.steps:.2f}",
+                     f"{r['median']:.3f} [{r['lo']:.3f}, {r['hi']:.3f}]"])
     print(fmt_table(["recipe", "precision", f"{a.old} ms/step", "this tree ms/step", "old/new [95% CI]"], rows))
-    write_results(a.out, {"benchmark": "bench_step_ab", "title": f"Training step A/B: this tree against {a.old}, one process",
+    write_results(a.out, {"benchmark": "bench_step_ab",
+                          "title": f"Training step A/B: this tree against {a.old}, one process",
                           "args": {k: str(v) for k, v in vars(a).items()}, "environment": env,
                           "loadavg_end": list(os.getloadavg()), "resolved": resolved, "dropped": dropped,
                           "ratios": ratios, "times_s": times})

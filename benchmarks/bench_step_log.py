@@ -139,7 +139,8 @@ def main() -> None:
             f"{load[0][0]:.1f} -> {load[1][0]:.1f}")
     print(note)
     write_results(a.out, {"benchmark": "step_log", "environment": env, "notes": [note],
-                          "title": f"Per-step records: fmnist_fast steps with run.log_every_steps={a.every} against 0", "every": a.every, "pairs": a.pairs,
+                          "title": f"Per-step records: fmnist_fast steps with run.log_every_steps={a.every} against 0",
+                          "every": a.every, "pairs": a.pairs,
                           "threads": a.threads, "clock": a.clock, "loadavg_before_after": load,
                           "step_s": {"off": off, "on": on}, "ratios_on_off": ratios,
                           "ratio_median": statistics.median(ratios), "ratio_ci95": [lo, hi],

@@ -76,7 +76,8 @@ def main(argv: list[str] | None = None) -> int:
         per_epoch = f"{r['train_examples'] / r['images_per_s']:7.0f}*" if partial else f"{r['epoch_time_s']:8.1f}"
         print(f"{name:5} {r['steps']:6d} {acc:>8} {per_epoch} {r['images_per_s']:8.0f} "
               f"{(r['flops_per_s'] or 0) / 1e9:8.2f} {r['matmul_flops_per_s'] / 1e9:11.1f} {r['mfu'] or 0:6.1%}  "
-              f"{' '.join(f'{x:.1f}' for x in r['loadavg_before'])} -> {' '.join(f'{x:.1f}' for x in r['loadavg_after'])}")
+              f"{' '.join(f'{x:.1f}' for x in r['loadavg_before'])} -> "
+              f"{' '.join(f'{x:.1f}' for x in r['loadavg_after'])}")
     if len(rows) == 2 and args.bf16_steps > 0:
         print("* training time of one full epoch extrapolated from the bf16 throughput run")
     if len(rows) == 2:

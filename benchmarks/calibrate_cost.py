@@ -120,8 +120,7 @@ def experiment_minutes(key: str, rate: float, kappa: float, tau: float, epochs: 
     ``epochs`` per training run when given (the plan as it was timed), else the plan's own."""
     from unittest import mock
 
-    from mlplab.experiments import estimate_cost, plan_experiment
-    from mlplab.experiments import cost
+    from mlplab.experiments import cost, estimate_cost, plan_experiment
 
     id, scale = key.split()
     overrides = {"schedule.epochs": epochs} if epochs is not None else None
@@ -141,8 +140,9 @@ def fit_calibration() -> dict:
     pairs = [r for r in rows if r.get("pair_mean")]
     mean = {k: sum(r[k] for r in pairs) / len(pairs) for k in ("flops", "activations", "us_per_example")}
     fit = fit_constants([r for r in rows if not r.get("pair_mean")] + ([mean] if pairs else []))
-    print(f"NNLS over {len(rows)} rows: R = {fit[0] / 1e9:.1f} GFLOP/s, κ = {fit[1] * 1e9:.2f} ns, τ0 = {fit[2] * 1e6:.1f} µs;"
-          f" module: R = {RATE / 1e9:.1f}, κ = {KAPPA_S * 1e9:.2f} ns, τ0 = {TAU_S * 1e6:.1f} µs")
+    print(f"NNLS over {len(rows)} rows: R = {fit[0] / 1e9:.1f} GFLOP/s, κ = {fit[1] * 1e9:.2f} ns, "
+          f"τ0 = {fit[2] * 1e6:.1f} µs; module: R = {RATE / 1e9:.1f}, κ = {KAPPA_S * 1e9:.2f} ns, "
+          f"τ0 = {TAU_S * 1e6:.1f} µs")
     for r in rows:
         f = {k: 1e6 * (3 * r["flops"] / R + k_ * r["activations"] + t) for k, (R, k_, t) in
              (("fit", fit), ("module", (RATE, KAPPA_S, TAU_S)))}
@@ -302,8 +302,9 @@ def main() -> None:
     fit = {"rate_flops_per_s": rate, "kappa_s": kappa, "tau_s": tau,
            "rp_slowdown": [r["cpu_us_per_example"] / n["cpu_us_per_example"] for r, n in rp],
            "import_cpu_s": t_import, "load_fashion_mnist_cpu_s": t_load}
-    print(f"fit: R = {rate / 1e9:.1f} GFLOP/s, κ = {kappa * 1e9:.2f} ns/element, τ0 = {tau * 1e6:.1f} µs/example; RP slowdown "
-          f"{', '.join(f'{x:.2f}' for x in fit['rp_slowdown'])}; import {t_import:.1f} s, data load {t_load:.1f} s (CPU)")
+    print(f"fit: R = {rate / 1e9:.1f} GFLOP/s, κ = {kappa * 1e9:.2f} ns/element, τ0 = {tau * 1e6:.1f} µs/example; "
+          f"RP slowdown {', '.join(f'{x:.2f}' for x in fit['rp_slowdown'])}; import {t_import:.1f} s, "
+          f"data load {t_load:.1f} s (CPU)")
     for r in normal:
         pred = 3 * r["flops"] / rate + kappa * r["activations"] + tau
         print(f"  {r['label']:32s} measured {r['cpu_us_per_example']:7.1f}  fit {pred * 1e6:7.1f} µs/example")

@@ -78,7 +78,8 @@ def add_trained_model_args(p: argparse.ArgumentParser, steps: int, steps_help: s
     p.add_argument("--models", default=",".join(TRAINED_MODELS), help="comma-separated labels of TRAINED_MODELS")
 
 
-def trained_model_choice(p: argparse.ArgumentParser, a: argparse.Namespace, env: dict[str, Any]) -> tuple[str, list[str]]:
+def trained_model_choice(p: argparse.ArgumentParser, a: argparse.Namespace,
+                         env: dict[str, Any]) -> tuple[str, list[str]]:
     """(dtype, model labels) from :func:`add_trained_model_args`' options; unknown labels end the run."""
     models = [m for m in a.models.split(",") if m]
     unknown = [m for m in models if m not in TRAINED_MODELS]
@@ -260,7 +261,8 @@ def fmt_table(headers: list[str], rows: list[list[Any]]) -> str:
     widths = [max(len(h), *(len(r[i]) for r in body)) if body else len(h) for i, h in enumerate(headers)]
     line = "  ".join(h.ljust(w) for h, w in zip(headers, widths))
     sep = "  ".join("-" * w for w in widths)
-    out = [line, sep] + ["  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))) for r in body]
+    out = [line, sep] + ["  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths)))
+                         for r in body]
     return "\n".join(out)
 
 

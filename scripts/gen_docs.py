@@ -57,13 +57,15 @@ def load_result(folder: Path) -> dict[str, Any]:
     where = json.loads((folder / "machine.json").read_text()) if (folder / "machine.json").exists() else {}
     protocol = v.get("protocol") or {}
     recovered = "source" in v
-    claims = [{"claim": c["claim"], "verdict": c["verdict"], "class": c.get("class") or ("trained" if c.get("trained", True)
-                                                                                          else "measurement"),
+    claims = [{"claim": c["claim"], "verdict": c["verdict"],
+               "class": c.get("class") or ("trained" if c.get("trained", True) else "measurement"),
                "reason": c.get("reason", ""), "p_two_sided": (c.get("stats") or {}).get("p_two_sided")}
               for c in v["verdicts"]]
-    return {"id": exp, "scale": scale, "machine": machine, "minutes": minutes, "load": v.get("loadavg") or where.get("loadavg"),
+    return {"id": exp, "scale": scale, "machine": machine, "minutes": minutes,
+            "load": v.get("loadavg") or where.get("loadavg"),
             "measured": v.get("measured") or manifest.get("finished", "")[:10], "claims": claims,
-            "verdicts": [c["verdict"] for c in claims], "link": link.relative_to(REPO).as_posix(), "recovered": recovered,
+            "verdicts": [c["verdict"] for c in claims], "link": link.relative_to(REPO).as_posix(),
+            "recovered": recovered,
             "role": "recovered" if recovered else protocol.get("role", "exploratory"), "seeds": protocol.get("seeds"),
             "hash": protocol.get("hash")}
 
@@ -227,7 +229,8 @@ def add_run(run_dir: Path, machine: str | None = None, load: str | None = None) 
         shutil.rmtree(dest)
     dest.mkdir(parents=True)
     for f in sorted(run_dir.iterdir()):
-        if f.is_file() and (f.name in ("report.md", "verdicts.json", "experiment.json") or f.suffix in (".csv", ".png")):
+        if f.is_file() and (f.name in ("report.md", "verdicts.json", "experiment.json")
+                            or f.suffix in (".csv", ".png")):
             shutil.copy2(f, dest / f.name)
     where = {"machine": machine or machine_tag(), "cpu": cpu_info().get("model name"),
              "native_bf16": cpu_has_native_bf16(), "loadavg": load}
@@ -251,7 +254,8 @@ def benchmark_sections(root: Path = BENCH) -> str:
         title = d.get("title") or d.get("benchmark") or f.stem
         out.append(f"### {title} — {d.get('machine', '?')}\n")
         env = d.get("environment") or d.get("env") or {}
-        facts = [f"CPU: {d.get('cpu') or env.get('processor', '?')}", f"torch {d.get('torch') or env.get('torch', '?')}"]
+        facts = [f"CPU: {d.get('cpu') or env.get('processor', '?')}",
+                 f"torch {d.get('torch') or env.get('torch', '?')}"]
         load = d.get("loadavg") or env.get("loadavg")
         if load:
             facts.append(f"load {load if isinstance(load, str) else '/'.join(f'{x:.1f}' for x in load)}")
@@ -314,7 +318,8 @@ def main(argv: list[str] | None = None) -> int:
     if a.check:
         bad = stale()
         for t in bad:
-            print(f"{t}: generated tables differ from the result files; run python scripts/gen_docs.py", file=sys.stderr)
+            print(f"{t}: generated tables differ from the result files; run python scripts/gen_docs.py",
+                  file=sys.stderr)
         return 1 if bad else 0
     for t in TARGETS:
         path = REPO / t

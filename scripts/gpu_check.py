@@ -108,7 +108,8 @@ def node_record(device: torch.device) -> dict[str, Any]:
         rec["timm"] = timm.__version__
     if device.type == "cuda":
         p = torch.cuda.get_device_properties(device)
-        rec["gpu"] = {"name": p.name, "capability": f"{p.major}.{p.minor}", "memory_gib": round(p.total_memory / 2**30, 1),
+        rec["gpu"] = {"name": p.name, "capability": f"{p.major}.{p.minor}",
+                      "memory_gib": round(p.total_memory / 2**30, 1),
                       "datasheet_bf16_tflops": _datasheet(p.name)}
         rec["driver"] = _driver_version()
     return rec
@@ -221,7 +222,8 @@ def judge_b16(run: dict[str, Any], floors: dict[str, float] = FLOORS) -> tuple[b
         ("MFU eager", n["mfu_eager"], "<", floors["mfu_eager"], n["mfu_eager"] < floors["mfu_eager"]),
         ("MFU compiled", n["mfu_compiled"], "<", floors["mfu_compiled"],
          n["mfu_compiled"] is not None and n["mfu_compiled"] < floors["mfu_compiled"]),
-        ("RP/normal eager", n["rp_over_normal"], ">", floors["rp_over_normal"], n["rp_over_normal"] > floors["rp_over_normal"]),
+        ("RP/normal eager", n["rp_over_normal"], ">", floors["rp_over_normal"],
+         n["rp_over_normal"] > floors["rp_over_normal"]),
         ("RP/normal compiled", n["rp_over_normal_compiled"], ">", floors["rp_over_normal"],
          n["rp_over_normal_compiled"] is not None and n["rp_over_normal_compiled"] > floors["rp_over_normal"]),
         ("speed vs timm", n["speed_vs_timm"], "<", floors["speed_vs_timm"],
@@ -246,8 +248,9 @@ def _b16_line(run: dict[str, Any], n: dict[str, Any]) -> str:
     timm = (f"{n['speed_vs_timm']:.2f}x timm's step" if n["speed_vs_timm"] is not None
             else "timm not importable: no comparison")
     comp = "-" if n["rp_over_normal_compiled"] is None else f"{n['rp_over_normal_compiled']:.3f}"
-    return (f"Mixer-B/16 {run['image']}x{run['image']} bf16 batch {run['batch']}: MFU eager {_pct(n['mfu_eager'])} / compiled "
-            f"{_pct(n['mfu_compiled'])} of the GEMM rate measured here, {n['gemm_tflops']:.0f} TFLOP/s{vs_peak}; "
+    return (f"Mixer-B/16 {run['image']}x{run['image']} bf16 batch {run['batch']}: "
+            f"MFU eager {_pct(n['mfu_eager'])} / compiled {_pct(n['mfu_compiled'])} of the GEMM rate measured here, "
+            f"{n['gemm_tflops']:.0f} TFLOP/s{vs_peak}; "
             f"RP/normal {n['rp_over_normal']:.3f} eager, {comp} compiled; {timm} (eager)")
 
 
@@ -355,7 +358,8 @@ def check_train(model: str, compiled: bool, device: torch.device, out: Path, epo
             + (f", MFU {100 * res['mfu']:.1f}%" if res.get("mfu") else ""))
     if compiled:
         d = res["dynamo"]
-        line += f"; dynamo: {d['graphs']} graphs, {d['graph_breaks']} graph breaks, {d['skipped_frames']} skipped frames"
+        line += (f"; dynamo: {d['graphs']} graphs, {d['graph_breaks']} graph breaks, "
+                 f"{d['skipped_frames']} skipped frames")
         if model not in SPARSE and (d["graph_breaks"] or d["skipped_frames"]):
             raise AssertionError(f"{line}: a dense model must compile whole ({d['break_reasons']})")
     return line
@@ -428,7 +432,8 @@ def check_ddp_resume(device: torch.device, out: Path, budget: float | None) -> s
     for rank in range(2):  # both on this GPU (LOCAL_RANK 0): gloo, since NCCL refuses two ranks on one GPU
         env = child_env(RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1",
                         MLPLAB_CHECK_PORTS=ports, MLPLAB_DIST_BACKEND="gloo", OMP_NUM_THREADS="1")
-        cmd = [sys.executable, str(Path(__file__).resolve()), "--ddp-child", str(cfg_file), str(work / f"rank{rank}.json")]
+        cmd = [sys.executable, str(Path(__file__).resolve()), "--ddp-child", str(cfg_file),
+               str(work / f"rank{rank}.json")]
         procs.append((subprocess.Popen(cmd, stdout=open(work / f"rank{rank}.log", "w"), stderr=subprocess.STDOUT,
                                        env=env, start_new_session=True), work / f"rank{rank}.log"))
     t0 = time.perf_counter()
@@ -533,13 +538,15 @@ def plan_checks(a: argparse.Namespace, device: torch.device, out: Path) -> list[
         checks.append(("bench_b16", "bench_b16", lambda: check_bench("b16", device, out, budget("bench_b16"), short)))
     if "sync" in groups:
         checks += [(f"sync_free[{r}]", "sync_free", lambda r=r: check_sync_free(r, device, batches)) for r in RECIPES]
-        checks.append(("sync_free[cifar,host]", "sync_free", lambda: check_sync_free("cifar", device, batches, host=True)))
+        checks.append(("sync_free[cifar,host]", "sync_free",
+                       lambda: check_sync_free("cifar", device, batches, host=True)))
     if "train" in groups:
         work = out / "runs"
         checks += [(f"train[{m},eager]", "train_eager", lambda m=m: check_train(m, False, device, work, epochs))
                    for m in MODELS]
         if not a.no_compile:
-            checks += [(f"train[{m},compiled]", "train_compiled", lambda m=m: check_train(m, True, device, work, epochs))
+            checks += [(f"train[{m},compiled]", "train_compiled",
+                        lambda m=m: check_train(m, True, device, work, epochs))
                        for m in MODELS if not short or m in SPARSE]
     if "ddp" in groups:
         checks.append(("ddp_resume", "ddp_resume", lambda: check_ddp_resume(device, out, budget("ddp_resume"))))

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import re
 import fcntl
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -1187,7 +1187,7 @@ def test_resume_of_a_run_without_a_checkpoint_starts_it_with_the_new_config(tmp_
     assert len((run_dir / "metrics.jsonl").read_text().splitlines()) == 1
 
 
-# ----------------------------------------------------------------------------- data, memory and API cases (other owners' fixes)
+# ------------------------------------------------------------- data, memory and API cases (other owners' fixes)
 
 def _image_folder(root: Path, classes=("a", "b"), n: int = 4, size: int = 12, seed: int = 0) -> Path:
     import numpy as np
@@ -1210,7 +1210,8 @@ def test_an_image_folder_trains_at_a_chosen_resolution(tmp_path, capsys):
                        "run.batch_size=4", "schedule.epochs=1", f"run.out_dir={out}", "run.name=if"], capsys)
     assert rc == 0, err
     res = json.loads((out / "if" / "results.json").read_text())
-    assert res["train_examples"] == 8 and json.loads((out / "if" / "config.json").read_text())["data"]["image_size"] == 8
+    assert (res["train_examples"] == 8
+            and json.loads((out / "if" / "config.json").read_text())["data"]["image_size"] == 8)
 
 
 def test_an_empty_class_folder_is_named(tmp_path, capsys):
@@ -1315,8 +1316,8 @@ def test_a_second_pack_into_a_folder_in_use_is_refused_and_a_killed_pack_resumes
         rc, _, err = _run(_pack_argv(b, dst), capsys)
         assert rc == 1
         _assert_message(err, rf"pack is in use by process {first.pid} \(mlplab pack .*A .*pack --image-size 8 "
-                             r"--shard-size 4 --workers 1 --progress none\); wait for it to finish \(or stop it\); a pack "
-                             r"has one writer at a time", "pack")
+                             r"--shard-size 4 --workers 1 --progress none\); wait for it to finish \(or stop it\); "
+                             r"a pack has one writer at a time", "pack")
         assert _snapshot(dst) == before
     finally:
         first.kill()  # SIGKILL, while stopped
@@ -1340,11 +1341,12 @@ def test_a_second_pack_into_a_folder_in_use_is_refused_and_a_killed_pack_resumes
 
 
 @pytest.mark.parametrize("where, extra, pattern", [
-    ("new/pack", ["--image-size", "100000"], r"--image-size 100000 needs about [0-9,.]+ GiB of memory to pack \(8 images "
-                                              r"of 28,610\.2 MiB per shard\), more than the [0-9.]+ GiB available; choose "
-                                              r"a smaller --image-size"),
-    ("A/packs/p", ["--image-size", "8"], r"A/packs/p is inside the source folder .*A; the pack's files would land among "
-                                          r"the images it packs: give a destination outside .*A"),
+    ("new/pack", ["--image-size", "100000"],
+     r"--image-size 100000 needs about [0-9,.]+ GiB of memory to pack \(8 images of 28,610\.2 MiB per shard\), "
+     r"more than the [0-9.]+ GiB available; choose a smaller --image-size"),
+    ("A/packs/p", ["--image-size", "8"],
+     r"A/packs/p is inside the source folder .*A; the pack's files would land among the images it packs: "
+     r"give a destination outside .*A"),
 ])
 def test_a_refused_pack_leaves_nothing_behind(tmp_path, capsys, where, extra, pattern):
     a = _image_folder(tmp_path / "A")
@@ -1421,11 +1423,12 @@ def test_a_run_knows_its_data(tmp_path, capsys):
                     "index_sha256": hashlib.sha256((p1 / "index.json").read_bytes()).hexdigest()}
     assert json.loads((first / "data.json").read_text()) == data
     before = _snapshot(first)
-    for extra, pattern in [(["--resume"], rf"cannot resume .*{re.escape(first.name)}: it trained on the pack .*P1 \(index "
-                                          r"sha256 [0-9a-f]{12}\), not on the pack .*P2 \(index sha256 [0-9a-f]{12}\)\. "
-                                          r"Nothing was changed; give its data\.root, or a new run\.name"),
-                           ([], rf"{re.escape(first.name)} holds a run trained on the pack .*P1 .*, not on the pack .*P2 "
-                                r".*; choose another run\.name, or pass --overwrite to replace it")]:
+    for extra, pattern in [(["--resume"],
+                            rf"cannot resume .*{re.escape(first.name)}: it trained on the pack .*P1 \(index "
+                            r"sha256 [0-9a-f]{12}\), not on the pack .*P2 \(index sha256 [0-9a-f]{12}\)\. "
+                            r"Nothing was changed; give its data\.root, or a new run\.name"),
+                           ([], rf"{re.escape(first.name)} holds a run trained on the pack .*P1 .*, not on the pack "
+                                r".*P2 .*; choose another run\.name, or pass --overwrite to replace it")]:
         rc, _, err = _run([*argv, f"data.root={p2}", f"run.name={first.name}", *extra], capsys)
         assert rc == 2
         _assert_message(err, pattern, "train")
@@ -1455,8 +1458,8 @@ def _as_nobody():
 @pytest.mark.parametrize("shape, pattern", [
     ("one_class", r"A/train holds one class folder \(a\); a classifier needs two or more: add a folder per class"),
     ("no_val", r"A has no val/ folder; an image folder holds train/ and val/ \(or test/\)"),
-    ("flat", r"A has no train/ folder; an image folder holds train/<class>/<image> and val/<class>/<image> \(or test/\): "
-             r"make one folder per class under each"),
+    ("flat", r"A has no train/ folder; an image folder holds train/<class>/<image> and val/<class>/<image> "
+             r"\(or test/\): make one folder per class under each"),
     ("unreadable", r"A/train/b: cannot read the folder \(Permission denied\); fix its permissions \(chmod -R u\+rX "
                    r".*A/train/b\) or remove it"),
 ])
@@ -1533,7 +1536,8 @@ def test_report_finds_the_scale_folder_that_exists(tmp_path, capsys, monkeypatch
     rc, stdout, err = _run(["report", "figS9"], capsys)  # the smoke folder, the only one
     assert rc == 0, err
     assert (tmp_path / "runs" / "experiments" / "figS9-smoke" / "report.md").exists()
-    shutil.copytree(tmp_path / "runs" / "experiments" / "figS9-smoke", tmp_path / "runs" / "experiments" / "figS9-quick")
+    experiments = tmp_path / "runs" / "experiments"
+    shutil.copytree(experiments / "figS9-smoke", experiments / "figS9-quick")
     before = _snapshot(tmp_path / "runs")
     rc, _, err = _run(["report", "figS9"], capsys)
     assert rc == 2

@@ -38,7 +38,8 @@ def test_every_command_with_overrides_takes_the_dotted_forms():
 
 def test_all_forms_give_the_same_config(capsys):
     printed = []
-    for form in (["optim.lr=0.2", "run.seed=3"], ["--optim.lr=0.2", "--run.seed=3"], ["--optim.lr", "0.2", "--run.seed", "3"]):
+    for form in (["optim.lr=0.2", "run.seed=3"], ["--optim.lr=0.2", "--run.seed=3"],
+                 ["--optim.lr", "0.2", "--run.seed", "3"]):
         assert cli.main(["train", "cifar10_s_mixer", *form, "--print-config"]) == 0
         printed.append(capsys.readouterr().out)
     assert printed[0] == printed[1] == printed[2]
@@ -59,7 +60,8 @@ def test_print_config_as_yaml_trains_the_same_run(tmp_path, capsys):
 @pytest.mark.parametrize("argv,message", [
     (["train", "cifar10_s_mixer", "--optim.lrr=1"], "error: unknown config key 'optim.lrr'; did you mean 'optim.lr'"),
     (["train", "cifar10_s_mixer", "--run.batch_size", "big"], "error: config key 'run.batch_size'"),
-    (["train", "cifar10_s_mixer", "--optim.lr"], "error: --optim.lr needs a value: --optim.lr=VALUE or --optim.lr VALUE"),
+    (["train", "cifar10_s_mixer", "--optim.lr"],
+     "error: --optim.lr needs a value: --optim.lr=VALUE or --optim.lr VALUE"),
     (["train", "cifar10_s_mixer", "--optim.lr", "--print-config"], "error: --optim.lr needs a value"),
     (["train", "cifar10_s_mixer", "--format", "yaml"], "error: --format yaml says how --print-config prints the "
                                                        "config; add --print-config"),

@@ -55,8 +55,8 @@ def test_the_readme_table_shows_the_latest_confirmed_result_per_id_by_class():
     assert "trained 3: 3 HELD" in table and "keeps 3 of the 3 decided" in table
     going = gen_docs.experiments_table([explored], {"fig6": "S ≈ C"},
                                        under_way={"fig6": {"runs": 7, "of": 36, "seeds": [3, 4, 5, 6, 7]}})
-    assert "| `fig6` | S ≈ C | under way: 7 of 36 runs committed | 5 (3–7) | [exploratory only](docs/results/x/report.md) |" \
-        in going
+    assert ("| `fig6` | S ≈ C | under way: 7 of 36 runs committed | 5 (3–7) | "
+            "[exploratory only](docs/results/x/report.md) |") in going
 
 
 def test_a_confirmatory_folder_without_its_report_counts_its_committed_runs(tmp_path, monkeypatch):

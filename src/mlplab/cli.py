@@ -113,7 +113,8 @@ def version() -> str:
 
 
 #: what mlplab is, in one line (the top-level help; the package metadata says the same)
-DESCRIPTION = "mlplab: build, train, analyse and compare all-MLP vision models (MLP-Mixers, RP-Mixers, sparse and plain MLPs)."
+DESCRIPTION = ("mlplab: build, train, analyse and compare all-MLP vision models "
+               "(MLP-Mixers, RP-Mixers, sparse and plain MLPs).")
 
 _EPILOG = ("`mlplab COMMAND --help` shows a command's options; `mlplab info` this machine's setup; "
            "`mlplab train --list` the named configs and `mlplab train --list-keys` every config key.")

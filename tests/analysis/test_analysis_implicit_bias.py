@@ -3,8 +3,14 @@ import numpy as np
 import pytest
 
 from mlplab.analysis.implicit_bias import (
-    _factored_grads, check_implicit_regularisation, factored_objective, l1_objective, lemma_b1,
-    make_bilinear_regression, mse_loss, solve_l1,
+    _factored_grads,
+    check_implicit_regularisation,
+    factored_objective,
+    l1_objective,
+    lemma_b1,
+    make_bilinear_regression,
+    mse_loss,
+    solve_l1,
 )
 
 

@@ -19,7 +19,8 @@ import numpy as np
 import pytest
 import torch
 import torch.nn as nn
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import mlplab
 import mlplab.analysis.throughput as throughput
@@ -28,7 +29,6 @@ from mlplab.analysis.implicit_bias import l1_objective, solve_l1
 from mlplab.analysis.pictures import image_grid, token_mixing_unit_images
 from mlplab.analysis.scaling import compute_optimal_frontier, fit_power, fit_scaling_law, scaling_law
 from mlplab.analysis.spectra import model_weight_spectra
-
 
 # ----------------------------------------------------------------------------- throughput
 
@@ -56,7 +56,8 @@ def test_throughput_arithmetic_on_a_simulated_clock(monkeypatch):
             assert out[k]["search"][str(b)] == pytest.approx([t, t])
     # images/s: a 100, 200, 80 -> batch 4; b 500, 667, 1000 -> batch 8
     assert out["a"]["best_batch"] == 4 and out["b"]["best_batch"] == 8
-    assert out["a"]["throughput"] == pytest.approx([200.0] * 3) and out["b"]["throughput"] == pytest.approx([1000.0] * 3)
+    assert (out["a"]["throughput"] == pytest.approx([200.0] * 3)
+            and out["b"]["throughput"] == pytest.approx([1000.0] * 3))
 
 
 # ----------------------------------------------------------------------------- CKA

@@ -6,8 +6,16 @@ from matplotlib.figure import Figure
 
 import mlplab
 from mlplab.analysis.pictures import (
-    closest_factorisation, effective_weight_arrays, image_grid, plot_effective_weights, plot_stem_filters,
-    plot_token_mixing_units, save_figure, stem_filter_images, token_mixing_unit_images, token_mixing_weight,
+    closest_factorisation,
+    effective_weight_arrays,
+    image_grid,
+    plot_effective_weights,
+    plot_stem_filters,
+    plot_token_mixing_units,
+    save_figure,
+    stem_filter_images,
+    token_mixing_unit_images,
+    token_mixing_weight,
 )
 from mlplab.layers.stem import patchify
 from mlplab.layers.vec import perm_matrix

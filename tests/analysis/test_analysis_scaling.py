@@ -3,8 +3,13 @@ import numpy as np
 import pytest
 
 from mlplab.analysis.scaling import (
-    PUBLISHED_EXPONENTS, compute_budget, compute_optimal_frontier, fit_frontier_exponents, fit_power,
-    fit_scaling_law, scaling_law,
+    PUBLISHED_EXPONENTS,
+    compute_budget,
+    compute_optimal_frontier,
+    fit_frontier_exponents,
+    fit_power,
+    fit_scaling_law,
+    scaling_law,
 )
 
 

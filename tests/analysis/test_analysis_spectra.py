@@ -7,8 +7,17 @@ import torch
 
 import mlplab
 from mlplab.analysis.spectra import (
-    kron_identity, largest_singular_value, mixer_pair_for_tokens, mixer_pair_for_width, model_weight_spectra,
-    mp_edge, normalised_spectrum, sample_mixer_weight, sample_sw_weight, spectrum_vs_width, sw_lambda_max_theory,
+    kron_identity,
+    largest_singular_value,
+    mixer_pair_for_tokens,
+    mixer_pair_for_width,
+    model_weight_spectra,
+    mp_edge,
+    normalised_spectrum,
+    sample_mixer_weight,
+    sample_sw_weight,
+    spectrum_vs_width,
+    sw_lambda_max_theory,
     sw_lplus,
 )
 from mlplab.layers.pk import PKLayer
@@ -39,7 +48,8 @@ def test_methods_agree_and_accept_sparse():
     assert dense == pytest.approx(float(torch.linalg.svdvals(W)[0]), rel=1e-12)
     assert largest_singular_value(W, "lanczos") == pytest.approx(dense, rel=1e-10)
     spiked = W + 3.0 * torch.outer(torch.ones(200, dtype=torch.float64), torch.ones(100, dtype=torch.float64)) / 100
-    assert largest_singular_value(spiked, "power", tol=1e-14) == pytest.approx(largest_singular_value(spiked, "dense"), rel=1e-6)
+    assert largest_singular_value(spiked, "power", tol=1e-14) == pytest.approx(largest_singular_value(spiked, "dense"),
+                                                                               rel=1e-6)
     S = sample_sw_weight(200, 0.05, 1.0, seed=1, sparse=True)
     ref = largest_singular_value(S.toarray(), "dense")
     assert largest_singular_value(S) == pytest.approx(ref, rel=1e-10)
@@ -108,7 +118,8 @@ def test_sw_lambda_grows_with_width_mixer_stays():
         assert r["lambda_mixer"] == pytest.approx(mp_edge(1.0), rel=0.1)
         assert r["lambda_sw"] == pytest.approx(r["sw_theory"], rel=0.05)
     by_s = spectrum_vs_width(2 ** 12, 2.0, s_list=[8, 16], seeds=[0])
-    assert [(r["S"], r["C"]) for r in by_s] == [mixer_pair_for_tokens(2 ** 12, 2.0, 8), mixer_pair_for_tokens(2 ** 12, 2.0, 16)]
+    assert [(r["S"], r["C"]) for r in by_s] == [mixer_pair_for_tokens(2 ** 12, 2.0, 8),
+                                                mixer_pair_for_tokens(2 ** 12, 2.0, 16)]
 
 
 def test_normalised_spectrum_grows_with_a():

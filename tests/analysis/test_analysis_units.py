@@ -7,9 +7,16 @@ import numpy as np
 import pytest
 import torch
 
-from mlplab.analysis.units import (half_energy_radius, initial_model, inverse_partners, mean_frequency, paired_units,
-                                   stem_unit_images, uniform_half_energy_radius, unit_picture)
-
+from mlplab.analysis.units import (
+    half_energy_radius,
+    initial_model,
+    inverse_partners,
+    mean_frequency,
+    paired_units,
+    stem_unit_images,
+    uniform_half_energy_radius,
+    unit_picture,
+)
 
 # ------------------------------------------------------------------ token-mixing and embedding units
 

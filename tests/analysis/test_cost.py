@@ -6,8 +6,19 @@ import pytest
 
 import mlplab
 from mlplab import cli
-from mlplab.analysis.cost import (config_activations, config_flops, count_activations, count_flops, count_params,
-                                  measured_flops, mixer_counts, model_summary, models_table, state_bytes, sw_mlp_counts)
+from mlplab.analysis.cost import (
+    config_activations,
+    config_flops,
+    count_activations,
+    count_flops,
+    count_params,
+    measured_flops,
+    mixer_counts,
+    model_summary,
+    models_table,
+    state_bytes,
+    sw_mlp_counts,
+)
 from mlplab.layers.masked import SparseLinear
 from mlplab.models.registry import model_config
 
@@ -63,9 +74,10 @@ def test_count_flops_checks_the_input_shape():
         count_flops(model, (3, 32, 32))
 
 
-@pytest.mark.parametrize("name, overrides", [c for c in CASES if model_config(c[0], **c[1]).__class__.__name__ == "MixerConfig"]
-                         + [("mlp_mixer", dict(image_size=8, patch_size=2, hidden_dim=8, depth=2, skip=False, num_tokens=3,
-                                                token_hidden=5, norm=False))])
+@pytest.mark.parametrize("name, overrides",
+                         [c for c in CASES if model_config(c[0], **c[1]).__class__.__name__ == "MixerConfig"]
+                         + [("mlp_mixer", dict(image_size=8, patch_size=2, hidden_dim=8, depth=2, skip=False,
+                                                num_tokens=3, token_hidden=5, norm=False))])
 def test_mixer_counts_from_config_equal_the_built_model(name, overrides):
     model = mlplab.create_model(name, **overrides)
     c = mixer_counts(model.config)

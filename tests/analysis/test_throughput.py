@@ -6,8 +6,14 @@ import pytest
 import torch
 import torch.nn as nn
 
-from mlplab.analysis.throughput import (best_batch, candidate_batches, device_sync, fitting_batches, interleaved_times,
-                                        measure_inference)
+from mlplab.analysis.throughput import (
+    best_batch,
+    candidate_batches,
+    device_sync,
+    fitting_batches,
+    interleaved_times,
+    measure_inference,
+)
 
 
 def test_interleaved_times_round_robin_with_a_sync_after_each_call():

@@ -17,8 +17,18 @@ import torch
 from scipy import stats
 
 from mlplab.data import AugmentConfig, build_augment
-from mlplab.data.augment import (_boxes, crop_flip_host, erasing_masks, mix_batch, normalize, one_hot,
-                                 random_crop, random_erasing, random_hflip, sample_beta)
+from mlplab.data.augment import (
+    _boxes,
+    crop_flip_host,
+    erasing_masks,
+    mix_batch,
+    normalize,
+    one_hot,
+    random_crop,
+    random_erasing,
+    random_hflip,
+    sample_beta,
+)
 from mlplab.data.resized_crop import resized_crop_boxes
 
 P_FLOOR = 1e-4  # a fixed seed: a correct sampler is far above it, a biased one far below
@@ -119,7 +129,8 @@ def test_mix_prob_and_switch_prob_are_the_probabilities_they_name():
     area = (out == partner).flatten(1).double().mean(1)  # pixels taken from the partner
     torch.testing.assert_close(lam[pasted].double(), 1 - area[pasted], rtol=0, atol=1e-6)
     blended = ~pasted
-    want = lam.double()[blended].view(-1, 1, 1, 1) * x[blended] + (1 - lam.double()[blended].view(-1, 1, 1, 1)) * partner[blended]
+    want = (lam.double()[blended].view(-1, 1, 1, 1) * x[blended]
+            + (1 - lam.double()[blended].view(-1, 1, 1, 1)) * partner[blended])
     torch.testing.assert_close(out[blended], want, rtol=0, atol=1e-12)
     out, _, lam = mix_batch(x, t, gen(8), cutmix_alpha=1.0, mode="elem")  # cutmix alone: always cutmix
     assert ((out == x) | (out == partner)).all()

@@ -17,8 +17,16 @@ import numpy as np
 import pytest
 import torch
 
-from mlplab.data import (DATASETS, ChecksumError, DataError, FASHION_MNIST_DEBIAN_DIR, holdout_split,
-                         load_dataset, resize_images, safe_extract)
+from mlplab.data import (
+    DATASETS,
+    FASHION_MNIST_DEBIAN_DIR,
+    ChecksumError,
+    DataError,
+    holdout_split,
+    load_dataset,
+    resize_images,
+    safe_extract,
+)
 from mlplab.data import download as dl
 from mlplab.data.formats import png_bytes, read_idx
 

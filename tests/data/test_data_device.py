@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import pytest
 import torch
+from loader_helpers import AUG, IMAGES, LABELS, B, InMemory, write_pack
 
 from mlplab.data import DeviceLoader, PackedLoader, StreamingLoader
 from mlplab.data import loader as loader_mod
-from mlplab.data.packed import Pack
 from mlplab.data.augment import crop_flip_host
+from mlplab.data.packed import Pack
 from mlplab.data.resized_crop import resized_crop_boxes
-
-from loader_helpers import AUG, B, IMAGES, LABELS, InMemory, write_pack
 
 
 def _loaders(tmp_path, **kw):

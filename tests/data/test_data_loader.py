@@ -5,8 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from mlplab.data import (AugmentConfig, DeviceLoader, ImageFolderDataset, StreamingLoader, build_augment,
-                         load_dataset)
+from mlplab.data import AugmentConfig, DeviceLoader, ImageFolderDataset, StreamingLoader, build_augment, load_dataset
 from mlplab.data.formats import png_bytes
 
 

@@ -12,6 +12,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
+from loader_helpers import AUG, IMAGES, LABELS, MEAN, STD, B, InMemory, K, N, write_pack
 
 from mlplab.data import DeviceLoader, ImageFolderDataset, PackedLoader, StreamingLoader
 from mlplab.data import loader as loader_mod
@@ -21,7 +22,6 @@ from mlplab.data.formats import png_bytes
 from mlplab.data.packed import Pack
 from mlplab.utils.seeds import derive_generator
 
-from loader_helpers import AUG, B, IMAGES, K, LABELS, MEAN, N, STD, InMemory, write_pack
 
 def make(kind, tmp_path, **kw):
     kw = {"augment": AUG, "seed": 5, **kw}

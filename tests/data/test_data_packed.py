@@ -10,8 +10,17 @@ import pytest
 import torch
 
 from mlplab import cli
-from mlplab.data import (AugmentConfig, BadData, DeviceLoader, Pack, PackedLoader, build_augment, load_dataset, pack,
-                         verify_pack)
+from mlplab.data import (
+    AugmentConfig,
+    BadData,
+    DeviceLoader,
+    Pack,
+    PackedLoader,
+    build_augment,
+    load_dataset,
+    pack,
+    verify_pack,
+)
 from mlplab.data import packing as packed_mod
 from mlplab.data.formats import png_bytes
 from mlplab.errors import BadInput
@@ -307,7 +316,8 @@ def test_a_refused_pack_leaves_nothing_behind(folder, tmp_path, monkeypatch):
                                        r"--image-size$"):
         pack(folder, new, 50_000, progress="none")
     with pytest.raises(BadInput, match=r"needs about 13\.4 GiB .* \(12 images of 286\.1 MiB per shard\), more than the "
-                                       r"10\.0 GiB available; choose --shard-size 8 or less, or a smaller --image-size"):
+                                       r"10\.0 GiB available; choose --shard-size 8 or less, or a smaller "
+                                       r"--image-size"):
         pack(folder, new, 10_000, progress="none")
     with pytest.raises(BadInput, match=rf"^{folder}/sub/p is inside the source folder {folder}; the pack's files would "
                                        rf"land among the images it packs: give a destination outside {folder}$"):
@@ -322,7 +332,8 @@ def test_an_unfinished_pack_of_an_older_mlplab_is_refused_without_deleting_it(fo
     dst.mkdir()
     (dst / ".pack-state.json").write_text(json.dumps({"fingerprint": "x", "done": {"train-00000.images.npy": {}}}))
     (dst / "train-00000.images.npy").write_bytes(b"a finished shard")
-    with pytest.raises(BadInput, match=rf"^{dst} holds an unfinished pack made by an older mlplab \(1 shard\(s\) done\) "
+    with pytest.raises(BadInput, match=rf"^{dst} holds an unfinished pack made by an older mlplab "
+                                       r"\(1 shard\(s\) done\) "
                                        rf"with other settings than this command's; nothing was changed: delete {dst} "
                                        r"to start over$"):
         pack(folder, dst, 8, workers=1, progress="none")

@@ -9,13 +9,21 @@ import json
 import numpy as np
 import pytest
 import torch
+from loader_helpers import IMAGES, LABELS, write_pack
 
 from mlplab.data.download import BadData
-from mlplab.data.packed import (FORMAT_NAME, FORMAT_VERSION, INDEX_NAME, Pack, is_pack, sha256_file, shard_files,
-                                shard_probe, verify_pack)
+from mlplab.data.packed import (
+    FORMAT_NAME,
+    FORMAT_VERSION,
+    INDEX_NAME,
+    Pack,
+    is_pack,
+    sha256_file,
+    shard_files,
+    shard_probe,
+    verify_pack,
+)
 from mlplab.errors import BadInput
-
-from loader_helpers import IMAGES, LABELS, write_pack
 
 
 def _index(root):
@@ -280,7 +288,8 @@ def test_opening_checks_each_shards_size_labels_and_images_against_the_index(tmp
     images = root / "train-00001.images.npy"
     np.save(images, IMAGES[4:8].numpy() ^ 1)
     with pytest.raises(BadData, match=rf"^{images}: its content differs from what index.json records \(another "
-                                      r"pack's images, or changed since it was packed\); pack again into a new folder$"):
+                                      r"pack's images, or changed since it was packed\); pack again into a new "
+                                      r"folder$"):
         Pack(root).split("train")
     root = _with_probes(_with_sha(write_pack(tmp_path / "q")))
     np.save(root / "train-00001.labels.npy", LABELS[4:8].numpy()[::-1].astype(np.int64))

@@ -96,7 +96,8 @@ def reference(images, tmp_path_factory):
     """The pack of the same images as an image folder: arrays per split."""
     root = tmp_path_factory.mktemp("ref")
     pack(write_folder(root / "folder", images), root / "pack", 8, workers=1, shard_size=5, progress="none")
-    return {s: load_dataset("packed", "train" if s == "train" else "test", root=root / "pack") for s in ("train", "val")}
+    return {s: load_dataset("packed", "train" if s == "train" else "test", root=root / "pack")
+            for s in ("train", "val")}
 
 
 def _assert_same_as_folder(dst: Path, reference) -> None:

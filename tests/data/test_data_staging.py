@@ -8,13 +8,11 @@ import time
 
 import pytest
 import torch
+from loader_helpers import IMAGES, LABELS, MEAN, STD, K
 
-from mlplab.data import AugmentConfig, DeviceLoader, MicroBatches, build_augment
-from mlplab.data import staging
+from mlplab.data import AugmentConfig, DeviceLoader, MicroBatches, build_augment, staging
 from mlplab.data.staging import PinnedRing, read_ahead
 from mlplab.utils.seeds import derive_generator
-
-from loader_helpers import IMAGES, K, LABELS, MEAN, STD
 
 
 def test_buffers_are_made_once_per_slot_and_viewed_at_the_batch_size():

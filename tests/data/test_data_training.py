@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file
+from test_data_packed import write_folder
 
 from mlplab import cli
 from mlplab.data import pack
@@ -15,8 +16,6 @@ from mlplab.data.packed import PackedImages
 from mlplab.train import make_config
 from mlplab.train.data import load_run_data, train_loader
 from mlplab.train.distributed import DistInfo
-
-from test_data_packed import write_folder
 
 
 @pytest.fixture(scope="module")
@@ -51,8 +50,9 @@ def test_train_on_an_image_folder_at_a_chosen_size(folder, tmp_path, stream):
 @pytest.mark.parametrize("stream", [True, "auto"])  # auto: a small pack is held in memory
 def test_train_on_a_pack_resized_with_a_holdout(folder, tmp_path, stream):
     pack(folder, tmp_path / "pk", 16, workers=1, shard_size=5, progress="none")
-    args = tiny(tmp_path / "runs", "p", **{"data.dataset": "packed", "data.root": str(tmp_path / "pk"), "data.image_size": 8,
-                                  "data.stream": stream, "data.val_fraction": 0.25, "augment.hflip": True})
+    args = tiny(tmp_path / "runs", "p", **{"data.dataset": "packed", "data.root": str(tmp_path / "pk"),
+                                          "data.image_size": 8, "data.stream": stream, "data.val_fraction": 0.25,
+                                          "augment.hflip": True})
     assert cli.main(args) == 0
     res = json.loads((tmp_path / "runs" / "p" / "results.json").read_text())
     assert res["train_examples"] == 18 - round(18 * 0.25) and "val_acc" in res["history"][-1]
@@ -136,6 +136,7 @@ def test_data_classes_keeps_those_classes_relabelled_in_the_order_given(folder, 
 @pytest.mark.parametrize("bad,says", [([], "non-empty list"), ([1, 1], "distinct"), ([-1], ">= 0"),
                                       ([0, 12], "names class 12 but synthetic has classes 0..9")])
 def test_bad_data_classes_is_one_sentence(tmp_path, capsys, bad, says):
-    assert cli.main(tiny(tmp_path, "b", **{"data.classes": bad, "data.dataset": "synthetic", "data.image_size": 8})) == 2
+    assert cli.main(tiny(tmp_path, "b", **{"data.classes": bad, "data.dataset": "synthetic",
+                                           "data.image_size": 8})) == 2
     err = capsys.readouterr().err.strip()
     assert says in err and err.count("\n") == 0 and "Traceback" not in err, err

@@ -26,7 +26,8 @@ def frozen_now(monkeypatch):
 def test_the_order_puts_the_main_job_first_then_the_recovered_ids():
     ids = ["fig2d", "fig5", "fig6", "fig7", "figS9"]
     assert C.campaign_order(ids, then=["fig7", "nope"]) == ["fig5", "fig7", "fig2d", "fig6", "figS9"]
-    assert C.campaign_order(ids, then=["fig6", "fig6", "fig5"]) == ["fig5", "fig6", "fig2d", "fig7", "figS9"]  # a folder per machine: once
+    # a folder per machine: once
+    assert C.campaign_order(ids, then=["fig6", "fig6", "fig5"]) == ["fig5", "fig6", "fig2d", "fig7", "figS9"]
     assert C.campaign_ids(["fig6", "fig6-imagenet"], "cpu", lambda i: registry.get_experiment(i).scales) == ["fig6"]
 
 
@@ -89,7 +90,8 @@ def test_a_run_is_committed_only_once_it_has_finished(tmp_path):
     (run / "results.json").write_text("{}")
     (run / "checkpoint").mkdir()
     assert C.publish_run(run, tmp_path / "res") is True
-    assert sorted(p.name for p in (tmp_path / "res" / "runs" / "width" / "r1").iterdir()) == ["results.json", "spec.json"]
+    published = tmp_path / "res" / "runs" / "width" / "r1"
+    assert sorted(p.name for p in published.iterdir()) == ["results.json", "spec.json"]
 
 
 def test_the_command_runs_a_chosen_part_of_the_campaign(tmp_path, frozen_now, capsys, monkeypatch):

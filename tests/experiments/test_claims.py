@@ -6,8 +6,15 @@ import pytest
 
 from mlplab.experiments import verdicts as V
 from mlplab.experiments.aggregate import RunRecord
-from mlplab.experiments.claims import (LONGER_SUFFIX, PLATEAU_MAX, ClaimSpec, Need, condition_key,
-                                       require_convergence, tally)
+from mlplab.experiments.claims import (
+    LONGER_SUFFIX,
+    PLATEAU_MAX,
+    ClaimSpec,
+    Need,
+    condition_key,
+    require_convergence,
+    tally,
+)
 
 SPEC = ClaimSpec("wide", "the wider model has lower error", "trained", "paired t, wide < narrow",
                  needs=(Need("gamma_m", ">=", 8000, "the paper sees SW-MLPs fail around γm ≈ 8,000"),),

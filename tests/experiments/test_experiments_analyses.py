@@ -203,9 +203,11 @@ def test_connections_count_the_built_hidden_widths():
     def run(**o):
         return RunRecord("s", "r", Path("r"), {"model.name": "mlp_mixer", **o})
 
-    assert connections(run(**{"meta.S": 64, "meta.C": 4, "model.kwargs.expansion": 1.882})) == (4 * 64 * 120 + 64 * 4 * 8) / 2
+    assert connections(run(**{"meta.S": 64, "meta.C": 4, "model.kwargs.expansion": 1.882})) == \
+        (4 * 64 * 120 + 64 * 4 * 8) / 2
     assert connections(run(**{"meta.S": 16, "meta.C": 16, "model.kwargs.expansion": 2.0})) == omega_mixer(16, 16, 2.0)
     assert connections(RunRecord("s", "r", Path("r"), {"model.name": "s_mixer", "meta.S": 41, "meta.C": 40})) == \
         omega_mixer(41, 40, 1.0)
-    sw = {"model.name": "sw_mlp", "model.kwargs.width": 256, "model.kwargs.density": 0.25, "model.kwargs.expansion": 2.0}
+    sw = {"model.name": "sw_mlp", "model.kwargs.width": 256, "model.kwargs.density": 0.25,
+          "model.kwargs.expansion": 2.0}
     assert connections(RunRecord("s", "r", Path("r"), sw)) == 0.25 * 2.0 * 256 ** 2  # fig2a-c names m, p only in kwargs

@@ -3,17 +3,18 @@ every training run it plans is a valid run config (checked against the real ``ma
 import pytest
 
 from mlplab.experiments import estimate_cost, expand, format_list, get_experiment, list_experiments, plan_experiment
-
 from mlplab.experiments.specs.common import fair_width
 
 SPEC_IDS = ["fig2a-c", "fig2d", "fig4", "fig5", "fig6", "fig7", "figS1", "figS2-S3", "figS4", "figS5",
             "figS6-S8", "figS9", "table1", "tableS3", "implicit-bias", "scaling",
             "figS6-S8", "figS9", "table1", "tableS3", "implicit-bias", "scaling",
-            "sm-table1", "sm-batch-size", "sm-transfer", "sm-weights", "sm-inference", "mixer-ablations", "mixer-weights", "mixer-cost"]
+            "sm-table1", "sm-batch-size", "sm-transfer", "sm-weights", "sm-inference", "mixer-ablations",
+            "mixer-weights", "mixer-cost"]
 IMAGENET_IDS = ["fig6-imagenet", "table1-imagenet"]  # smoke and paper scale only
 ALL_IDS = ["fig2a-c", "fig2d", "fig4", "fig5", "fig6", "fig6-imagenet", "fig7", "figS1", "figS2-S3", "figS4", "figS5",
            "figS6-S8", "figS9", "table1", "table1-imagenet", "tableS3", "implicit-bias", "scaling",
-           "sm-table1", "sm-batch-size", "sm-transfer", "sm-weights", "sm-inference", "mixer-ablations", "mixer-weights", "mixer-cost"]
+           "sm-table1", "sm-batch-size", "sm-transfer", "sm-weights", "sm-inference", "mixer-ablations",
+           "mixer-weights", "mixer-cost"]
 
 
 def test_every_spec_id_is_registered():
@@ -76,8 +77,8 @@ def test_paper_scale_keeps_the_published_settings():
     assert len(specs) == 6 * 3
     _, _, p5 = plan_experiment("fig5", "paper", check_available=False)
     sw_widths = sorted({s.overrides["meta.m"] for s in expand(p5.sweeps[0]) if s.overrides["meta.family"] == "sw_mlp"})
-    # docs/science.md §3 widths at Ω = 2^18 (540, 612, 724, 935, 1619), each rounded to a multiple of S0 = 64 so that the
-    # SW-MLP gets the Mixer's per-patch stem (issue 8); the density then follows from Ω
+    # docs/science.md §3 widths at Ω = 2^18 (540, 612, 724, 935, 1619), each rounded to a multiple of S0 = 64 so
+    # that the SW-MLP gets the Mixer's per-patch stem (issue 8); the density then follows from Ω
     assert sw_widths == [512, 640, 704, 960, 1600]
     assert sw_widths == [fair_width(m, 64) for m in (540, 612, 724, 935, 1619)]
 
@@ -157,7 +158,6 @@ def test_fair_width_is_the_nearest_multiple_of_s0():
 def test_sw_mlps_get_the_mixers_per_patch_stem(id, scale):
     """Every SW-MLP width is a multiple of S0, so ``stem='auto'`` picks the per-patch FC, and its
     density spends the same Ω as planned."""
-    from mlplab.experiments.recipes import make_scale
 
     _, sc, plan = plan_experiment(id, scale, check_available=False)
     s0 = sc.s0(sc.patch_for_tokens(4))
@@ -186,7 +186,8 @@ def test_spec_modules_never_import_the_registry_or_the_report():
         pkg_parts = ["mlplab", "experiments"] + (["specs"] if f.parent.name == "specs" else [])
         for node in ast.walk(ast.parse(f.read_text())):
             if isinstance(node, ast.ImportFrom) and node.module:
-                mod = ".".join(pkg_parts[:len(pkg_parts) - node.level + 1] + [node.module]) if node.level else node.module
+                mod = (".".join(pkg_parts[:len(pkg_parts) - node.level + 1] + [node.module]) if node.level
+                       else node.module)
                 if mod.startswith("mlplab.experiments."):
                     assert mod.split(".")[2] not in bad, f"{f.name} imports {mod}"
 

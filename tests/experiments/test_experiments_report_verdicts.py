@@ -123,11 +123,12 @@ def test_a_longer_run_that_still_learns_makes_the_claim_not_testable(tmp_path):
 def test_group_runs_counts_the_seeds_of_the_test_error():
     """n is the number of seeds behind the test error even when a later column is NaN for every
     run (fig2d's shallow MLPs have no connections column): it printed n = 0 before."""
-    from mlplab.experiments.aggregate import RunRecord, group_runs
-
     from pathlib import Path
 
-    runs = [RunRecord("s", f"r{i}", Path(f"r{i}"), {"model.name": "m", "run.seed": i}, results={"test_acc": 0.9 - 0.01 * i})
+    from mlplab.experiments.aggregate import RunRecord, group_runs
+
+    runs = [RunRecord("s", f"r{i}", Path(f"r{i}"), {"model.name": "m", "run.seed": i},
+                      results={"test_acc": 0.9 - 0.01 * i})
             for i in range(3)]
     rows = group_runs(runs, ["model.name"], {"test_error": lambda r: 100 * (1 - r.results["test_acc"]),
                                              "connections": lambda r: float("nan")})

@@ -111,5 +111,6 @@ def test_cpu_plan_is_5_sizes_by_3_n_by_3_t_with_augmentation_within_30_minutes()
     specs = [s.overrides for s in expand(sw)]
     assert len({s["model.kwargs.width"] for s in specs}) >= 5
     assert len({s["data.train_subset"] for s in specs}) >= 3 and len({s["schedule.epochs"] for s in specs}) >= 3
-    assert len(specs) == 45 and all(s["model.name"] == "bottleneck_mlp" and s["augment.hflip"] and s["augment.crop_padding"] > 0 for s in specs)
+    assert len(specs) == 45 and all(s["model.name"] == "bottleneck_mlp" and s["augment.hflip"]
+                                    and s["augment.crop_padding"] > 0 for s in specs)
     assert estimate_cost(plan)["est_s"] <= 30 * 60

@@ -9,7 +9,8 @@ from mlplab.experiments import list_experiments, report_experiment, reproduce
 
 IDS = ["fig2a-c", "fig2d", "fig4", "fig5", "fig6", "fig6-imagenet", "fig7", "figS1", "figS2-S3", "figS4", "figS5",
        "figS6-S8", "figS9", "table1", "table1-imagenet", "tableS3", "implicit-bias", "scaling",
-       "sm-table1", "sm-batch-size", "sm-transfer", "sm-weights", "sm-inference", "mixer-ablations", "mixer-weights", "mixer-cost"]
+       "sm-table1", "sm-batch-size", "sm-transfer", "sm-weights", "sm-inference", "mixer-ablations", "mixer-weights",
+       "mixer-cost"]
 
 
 @pytest.fixture(scope="module")
@@ -64,7 +65,8 @@ PINNED = {
               ("UNDECIDED", None, UNDECIDED_BY_RULE, None)],
     "figS2-S3": [("UNDECIDED", 0, NO_TREND, None), ("UNDECIDED", 0, "fewer than 3 distinct points: no parabola", None)],
     "figS4": [("UNDECIDED", 1, "fewer than 3 paired seeds for some comparison: no test", None)],
-    "figS5": [("UNDECIDED", 1, re.compile(r"fewer than 3 seeds with ≥ 3 points: no test; log2\(P\) in \[2, 4\]"), None)],
+    "figS5": [("UNDECIDED", 1, re.compile(r"fewer than 3 seeds with ≥ 3 points: no test; log2\(P\) in \[2, 4\]"),
+               None)],
     "figS6-S8": [("NOT TESTABLE", 1, FEW_PAIRED, None)],  # the premise (the normal Mixer overfits) is absent
     "figS9": [("HELD", 0, "densities 0.1250, 0.1250, 0.1184 vs 1/C = 0.1250", 0.125),
               ("HELD", 0, "densities 0.1250, 0.1250, 0.1184 vs 1/C = 0.1250", 0.118408203125)],
@@ -73,8 +75,8 @@ PINNED = {
     "tableS3": [(None, 3, "fewer than 20 interleaved pairs: no interval", None)] * 2,
     "implicit-bias": [("HELD", 0, "1/1 problems with lhs ≥ rhs", 0.019906629460870087)],
     "scaling": [("UNDECIDED", 8, re.compile(r"from \d+/50 resamples, .*the interval reaches the fit's bound$"), None),
-                ("NOT TESTABLE", 8, "claim: below the foil 0.5; the interval holds it; published 0.35 inside the interval; "
-                 "bootstrap over 8 runs", None)],  # a frontier over 2 model sizes
+                ("NOT TESTABLE", 8, "claim: below the foil 0.5; the interval holds it; published 0.35 inside the "
+                 "interval; bootstrap over 8 runs", None)],  # a frontier over 2 model sizes
     "sm-table1": [("NOT TESTABLE", 1, NO_TEST_AT, None)] * 3,  # one epoch: not converged; no overfitting
     "sm-batch-size": [("UNDECIDED", 1, NO_TEST_AT, None)],
     "sm-transfer": [("NOT TESTABLE", 1, FEW_PAIRED, None)] + [("NOT TESTABLE", 1, NO_TEST_AT, None)] * 2
@@ -94,7 +96,8 @@ def test_every_smoke_id_has_pinned_verdicts():
 
 @pytest.mark.parametrize("id", sorted(PINNED))
 def test_smoke_verdicts_are_pinned(smoke_runs, id):
-    claims = json.loads((__import__("pathlib").Path(smoke_runs[id]["out_dir"]) / "verdicts.json").read_text())["verdicts"]
+    verdicts = __import__("pathlib").Path(smoke_runs[id]["out_dir"]) / "verdicts.json"
+    claims = json.loads(verdicts.read_text())["verdicts"]
     assert len(claims) == len(PINNED[id]), f"{id}: {len(claims)} claims"
     for c, (word, n, detail, value) in zip(claims, PINNED[id]):
         stats = c["stats"]

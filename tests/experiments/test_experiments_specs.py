@@ -7,7 +7,7 @@ import pytest
 from mlplab.errors import BadInput
 from mlplab.experiments import EXPERIMENTS, expand, list_experiments, plan_experiment
 from mlplab.experiments.derived import DERIVED, Derive, derive
-from mlplab.experiments.recipes import SCALES, Scale
+from mlplab.experiments.recipes import Scale
 from mlplab.experiments.tasks import TASKS, get_task
 
 

@@ -3,8 +3,18 @@ import json
 
 import pytest
 
-from mlplab.experiments.sweep import (RunSpec, Sweep, expand, flatten_overrides, load_sweep_file, nest_overrides,
-                                      product, run_name, sweep_from_dict, zip_axes)
+from mlplab.experiments.sweep import (
+    RunSpec,
+    Sweep,
+    expand,
+    flatten_overrides,
+    load_sweep_file,
+    nest_overrides,
+    product,
+    run_name,
+    sweep_from_dict,
+    zip_axes,
+)
 
 
 def test_product_zip_and_seeds():

@@ -81,8 +81,8 @@ def row(label, params, flops, images_per_s, latency_s, n=7):
     g = np.random.default_rng(len(label))
     jitter = 1 + 0.01 * g.standard_normal(n)
     spec = next((s for s in TABLE4_MODELS if s["label"] == label), {"model": "m", "kwargs": {}})
-    return {"label": label, "model": spec["model"], "kwargs": spec["kwargs"], "params": params, "flops": flops, "batches_searched": [1, 4],
-            "latency_s": list(latency_s * jitter), "search": {"1": [1.0]}, "best_batch": 4,
+    return {"label": label, "model": spec["model"], "kwargs": spec["kwargs"], "params": params, "flops": flops,
+            "batches_searched": [1, 4], "latency_s": list(latency_s * jitter), "search": {"1": [1.0]}, "best_batch": 4,
             "throughput": list(images_per_s * jitter)}
 
 

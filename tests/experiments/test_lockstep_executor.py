@@ -5,8 +5,7 @@ import json
 
 import pytest
 
-from mlplab.experiments import Sweep, product, run_sweep
-from mlplab.experiments import cost
+from mlplab.experiments import Sweep, cost, product, run_sweep
 from mlplab.experiments.executors import execute_group, lockstep_note
 from mlplab.experiments.plan import Plan
 from mlplab.experiments.sweep import RunSpec, expand, seed_groups
@@ -60,7 +59,8 @@ def test_a_diverged_seed_fails_alone_with_its_trace(tmp_path, monkeypatch):
     res = run_sweep(_sweep(), tmp_path, lockstep="on", verbose=False)
     assert res.counts() == {"done": 2, "failed": 2}
     for key in res.failed:
-        assert "run.seed=1" in key and "NonFiniteError: non-finite loss or gradient" in (res.run_dirs[key] / "error.txt").read_text()
+        assert ("run.seed=1" in key
+                and "NonFiniteError: non-finite loss or gradient" in (res.run_dirs[key] / "error.txt").read_text())
     dirs = sorted(res.run_dirs.values())
     assert execute_group(dirs[:2])[str(dirs[0])] == "skipped"
 

@@ -5,8 +5,20 @@ import math
 import numpy as np
 import pytest
 
-from mlplab.experiments.measures import (bin_centres, log_grid, mean, mean_curve, mean_departure, median, nanmean,
-                                         nanmedian, run_arrays, sd, seed_mean, seed_sd)
+from mlplab.experiments.measures import (
+    bin_centres,
+    log_grid,
+    mean,
+    mean_curve,
+    mean_departure,
+    median,
+    nanmean,
+    nanmedian,
+    run_arrays,
+    sd,
+    seed_mean,
+    seed_sd,
+)
 
 NAN = float("nan")
 

@@ -12,7 +12,6 @@ from mlplab.experiments.aggregate import RunRecord
 from mlplab.experiments.specs.mixer_ablations import EQUIVALENCE_MARGIN, GROUPED_MARGIN, VARIANTS, _analyse_ablations
 from mlplab.experiments.specs.mixer_weights import _analyse_weights
 
-
 # ------------------------------------------------------------------ mixer-weights analysis
 
 

@@ -14,7 +14,7 @@ from mlplab.experiments import estimate_cost, expand, plan_experiment, reproduce
 from mlplab.experiments.aggregate import RunRecord
 from mlplab.experiments.recipes import cpu_lr
 from mlplab.experiments.specs.sm_table1 import CLAIM_DA, CLAIM_EPOCHS, CLAIM_INV, INV, MLP, _analyse_table1
-from mlplab.experiments.specs.sm_weights import CLAIM_W_DA, CLAIM_W_DATA, LOCALISED_BELOW, _analyse_weights
+from mlplab.experiments.specs.sm_weights import LOCALISED_BELOW, _analyse_weights
 
 MANIFEST = {"scale": {"dataset": "made-up"}, "settings": {"units drawn": 4}}
 

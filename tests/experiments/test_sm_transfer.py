@@ -26,7 +26,8 @@ def test_transfer_plan_points_every_later_run_at_its_pretrained_run(scale):
     _, _, plan = plan_experiment("sm-transfer", scale, dataset="fashion_mnist" if scale == "cpu" else None,
                                  check_available=False)
     longer = scale == "cpu"  # each trained condition's 2× run (the fine-tuning task is not a training sweep)
-    names = [["pretrain"] + ["pretrain-longer"] * longer, ["finetune", "scratch", "probe"] + ["scratch-longer"] * longer]
+    names = [["pretrain"] + ["pretrain-longer"] * longer,
+             ["finetune", "scratch", "probe"] + ["scratch-longer"] * longer]
     assert [[sw.name for sw in st] for st in plan.stages] == names
     runs = _by_sweep(plan)
     pre = {f"pretrain/{s.name}": s.overrides for s in runs["pretrain"]}
@@ -43,7 +44,8 @@ def test_transfer_plan_points_every_later_run_at_its_pretrained_run(scale):
         assert ("augment.hflip" in o) == o["meta.da"]
     for s in runs["finetune"]:
         o = s.overrides
-        assert o["model.new_head"] is True and (o["optim.name"], o["optim.lr"], o["optim.head_lr"]) == ("sgd", 1e-3, 1e-2)
+        assert (o["model.new_head"] is True
+                and (o["optim.name"], o["optim.lr"], o["optim.head_lr"]) == ("sgd", 1e-3, 1e-2))
     if scale != "paper":
         assert {tuple(o["data.classes"]) for o in pre.values()} == {(0, 1, 2, 3, 4)}
         assert all(s.overrides["data.classes"] == [5, 6, 7, 8, 9] for s in runs["finetune"] + runs["scratch"]

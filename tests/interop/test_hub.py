@@ -292,8 +292,8 @@ def test_push_to_hub_creates_and_uploads_a_model_repository(monkeypatch):
     folder = calls.pop("folder")
     assert calls == {"api": {"token": "t0k"},
                      "create": (("me/tiny",), {"private": False, "exist_ok": True, "repo_type": "model"}),
-                     "upload": {"repo_id": "me/tiny", "folder_path": str(folder), "commit_message": "Upload mlplab model",
-                                "revision": "v2", "repo_type": "model",
+                     "upload": {"repo_id": "me/tiny", "folder_path": str(folder),
+                                "commit_message": "Upload mlplab model", "revision": "v2", "repo_type": "model",
                                 "files": ["README.md", "config.json", "model.safetensors"]}}
     # written under a temporary folder named for mlplab, removed after the upload
     assert folder.name == "repo" and folder.parent.name.startswith("mlplab-hub-") and not folder.parent.exists()

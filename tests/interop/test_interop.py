@@ -136,7 +136,8 @@ def test_bad_inputs_are_clear_errors(tmp_path):
     with pytest.raises(ValueError, match="neither safetensors, .npz nor a PyTorch file"):
         mlplab.load_pretrained(tmp_path / "notes.txt")
     torch.save({"conv.weight": torch.zeros(2, 2)}, tmp_path / "other.pth")
-    with pytest.raises(ValueError, match=r"cannot tell the checkpoint's format: it holds 1 tensor\(s\) named like 'conv.weight'"):
+    with pytest.raises(ValueError,
+                       match=r"cannot tell the checkpoint's format: it holds 1 tensor\(s\) named like 'conv.weight'"):
         mlplab.load_pretrained(tmp_path / "other.pth")
     torch.save(torch.nn.Linear(2, 2), tmp_path / "module.pth")
     with pytest.raises(ValueError, match="weights_only=True"):

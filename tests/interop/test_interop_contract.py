@@ -56,7 +56,8 @@ def test_timm_names_and_architecture():
     assert imp.kwargs == {"image_size": 4, "in_chans": 2, "patch_size": 2, "hidden_dim": 3, "depth": 2,
                           "token_hidden": 5, "channel_hidden": 6, "norm_eps": 1e-6, "act": "gelu", "num_classes": 7}
     assert torch.equal(imp.state["stem.proj.weight"], torch.arange(24, dtype=torch.float32).view(3, 8))
-    assert "blocks.1.token_mixing.inner.fc2.weight" in imp.state and "blocks.0.channel_mixing.inner.fc1.weight" in imp.state
+    assert ("blocks.1.token_mixing.inner.fc2.weight" in imp.state
+            and "blocks.0.channel_mixing.inner.fc1.weight" in imp.state)
     assert "blocks.0.norm1.weight" in imp.state and not any("mlp_" in k for k in imp.state)
     assert "num_classes" not in timm.to_mlplab(_timm_dict(classes=0)).kwargs
     assert not timm.matches({"stem.proj.weight": _z(3, 8), "blocks.0.mlp_tokens.fc1.weight": _z(2, 2)})
@@ -161,7 +162,8 @@ def test_flax_names_roots_and_layout(root):
     (lambda t: t.update({"MixerBlock_0/token_mixing/Dense_0/kernel": _z(5, 5)}),
      "Flax Mixer has S=5 tokens, not a square number of patches"),
     (lambda t: t.update({"extra/kernel": _z(1)}), "Flax checkpoint has tensors a Mixer does not use: ['extra/kernel']"),
-    (lambda t: t.pop("MixerBlock_0/LayerNorm_1/scale"), "Flax checkpoint lacks tensor 'MixerBlock_0/LayerNorm_1/scale'"),
+    (lambda t: t.pop("MixerBlock_0/LayerNorm_1/scale"),
+     "Flax checkpoint lacks tensor 'MixerBlock_0/LayerNorm_1/scale'"),
     (lambda t: t.update({"MixerBlock_0/token_mixing/Dense_1/bias": _z(1, 4)}),
      "Flax tensor 'MixerBlock_0/token_mixing/Dense_1/bias' has shape (1, 4), expected 1 dimensions"),
 ])
@@ -191,7 +193,8 @@ def test_scaling_mlps_names_and_architecture():
     assert imp.model_name == "bottleneck_mlp"
     assert imp.kwargs == {"image_size": 4, "in_chans": 3, "width": 8, "act": "gelu", "norm_eps": 1e-5,
                           "num_classes": 10, "block": "bottleneck", "depth": 2, "expansion": 4.0}
-    assert {"blocks.1.fc1.weight", "blocks.1.fc2.bias", "blocks.1.norm.weight", "stem.bias", "head.weight"} <= set(imp.state)
+    assert {"blocks.1.fc1.weight", "blocks.1.fc2.bias", "blocks.1.norm.weight", "stem.bias",
+            "head.weight"} <= set(imp.state)
     imp = scaling_mlps.to_mlplab(_scaling_dict(bottleneck=False, d_in=64), {"in_chans": 4})
     assert imp.model_name == "mlp" and (imp.kwargs["in_chans"], imp.kwargs["image_size"]) == (4, 4)
     assert (imp.kwargs["block"], imp.kwargs["depth"], imp.kwargs["norm_position"]) == ("standard", 2, "pre")
@@ -226,7 +229,8 @@ def test_image_shape_refusals():
                             "(in_chans·image_size² must equal it)")
     with pytest.raises(ValueError) as e:
         scaling_mlps.image_shape(50)
-    assert str(e.value) == "the input width 50 is neither H² nor 3·H²; pass in_chans= and image_size= with in_chans·image_size² = 50"
+    assert str(e.value) == ("the input width 50 is neither H² nor 3·H²; pass in_chans= and image_size= with "
+                            "in_chans·image_size² = 50")
     with pytest.raises(ValueError, match="neither H² nor 3·H²"):
         scaling_mlps.image_shape(3 * 8)  # divisible by 3, but 8 is not a square
 
@@ -582,7 +586,8 @@ def test_hub_download_asks_for_the_revision_and_only_the_cache_after_a_failure(m
 def test_hub_ids_pretrained_arguments_and_overrides(tmp_path):
     from mlplab.interop import hub
 
-    assert hub.hub_repo("hf-hub:me/tiny@v1") == ("me/tiny", "v1") and hub.hub_repo("hf-hub:me/tiny") == ("me/tiny", None)
+    assert (hub.hub_repo("hf-hub:me/tiny@v1") == ("me/tiny", "v1")
+            and hub.hub_repo("hf-hub:me/tiny") == ("me/tiny", None))
     for bad in ("hf-hub:me/", "hf-hub:/tiny", "hf-hub:a/b/c"):
         with pytest.raises(ValueError) as e:
             hub.hub_repo(bad)
@@ -591,8 +596,9 @@ def test_hub_ids_pretrained_arguments_and_overrides(tmp_path):
     with pytest.raises(TypeError) as e:
         mlplab.create_model("mlp", pretrained=3)
     assert str(e.value) == "pretrained is True, a path or 'hf-hub:ORG/NAME', not 3"
+    # the model takes the checkpoint's eps, φ, classes
     model = mlplab.create_model("mlp_mixer", pretrained=FIX / "flax_mixer.npz", image_size=32, patch_size=8,
-                                hidden_dim=16, depth=2, token_hidden=8, channel_hidden=32)  # the checkpoint's eps, φ, classes
+                                hidden_dim=16, depth=2, token_hidden=8, channel_hidden=32)
     assert (model.config.act, model.config.norm_eps, model.config.num_classes) == ("gelu_tanh", 1e-6, 5)
     with pytest.raises(ValueError, match="^in_chans=None, image_size=5 do not match the checkpoint's input width"):
         mlplab.load_pretrained(FIX / "scaling_mlp.pth", image_size=5)  # overrides reach the converter
@@ -666,7 +672,8 @@ def test_format_errors_list_every_format():
         detect_format({"a": _z(1)})
     assert str(e.value) == (
         "cannot tell the checkpoint's format: it holds 1 tensor(s) named like 'a'. Expected one of "
-        f"mlplab: {native.EXPECTED}; timm: {timm.EXPECTED}; flax: {flax.EXPECTED}; scaling_mlps: {scaling_mlps.EXPECTED}")
+        f"mlplab: {native.EXPECTED}; timm: {timm.EXPECTED}; flax: {flax.EXPECTED}; "
+        f"scaling_mlps: {scaling_mlps.EXPECTED}")
     with pytest.raises(ValueError) as e:
         read_checkpoint(FIX / "timm_mixer.safetensors", format="onnx")
     assert str(e.value) == "unknown checkpoint format 'onnx'; choose auto, mlplab, timm, flax, scaling_mlps"

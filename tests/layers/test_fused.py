@@ -17,7 +17,8 @@ import torch.nn.functional as F
 from mlplab.layers import fused
 from mlplab.layers.fused import build, ops
 
-pytestmark = pytest.mark.skipif(not fused.available(), reason=f"fused kernels unavailable: {fused.unavailable_reason()}")
+pytestmark = pytest.mark.skipif(not fused.available(),
+                                reason=f"fused kernels unavailable: {fused.unavailable_reason()}")
 
 
 @pytest.fixture(params=["eager", "custom_op"])

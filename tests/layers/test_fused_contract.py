@@ -12,7 +12,8 @@ import torch.nn as nn
 from mlplab.layers import fused
 from mlplab.layers.fused import build, ops
 
-needs_kernels = pytest.mark.skipif(not fused.available(), reason=f"fused kernels unavailable: {fused.unavailable_reason()}")
+needs_kernels = pytest.mark.skipif(not fused.available(),
+                                   reason=f"fused kernels unavailable: {fused.unavailable_reason()}")
 D = torch.float64
 
 
@@ -25,7 +26,8 @@ def test_prototypes_are_written_from_the_signature_table():
         "int64_t div, int act, const double *gamma, const double *beta, double eps, double *u_out, double *h, "
         "double *mean, double *rstd, int nthreads);")
     bf16 = next(l for l in lines if l.startswith("int residual_norm_gathered_backward_bf16("))
-    assert "const uint16_t *gh, const int32_t *h_map_inv, const float *gu" in bf16 and "uint16_t *gt, float *dgamma" in bf16
+    assert ("const uint16_t *gh, const int32_t *h_map_inv, const float *gu" in bf16
+            and "uint16_t *gt, float *dgamma" in bf16)
     assert build._arguments("residual_norm_forward", "bf16")[:4] == [
         ("int64_t", "R", False), ("int64_t", "C", False), ("const float *", "x", True), ("const uint16_t *", "t", True)]
     assert build._arguments("residual_norm_forward", "f32")[9] == ("double", "eps", False)  # not a variant type
@@ -42,7 +44,8 @@ def test_small_helpers():
     assert ops._sb(x, False) == (5, 3) and ops._sb(x, True) == (3, 5)
     assert ops._period(None) == 0 and ops._period(torch.zeros(4)) == 4
     assert ops._acc(torch.zeros(1, dtype=D)) == D and ops._acc(torch.zeros(1)) == torch.float32
-    assert build.variant(torch.zeros(1), torch.bfloat16) == "bf16" and build.variant(torch.zeros(1, dtype=D), D) == "f64"
+    assert (build.variant(torch.zeros(1), torch.bfloat16) == "bf16"
+            and build.variant(torch.zeros(1, dtype=D), D) == "f64")
     with pytest.raises(TypeError) as e:
         build.variant(torch.zeros(1, dtype=torch.float16), torch.float16)
     assert str(e.value) == ("fused residual_norm has no kernel for residual torch.float16 with torch.float16 "
@@ -84,7 +87,8 @@ def test_refusals_say_what_to_change():
         ops._div(x, torch.zeros(5, dtype=D), "column", False, False, False)
     assert str(e.value) == ("bias of 5 entries does not fit a residual of shape (3, 2, 4) with one bias per column "
                             "(column: C entries; token: S of a token-major (S, B, C))")
-    with pytest.raises(ValueError, match="^bias of 3 entries does not fit a residual of shape \\(3, 2, 4\\) with one bias per token"):
+    with pytest.raises(ValueError, match="^bias of 3 entries does not fit a residual of shape \\(3, 2, 4\\) "
+                                         "with one bias per token"):
         ops._div(x, torch.zeros(3, dtype=D), "token", False, False, True)
     with pytest.raises(ValueError, match="one bias per token"):
         ops._div(torch.zeros(6, 4, dtype=D), torch.zeros(6, dtype=D), "token", False, False, False)
@@ -168,7 +172,8 @@ def test_the_build_compiles_once_per_flags_and_cpu(cache, monkeypatch):
 
 
 @pytest.mark.parametrize("stderr, why", [
-    ("src.c:1: warning: unused\nsrc.c:2:5: error: bad thing\nsrc.c:9: error: other\n", "mycc failed: src.c:2:5: error: bad thing"),
+    ("src.c:1: warning: unused\nsrc.c:2:5: error: bad thing\nsrc.c:9: error: other\n",
+     "mycc failed: src.c:2:5: error: bad thing"),
     ("ld: cannot find -lgomp\ncollect2: ld returned 1\n", "mycc failed: ld: cannot find -lgomp"),
     ("", "mycc failed: exit 1"),
 ])
@@ -271,4 +276,5 @@ def test_meta_tensors_take_the_fake_kernels():
     out = ops._residual_norm(*ops.Seam(x, x, ln.weight, ln.bias, 1e-5, 1, D))
     assert [(o.device.type, tuple(o.shape)) for o in out] == [("meta", (3, 2, 4))] * 2 + [("meta", (6,))] * 2
     out = ops._residual_norm(*ops.Seam(x, None, ln.weight, ln.bias, 1e-5, 0, D))
-    assert [(o.device.type, tuple(o.shape)) for o in out] == [("meta", (0,)), ("meta", (3, 2, 4))] + [("meta", (6,))] * 2
+    assert [(o.device.type, tuple(o.shape)) for o in out] == \
+        [("meta", (0,)), ("meta", (3, 2, 4))] + [("meta", (6,))] * 2

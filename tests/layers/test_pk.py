@@ -69,7 +69,8 @@ def test_gather_path_is_j2_kron_j1_with_mlp_inner():
     eye = torch.eye(n1, dtype=D)
     h = torch.kron(eye, inner.fc1.weight.detach()) @ perm_matrix(p_in) @ vec(X).T
     h = inner.act(h + inner.fc1.bias.detach().repeat(n1)[:, None])
-    out = perm_matrix(p_out) @ (torch.kron(eye, inner.fc2.weight.detach()) @ h + inner.fc2.bias.detach().repeat(n1)[:, None])
+    out = perm_matrix(p_out) @ (torch.kron(eye, inner.fc2.weight.detach()) @ h
+                                + inner.fc2.bias.detach().repeat(n1)[:, None])
     assert torch.allclose(vec(layer(X)), out.T, atol=1e-13, rtol=0)
 
 

@@ -134,7 +134,8 @@ def test_gathers_are_the_rowmajor_maps_and_their_inverses():
 
 def test_natural_arrangement_needs_the_identity_gathers():
     S, C = 3, 4
-    rows_like = PKMixing(nn.Linear(C, C), (S, C), (S, C), S, commutation_perm(S, C), invert_perm(commutation_perm(S, C)))
+    rows_like = PKMixing(nn.Linear(C, C), (S, C), (S, C), S, commutation_perm(S, C),
+                         invert_perm(commutation_perm(S, C)))
     assert rows_like.arrangement == "rows" and rows_like.gathers is None
     cols_like = PKMixing(nn.Linear(S, S), (S, C), (S, C), C, torch.arange(S * C), torch.arange(S * C))
     assert cols_like.arrangement == "columns"

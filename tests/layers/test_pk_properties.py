@@ -98,8 +98,8 @@ def test_free_pk_layer_gradients_are_the_transposed_operator(layer):
 
 
 # C up to 40: from 32 columns a token-mixing group map runs as a left GEMM (forward_columns)
-mixer_shapes = st.tuples(st.integers(1, 5), st.integers(1, 5), st.sampled_from([1, 2, 3, 5, 32, 40]), st.integers(0, 2**16),
-                         st.sampled_from(["linear", "linear_act", "mlp"]))
+mixer_shapes = st.tuples(st.integers(1, 5), st.integers(1, 5), st.sampled_from([1, 2, 3, 5, 32, 40]),
+                         st.integers(0, 2**16), st.sampled_from(["linear", "linear_act", "mlp"]))
 
 
 def _inner(kind, n_in, n_out):

@@ -78,7 +78,8 @@ def test_normal_mixer_arrangements_and_state_dict():
 def test_rp_mixer_stores_only_its_free_permutations():
     m = create_model("rp_s_mixer", hidden_dim=4, num_tokens=16, depth=3, image_size=16, rp_blocks=(1,))
     perm_keys = sorted(k for k in m.state_dict() if "perm" in k)
-    assert perm_keys == [f"blocks.1.{s}.{p}" for s in ("channel_mixing", "token_mixing") for p in ("perm_in", "perm_out")]
+    assert perm_keys == [f"blocks.1.{s}.{p}" for s in ("channel_mixing", "token_mixing")
+                         for p in ("perm_in", "perm_out")]
     assert m.blocks[1].token_mixing.arrangement == "gather"
 
 

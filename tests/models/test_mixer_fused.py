@@ -1,6 +1,7 @@
 """A Mixer's fused seams (token-major, one kernel per seam, RP seams gathering through their
-permutations) compute the module path's function: float64 to 1e-12 (logits, input and every parameter gradient), bf16 autocast to its
-precision; the models and modes it does not cover take the module path."""
+permutations) compute the module path's function: float64 to 1e-12 (logits, input and every
+parameter gradient), bf16 autocast to its precision; the models and modes it does not cover take
+the module path."""
 import copy
 
 import pytest
@@ -11,7 +12,8 @@ from mlplab.layers import fused
 from mlplab.layers.pk import PKMixing
 from mlplab.models.impl import Impl, compute_by_definition
 
-pytestmark = pytest.mark.skipif(not fused.available(), reason=f"fused kernels unavailable: {fused.unavailable_reason()}")
+pytestmark = pytest.mark.skipif(not fused.available(),
+                                reason=f"fused kernels unavailable: {fused.unavailable_reason()}")
 
 CASES = [
     ("s_mixer", dict(hidden_dim=6, depth=3, image_size=16)),

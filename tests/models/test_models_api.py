@@ -90,7 +90,8 @@ def test_same_seed_same_model_and_different_seed_different_structure(name):
     if not _has_seed(name):
         return
     c = build(name, seed=7).state_dict()
-    random_keys = [k for k in a if k.rsplit(".", 1)[-1] in RANDOM_STRUCTURE and not torch.equal(a[k], torch.arange(a[k].numel()))]
+    random_keys = [k for k in a if k.rsplit(".", 1)[-1] in RANDOM_STRUCTURE
+                   and not torch.equal(a[k], torch.arange(a[k].numel()))]
     if any(k.rsplit(".", 1)[-1] in ("mask", "indices") for k in a) or name.startswith("rp_"):
         assert random_keys, f"{name}: expected random permutations or masks"
         assert any(a[k].shape != c[k].shape or not torch.equal(a[k], c[k]) for k in random_keys)

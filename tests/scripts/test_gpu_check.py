@@ -142,7 +142,8 @@ def test_the_node_is_printed_first_with_driver_and_datasheet(gc, monkeypatch):
     lines = gc.node_lines(gc.node_record(torch.device("cuda", 0)))
     assert lines[0].startswith(f"torch {torch.__version__} ({sys.executable}), timm ")
     assert lines[1] == "CUDA 12.4, driver 550.54.15"
-    assert lines[2] == "device cuda:0: NVIDIA H100 80GB HBM3, compute capability 9.0, 80.0 GiB, datasheet bf16 989.5 TFLOP/s"
+    assert lines[2] == ("device cuda:0: NVIDIA H100 80GB HBM3, compute capability 9.0, 80.0 GiB, "
+                        "datasheet bf16 989.5 TFLOP/s")
     props.name = "NVIDIA B300"
     assert gc.node_lines(gc.node_record(torch.device("cuda", 0)))[2].endswith(
         "not in the datasheet table: MFU against the measured GEMM rate only")
@@ -275,7 +276,8 @@ def ddp_report(sha="a" * 64, allreduces=4, steps=4, world=2, breaks=0):
 def test_the_ddp_verdict(gc):
     assert "stopped after epoch 1 and resumed: weights bit-identical" in gc.judge_ddp([ddp_report()] * 2)
     for bad, match in ((dict(sha="b" * 64), "resumed weights differ"), (dict(allreduces=8), "8 gradient all-reduces "
-                       "for 4 steps"), (dict(world=1), "ran on 1 process"), (dict(breaks=1), "graph breaks in the model: {'Data pointer")):
+                       "for 4 steps"), (dict(world=1), "ran on 1 process"),
+                       (dict(breaks=1), "graph breaks in the model: {'Data pointer")):
         with pytest.raises(AssertionError, match=match):
             gc.judge_ddp([ddp_report(**bad), ddp_report(**bad)])
 

@@ -89,7 +89,8 @@ def test_formulas_consistent():
     assert all(lo - 1e-9 <= w <= hi + 1e-9 for w in widths)
     # p = Ω/(γ m²) is smallest at the optimum
     p_grid = min(B.sw_mlp_density(om, w, g) for w in widths)
-    assert B.sw_mlp_density(om, m_star, g) <= p_grid and B.sw_mlp_density(om, m_star, g) == pytest.approx(p_grid, rel=1e-4)
+    assert (B.sw_mlp_density(om, m_star, g) <= p_grid
+            and B.sw_mlp_density(om, m_star, g) == pytest.approx(p_grid, rel=1e-4))
     # SW-MLP: Ω = p γ m²
     assert B.omega_sw_mlp(B.sw_mlp_width(om, 0.25, g), 0.25, g) == pytest.approx(om)
     assert B.sw_mlp_width(om, 1.0, 1.0) == pytest.approx(math.sqrt(om))

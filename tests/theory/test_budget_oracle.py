@@ -238,7 +238,8 @@ def test_budget_identities_in_float64(omega, gamma, size):
     assert B.min_omega(gamma, tokens=size) == B.min_omega(gamma, channels=size)
     p = min(1.0, 1 / size)
     w = B.sw_mlp_width(omega, p, gamma)
-    assert p * gamma * w * w == pytest.approx(omega, rel=1e-12) and B.sw_mlp_density(omega, w, gamma) == pytest.approx(p, rel=1e-12)
+    assert (p * gamma * w * w == pytest.approx(omega, rel=1e-12)
+            and B.sw_mlp_density(omega, w, gamma) == pytest.approx(p, rel=1e-12))
     assert B.omega_sw_mlp(w, p, gamma) == pytest.approx(omega, rel=1e-12)
 
 
@@ -282,7 +283,8 @@ def test_cli_table_gamma_3_against_enumeration(capsys):
         assert float(r[8].rstrip("%")) / 100 == pytest.approx(
             float((_connections(S, C, gamma, "mlp_mixer") - omega) / omega), abs=5e-6 + 1e-12)
     sw = body[-1]
-    assert sw[0] == "sw_mlp" and sw[1] == sw[2] == "-" and int(sw[3]) == _rounded_sqrt(Fraction(omega) / (Fraction(gamma) / 4))
+    assert (sw[0] == "sw_mlp" and sw[1] == sw[2] == "-"
+            and int(sw[3]) == _rounded_sqrt(Fraction(omega) / (Fraction(gamma) / 4)))
     assert lines[-1].startswith("optimum: C* = S* = (Ω/γ)^(1/3) = ")
     n = next(n for n in range(1, 200) if 8 * omega < (2 * n + 1) ** 3 * gamma)  # (2n − 1)³ ≤ 8Ω/γ < (2n + 1)³
     assert f"nearest integers C = S = {n} (m = {n * n}, " in lines[-1]

@@ -36,17 +36,21 @@ CASES = {
     "s_mixer S=C=S0": ("s_mixer", dict(hidden_dim=4, depth=2)),
     "s_mixer S!=C, S!=S0 (skip layer)": ("s_mixer", dict(num_tokens=6, hidden_dim=3, depth=2)),
     "s_mixer S=S0 with skip layer": ("s_mixer", dict(hidden_dim=5, depth=1, skip_layer=True)),
-    "s_mixer theory form (no LN, no skip)": ("s_mixer", dict(num_tokens=7, hidden_dim=4, depth=2, norm=False, skip=False)),
+    "s_mixer theory form (no LN, no skip)": ("s_mixer", dict(num_tokens=7, hidden_dim=4, depth=2, norm=False,
+                                                             skip=False)),
     "s_mixer relu, patch 4": ("s_mixer", dict(num_tokens=3, hidden_dim=6, depth=2, act="relu", patch_size=4)),
     "mlp_mixer gamma=2": ("mlp_mixer", dict(num_tokens=5, hidden_dim=4, expansion=2.0, depth=2)),
     "mlp_mixer gamma=0.5": ("mlp_mixer", dict(num_tokens=6, hidden_dim=4, expansion=0.5, depth=2)),
-    "mlp_mixer D_S, D_C explicit": ("mlp_mixer", dict(num_tokens=4, hidden_dim=3, token_hidden=7, channel_hidden=5, depth=1)),
-    "mlp_mixer no LN no skip": ("mlp_mixer", dict(num_tokens=5, hidden_dim=3, expansion=2.0, depth=2, norm=False, skip=False)),
+    "mlp_mixer D_S, D_C explicit": ("mlp_mixer", dict(num_tokens=4, hidden_dim=3, token_hidden=7, channel_hidden=5,
+                                                      depth=1)),
+    "mlp_mixer no LN no skip": ("mlp_mixer", dict(num_tokens=5, hidden_dim=3, expansion=2.0, depth=2, norm=False,
+                                                  skip=False)),
     "rp_s_mixer all blocks": ("rp_s_mixer", dict(num_tokens=5, hidden_dim=4, depth=2, seed=3)),
     "rp_s_mixer one block of three": ("rp_s_mixer", dict(hidden_dim=4, depth=3, rp_blocks=(1,))),
     "rp_s_mixer first block with skip layer": ("rp_s_mixer", dict(num_tokens=9, hidden_dim=3, depth=2, rp_blocks=(0,))),
     "rp_mlp_mixer gamma=2": ("rp_mlp_mixer", dict(num_tokens=6, hidden_dim=5, expansion=2.0, depth=2)),
-    "rp_mlp_mixer no LN no skip": ("rp_mlp_mixer", dict(num_tokens=4, hidden_dim=4, expansion=1.5, depth=2, norm=False, skip=False)),
+    "rp_mlp_mixer no LN no skip": ("rp_mlp_mixer", dict(num_tokens=4, hidden_dim=4, expansion=1.5, depth=2, norm=False,
+                                                        skip=False)),
 }
 
 
@@ -115,7 +119,7 @@ def test_layers_and_summary_report_widths_and_densities():
     infos = {i.name: i for i in eff.layers()}
     m = S * C
     assert eff.width == m
-    S0, C0 = 16, 12
+    S0 = 16
     assert infos["stem"].shape == (C * S0, 3 * 8 * 8) and infos["stem"].density == pytest.approx(1 / S0)
     tok1, tok2 = infos["blocks.0.token.fc1"], infos["blocks.0.token.fc2"]
     assert tok1.shape == (C * int(g * S), C * S0) and tok1.width == int(g * S) * C  # hidden width γ·S·C

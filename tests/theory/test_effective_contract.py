@@ -243,7 +243,8 @@ def test_the_first_sparse_matrix_of_a_process_is_built_quietly():
     import sys
 
     assert pk_matrix(torch.ones(2, 2), 2).to_dense().sum().item() == 8.0  # in this process: warned already
-    code = "import torch; from mlplab.theory import pk_matrix; print(pk_matrix(torch.ones(2, 2), 2).to_dense().sum().item())"
+    code = ("import torch; from mlplab.theory import pk_matrix; "
+            "print(pk_matrix(torch.ones(2, 2), 2).to_dense().sum().item())")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
     proc = subprocess.run([sys.executable, "-W", "default", "-c", code], capture_output=True, text=True, env=env,
                           timeout=120)

@@ -2,9 +2,9 @@
 import os
 
 import pytest
+from train_helpers import SRC, tiny_overrides
 
 from mlplab.train import make_config
-from train_helpers import SRC, tiny_overrides
 
 
 @pytest.fixture

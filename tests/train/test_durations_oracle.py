@@ -13,7 +13,8 @@ import math
 from fractions import Fraction
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from mlplab.errors import BadInput
 from mlplab.train import make_config

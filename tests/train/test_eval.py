@@ -14,8 +14,9 @@ from mlplab.train.evaluation import evaluate_checkpoint
 def finished(tmp_path_factory):
     """A finished run with an EMA, a random test subset, mirror-image test-time augmentation and a
     held-out val split, so that eval must follow the run's own config to reproduce its numbers."""
-    from mlplab.train import make_config
     from train_helpers import tiny_overrides
+
+    from mlplab.train import make_config
 
     out = tmp_path_factory.mktemp("eval")
     cfg = make_config(None, tiny_overrides(out / "runs", "done", **{
@@ -104,7 +105,8 @@ def test_eval_few_shot_equals_the_library_on_the_same_features(finished, capsys)
     batch = eval_batch_size(setup.cfg.run)
     train_f = extract_features(setup.model, eval_loader(setup.data.train, setup.data, batch, DistInfo()),
                                autocast=setup.autocast)
-    test_f = extract_features(setup.model, eval_loader(setup.split, setup.data, batch, DistInfo()), autocast=setup.autocast)
+    test_f = extract_features(setup.model, eval_loader(setup.split, setup.data, batch, DistInfo()),
+                              autocast=setup.autocast)
     want = linear_few_shot(*train_f, *test_f, shots=(1, 5), draws=3)
     assert set(got) == {"1", "5"}
     for k in (1, 5):
@@ -134,8 +136,9 @@ def test_eval_few_shot_on_data_with_other_classes_uses_the_features_only(tmp_pat
 @pytest.fixture(scope="module")
 def first_half(tmp_path_factory):
     """A run trained on the first 5 of the synthetic set's 10 classes (data.classes)."""
-    from mlplab.train import make_config
     from train_helpers import tiny_overrides
+
+    from mlplab.train import make_config
 
     out = tmp_path_factory.mktemp("classes")
     return train(make_config(None, tiny_overrides(out / "runs", "c04", **{"data.classes": [0, 1, 2, 3, 4],

@@ -101,8 +101,9 @@ def _split_tensors(cfg, split):
 @pytest.fixture(scope="module")
 def droppy_run(tmp_path_factory):
     """A finished run of a Mixer with dropout and stochastic depth, with a held-out val split."""
-    from mlplab.train import make_config
     from train_helpers import tiny_overrides
+
+    from mlplab.train import make_config
 
     out = tmp_path_factory.mktemp("droppy")
     cfg = make_config(None, tiny_overrides(out / "runs", "droppy", **{

@@ -4,6 +4,7 @@ import json
 import pytest
 import torch
 import torch.nn as nn
+from train_helpers import tiny_overrides
 
 import mlplab
 from mlplab import cli
@@ -11,8 +12,6 @@ from mlplab.commands.finetune import finetune_config
 from mlplab.train import make_config, train
 from mlplab.train.config import OptimSection
 from mlplab.train.optim import build_optimizer, param_groups, set_lr
-
-from train_helpers import tiny_overrides
 
 
 @pytest.fixture(scope="module")
@@ -113,7 +112,8 @@ def test_the_two_recipes_are_scaling_mlps():
     from mlplab.train.config import load_config
 
     ft = make_config(load_config("fmnist_finetune")[0], {"model.init_from": "x"})
-    assert (ft.optim.name, ft.optim.momentum, ft.optim.lr, ft.optim.head_lr, ft.model.expand) == ("sgd", 0.9, 1e-3, 1e-2, 2)
+    assert (ft.optim.name, ft.optim.momentum, ft.optim.lr, ft.optim.head_lr, ft.model.expand) == \
+        ("sgd", 0.9, 1e-3, 1e-2, 2)
     lp = make_config(load_config("fmnist_linear_probe")[0], {"model.init_from": "x"})
     assert (lp.optim.name, lp.optim.lr, lp.optim.freeze, lp.model.new_head) == ("lion", 1e-5, "body", True)
     m = mlplab.create_model("mlp_mixer", image_size=8, patch_size=4, hidden_dim=4, depth=1, num_classes=3)

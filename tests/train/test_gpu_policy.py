@@ -100,11 +100,13 @@ def test_each_rank_sets_its_gpu_before_anything_reads_one(monkeypatch):
     monkeypatch.setattr(distributed.dist, "is_initialized", lambda: False)
     monkeypatch.setattr(torch.cuda, "set_device", lambda i: events.append(("set_device", i)))
     monkeypatch.setattr(distributed.dist, "init_process_group",
-                        lambda **kw: events.append(("init", kw["backend"], kw["device_id"], kw["timeout"].total_seconds())))
+                        lambda **kw: events.append(("init", kw["backend"], kw["device_id"],
+                                                    kw["timeout"].total_seconds())))
     monkeypatch.setattr(distributed.dist, "get_rank", lambda: 6)
     monkeypatch.setattr(distributed.dist, "get_world_size", lambda: 4)
     info = distributed.init_distributed("cuda")
-    assert events == [("set_device", 2), ("init", "nccl", torch.device("cuda", 2), 60.0 * distributed.DEFAULT_TIMEOUT_MIN)]
+    assert events == [("set_device", 2),
+                      ("init", "nccl", torch.device("cuda", 2), 60.0 * distributed.DEFAULT_TIMEOUT_MIN)]
     assert (info.rank, info.world_size, info.local_rank) == (6, 4, 2)
 
 

@@ -5,6 +5,7 @@ import json
 import pytest
 import torch
 from safetensors.torch import load_file
+from train_helpers import tiny_overrides
 
 from mlplab.errors import Interrupted
 from mlplab.train import checkpoint as ckpt
@@ -12,7 +13,6 @@ from mlplab.train import lockstep, make_config, train
 from mlplab.train.lockstep import lockstep_unsupported, not_stackable, train_lockstep
 from mlplab.train.loop import NonFiniteError
 from mlplab.train.runplan import RunPlan
-from train_helpers import tiny_overrides
 
 SEEDS = (0, 1, 2)
 NOISY = {"model.kwargs.drop_path_rate": 0.3, "augment.crop_padding": 1, "augment.hflip": True, "augment.mixup": 0.5,
@@ -87,7 +87,8 @@ def test_seeds_keep_their_own_folders_files_and_generator_streams(tmp_path, floa
     solo = [train(c) for c in _cfgs(tmp_path, "solo", **NOISY)]
     for seed, r, s in zip(SEEDS, res, solo):
         d = tmp_path / "lock" / f"seed={seed}"
-        assert r["run_dir"] == str(d) and json.loads((d / "results.json").read_text())["weights_sha256"] == r["weights_sha256"]
+        assert (r["run_dir"] == str(d)
+                and json.loads((d / "results.json").read_text())["weights_sha256"] == r["weights_sha256"])
         assert json.loads((d / "config.json").read_text())["run"]["seed"] == seed
         assert len((d / "metrics.jsonl").read_text().splitlines()) == 3
         _same_weights(d, tmp_path / "solo" / f"seed={seed}")
@@ -107,8 +108,8 @@ def test_a_diverged_seed_stops_alone_and_the_others_finish(tmp_path, monkeypatch
     monkeypatch.setattr(lockstep, "train_loader", poisoned)
     res = train_lockstep(_cfgs(tmp_path, "lock", **{"run.checkpoint_every": 1}))
     assert isinstance(res[1], NonFiniteError)
-    assert str(res[1]).startswith(f"non-finite loss or gradient at step 9 (epoch 2) of run {tmp_path / 'lock' / 'seed=1'}; "
-                                  f"the last good checkpoint (epoch 1)")
+    assert str(res[1]).startswith(f"non-finite loss or gradient at step 9 (epoch 2) of run "
+                                  f"{tmp_path / 'lock' / 'seed=1'}; the last good checkpoint (epoch 1)")
     assert not (tmp_path / "lock" / "seed=1" / "results.json").exists()
     assert ckpt.find_checkpoint(tmp_path / "lock" / "seed=1").name == "checkpoint"  # epoch 1's, untouched
     for seed in (0, 2):

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import pytest
 import torch
+from train_helpers import tiny_overrides
 
 from mlplab.data import AugmentConfig, build_augment
 from mlplab.errors import BadInput
 from mlplab.train import make_config, memory, runplan
 from mlplab.train.runplan import meta_model
-
-from train_helpers import tiny_overrides
 
 MiB = 2**20
 IMAGE = (3, 224, 224)

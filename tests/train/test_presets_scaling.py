@@ -9,9 +9,9 @@ from mlplab.commands.finetune import finetune_config
 from mlplab.interop import save_pretrained
 from mlplab.models.counting import count_flops, count_params
 from mlplab.models.mlp import SCALING_MLP_CLASSES, SCALING_MLP_PRESETS
-from mlplab.train import CONFIGS, make_config, train
-from mlplab.train.runplan import plan_run
+from mlplab.train import make_config, train
 from mlplab.train.presets import _MFLOP, SCALING_PRETRAIN
+from mlplab.train.runplan import plan_run
 
 
 def _smoke(tmp_path, name="smoke"):
@@ -62,6 +62,7 @@ def test_finetune_presets_run_from_a_64px_checkpoint(tmp_path, dataset):
 def _image_folder(root, classes=3, per_class=6, size=(40, 48)):
     """``root/{train,val}/class<c>/<i>.png``: small RGB images of another size than the models'."""
     import numpy as np
+
     from mlplab.data.formats import png_bytes
 
     rng = np.random.default_rng(0)
@@ -80,6 +81,7 @@ def test_pretraining_preset_on_a_pack_then_eval_reproduces_it(tmp_path, capsys):
     RandomResizedCrop, mixup and accumulation), 2 steps on a 64x64 pack of a generated folder; then
     `mlplab eval RUN` reproduces its test accuracy and loss."""
     import json
+
     from mlplab import cli
     from mlplab.data import pack
 

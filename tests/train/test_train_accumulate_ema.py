@@ -1,5 +1,4 @@
 """Gradient accumulation (run.accumulate_steps) and the EMA of the weights (run.ema_decay)."""
-import copy
 from pathlib import Path
 
 import pytest
@@ -10,7 +9,7 @@ from mlplab import create_model
 from mlplab.data.augment import AugmentConfig, build_augment
 from mlplab.errors import BadInput
 from mlplab.interop import load_pretrained
-from mlplab.train import make_config, train
+from mlplab.train import train
 from mlplab.train.config import OptimSection
 from mlplab.train.ema import WeightEMA
 from mlplab.train.loop import accumulated_backward

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn as nn
+from train_helpers import tiny_overrides
 
 import mlplab
 from mlplab.train import backend
-from train_helpers import tiny_overrides
 
 
 @pytest.mark.parametrize("choice, device, precision, steps, expect", [

@@ -9,12 +9,11 @@ from pathlib import Path
 
 import torch
 from safetensors.torch import load_file
+from train_helpers import tiny_overrides
 
 from mlplab.train import make_config, train
 from mlplab.train.checkpoint import find_checkpoint, load_checkpoint, save_checkpoint
 from mlplab.train.config import to_dict
-
-from train_helpers import tiny_overrides
 
 CHILD = """
 import sys, time

@@ -15,8 +15,17 @@ from safetensors.torch import load_file
 from mlplab.errors import BadInput
 from mlplab.models import create_model
 from mlplab.train import checkpoint as ckpt
-from mlplab.train.checkpoint import (EMA_FILE, MODEL_FILE, STATE_FILE, CheckpointError, find_checkpoint,
-                                     load_checkpoint, load_weights, save_checkpoint, save_weights)
+from mlplab.train.checkpoint import (
+    EMA_FILE,
+    MODEL_FILE,
+    STATE_FILE,
+    CheckpointError,
+    find_checkpoint,
+    load_checkpoint,
+    load_weights,
+    save_checkpoint,
+    save_weights,
+)
 
 SMALL = dict(image_size=8, patch_size=4, hidden_dim=8, depth=1, num_classes=3)
 

@@ -2,12 +2,11 @@
 import json
 
 import pytest
+from train_helpers import tiny_overrides
 
 from mlplab import cli
 from mlplab.train import CONFIGS
 from mlplab.train.config import from_dict, make_config, to_dict
-
-from train_helpers import tiny_overrides
 
 
 def _args(tmp_path, **extra):

@@ -8,7 +8,6 @@ from mlplab.train import CONFIGS, from_dict, make_config, parse_overrides, to_di
 from mlplab.train.config import config_diff, parse_value
 
 
-
 def test_cli_values_are_typed():
     assert parse_value("0.1") == 0.1 and parse_value("3") == 3
     assert parse_value("true") is True and parse_value("True") is True

@@ -7,12 +7,11 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file
+from train_helpers import tiny_overrides
 
 from mlplab.train import make_config, train
 from mlplab.train.config import to_dict
 from mlplab.train.distributed import DistInfo, shard_indices
-
-from train_helpers import tiny_overrides
 
 CHILD = """
 import json, os, sys

@@ -9,13 +9,12 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file
+from train_helpers import tiny_overrides
 
 from mlplab.train import make_config
 from mlplab.train.config import to_dict
 from mlplab.train.data import train_loader
 from mlplab.train.distributed import DistInfo
-
-from train_helpers import tiny_overrides
 
 CHILD = """
 import hashlib, json, os, sys

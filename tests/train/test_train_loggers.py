@@ -5,7 +5,6 @@ own formats — TensorBoard's EventAccumulator, and W&B's record protobufs from 
 their state across a checkpoint."""
 import json
 from pathlib import Path
-
 from types import SimpleNamespace
 
 import pytest
@@ -173,7 +172,10 @@ def test_a_checkpoint_between_records_carries_the_partial_sums():
     second.load_state_dict(first.state_dict())
     for i, b in enumerate(batches[2:], 2):
         second.after_step(i + 1, 1, b, 32)
-    timeless = lambda recs: [{k: v for k, v in r.items() if k not in ("images_per_s", "mfu")} for r in recs]
+
+    def timeless(recs):
+        return [{k: v for k, v in r.items() if k not in ("images_per_s", "mfu")} for r in recs]
+
     assert timeless(cut.records) == timeless(whole.records) == [
         {"kind": "step", "epoch": 1, "step": 4, "lr": 0.5, "train_loss": 2.0, "train_acc": (5 + 6 + 7 + 8) / 128,
          "time_s": 7.0}]

@@ -10,7 +10,7 @@ from safetensors.torch import load_file
 import mlplab.train.loop as loop
 import mlplab.train.runplan as runplan
 from mlplab.models import create_model
-from mlplab.train import NonFiniteError, RunExistsError, make_config, train
+from mlplab.train import NonFiniteError, RunExistsError, train
 from mlplab.train.config import to_dict
 
 DESIGN_KEYS = {"test_acc", "test_top5", "test_loss", "train_loss", "epochs", "steps", "wall_s", "epoch_time_s",

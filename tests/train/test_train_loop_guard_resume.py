@@ -24,8 +24,9 @@ def _run(factor=3.0, classes=10, steps_per_epoch=4, ema=False, seed=5):
     avg = SimpleNamespace(model=nn.Linear(3, 4)) if ema else None
     return SimpleNamespace(cfg=SimpleNamespace(run=SimpleNamespace(divergence_factor=factor, seed=seed)),
                            data=SimpleNamespace(info=SimpleNamespace(num_classes=classes)),
-                           device=torch.device("cpu"), dist=DistInfo(), dur=SimpleNamespace(steps_per_epoch=steps_per_epoch),
-                           model=model, optimizer=opt, ema=avg, step_log=None)
+                           device=torch.device("cpu"), dist=DistInfo(),
+                           dur=SimpleNamespace(steps_per_epoch=steps_per_epoch), model=model, optimizer=opt, ema=avg,
+                           step_log=None)
 
 
 def _t(v):

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
-from torch.optim.optimizer import register_optimizer_step_pre_hook
 from safetensors.torch import load_file
+from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from mlplab.train import train
 from mlplab.train.config import durations
@@ -39,8 +39,9 @@ def schedule(t: int) -> float:
 @pytest.fixture(scope="module")
 def recorded_run(tmp_path_factory):
     """The run, its initial model (captured at its first forward) and every step's group lrs."""
-    from mlplab.train import make_config
     from train_helpers import tiny_overrides
+
+    from mlplab.train import make_config
 
     cfg = make_config(None, tiny_overrides(tmp_path_factory.mktemp("step") / "runs", "step", **{
         "model.name": "mlp_mixer", "model.kwargs.zero_head": False,

@@ -33,9 +33,10 @@ def test_first_processor_and_unreadable_file(cpuinfo, monkeypatch):
     assert set(cpu.cpu_info()) == {"machine"} and not cpu.cpu_has_native_bf16()
 
 
-@pytest.mark.parametrize("vendor, flags, expect", [("GenuineIntel", "avx2 avx512f avx512_bf16 amx_bf16", "genuineintel-amx"),
-                                                   ("AuthenticAMD", "avx2 avx512f avx512_bf16", "authenticamd-avx512bf16"),
-                                                   ("AuthenticAMD", "fpu avx2 fma", "authenticamd-avx2")])
+@pytest.mark.parametrize("vendor, flags, expect", [
+    ("GenuineIntel", "avx2 avx512f avx512_bf16 amx_bf16", "genuineintel-amx"),
+    ("AuthenticAMD", "avx2 avx512f avx512_bf16", "authenticamd-avx512bf16"),
+    ("AuthenticAMD", "fpu avx2 fma", "authenticamd-avx2")])
 def test_machine_tag_names_the_fastest_matmul_path(cpuinfo, vendor, flags, expect):
     cpuinfo(vendor, flags)  # model name "Some CPU" names no known family: the vendor stands in
     assert cpu.machine_tag() == expect

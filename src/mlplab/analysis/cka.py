@@ -256,7 +256,8 @@ def cka_matrix(
     Features come from each model's ``forward_intermediates(x)`` (DESIGN.md: residual-branch
     outputs just before the skip connection), flattened to (N, -1). ``loader_or_batches`` yields
     ``x`` or ``(x, y, ...)``; both models see the same batches, in eval mode, and must already
-    live on ``device`` (batches are moved there). Batches need ≥ 4 examples (HSIC₁). ``model_b=None`` (or the same object) gives the self-similarity matrix.
+    live on ``device`` (batches are moved there). Batches need ≥ 4 examples (HSIC₁). ``model_b=None``
+    (or the same object) gives the self-similarity matrix.
     Default layers: :func:`default_cka_layers`. Returns a :class:`CKAResult` (rows A, columns B).
     """
     same = model_b is None or model_b is model_a

@@ -16,8 +16,14 @@ from typing import Any, Iterator
 
 import torch.nn as nn
 
-from ..models.counting import (count_activations, count_flops, count_params, measured_flops, model_input_shape,
-                               state_bytes)
+from ..models.counting import (
+    count_activations,
+    count_flops,
+    count_params,
+    measured_flops,
+    model_input_shape,
+    state_bytes,
+)
 from ..models.mixer import Mixer, MixerConfig
 from ..models.mixer_variants import token_mlp_shape
 from ..models.registry import create_model, get_model_entry, list_models, model_config

@@ -12,7 +12,7 @@ over ``draws`` random draws of the shots; the result is the mean ± sd of test a
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 import numpy as np
@@ -40,7 +40,8 @@ class FewShotResult:
         return f"{self.shots}-shot {100 * self.mean:.2f} ± {100 * self.sd:.2f}% ({len(self.accuracies)} draws)"
 
 
-def ridge_fit(x: np.ndarray, labels: np.ndarray, num_classes: int, l2: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def ridge_fit(x: np.ndarray, labels: np.ndarray, num_classes: int,
+              l2: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(μ, W, b) of the regularised least-squares fit onto ±1 targets (module docstring)."""
     x = np.asarray(x, np.float64)
     mu = x.mean(0)

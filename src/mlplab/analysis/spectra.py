@@ -22,9 +22,9 @@ from typing import Sequence
 import numpy as np
 import scipy.sparse as sp
 import scipy.sparse.linalg as spla
-from scipy.sparse import csgraph
 import torch
 import torch.nn as nn
+from scipy.sparse import csgraph
 
 from ..theory.budget import channels_for, round_half_up, width_bounds
 from ..utils.seeds import derive_generator

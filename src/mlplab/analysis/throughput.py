@@ -102,7 +102,8 @@ def measure_inference(models: Mapping[str, nn.Module], input_shapes: Mapping[str
     ``models``: label → model (on ``device``); ``input_shapes``: label → (ch, H, W);
     ``batches``: label → the batch sizes to search. Returns label → ``{"latency_s": [seconds at
     batch 1 per rep; none when latency_reps is 0], "search": {batch: [seconds]}, "best_batch",
-    "throughput": [images/s per rep at the best batch]}``. Inputs are standard normal images made once per (model, batch).
+    "throughput": [images/s per rep at the best batch]}``. Inputs are standard normal images made
+    once per (model, batch).
 
     ``clock="cpu"`` times by this process's CPU time (``time.process_time``), for one thread on a
     CPU shared with other jobs: it leaves out the time the process waits for a core, so it

@@ -1,10 +1,12 @@
-"""``mlplab finetune CHECKPOINT CONFIG [section.key=value ...] [--resume] [--overwrite] [--print-config [--format yaml]]``
+"""``mlplab finetune CHECKPOINT CONFIG [section.key=value ...] [--resume] [--overwrite]
+[--print-config [--format yaml]]``
 
 Trains CONFIG (a named config such as ``fmnist_finetune`` / ``fmnist_linear_probe``, or a JSON,
 YAML or TOML file; overrides also as ``--section.key=value``) starting from CHECKPOINT: a run
-folder, an mlplab file or a timm / Flax / Scaling-MLPs checkpoint. The checkpoint decides the model (CONFIG's model section keeps only ``expand``,
-``new_head``, ``init_format``, and ``kwargs`` when it names no model); the data is resized to the model's
-resolution. Equivalent to ``mlplab train CONFIG model.init_from=CHECKPOINT model.name=...``.
+folder, an mlplab file or a timm / Flax / Scaling-MLPs checkpoint. The checkpoint decides the
+model (CONFIG's model section keeps only ``expand``, ``new_head``, ``init_format``, and ``kwargs``
+when it names no model); the data is resized to the model's resolution. Equivalent to
+``mlplab train CONFIG model.init_from=CHECKPOINT model.name=...``.
 
     mlplab finetune runs/fmnist_mixer_pretrain fmnist_finetune schedule.epochs=2
 """
@@ -51,7 +53,8 @@ def _finetune_config(checkpoint: str, config: str, overrides: list[str] | dict |
     if "run.name" not in ov and not base.get("run", {}).get("name"):
         stem = Path(checkpoint).stem if Path(checkpoint).is_file() else Path(checkpoint).name
         data = base.get("data", {})
-        where = data_name(ov.get("data.dataset", data.get("dataset", "synthetic")), ov.get("data.root", data.get("root")))
+        where = data_name(ov.get("data.dataset", data.get("dataset", "synthetic")),
+                          ov.get("data.root", data.get("root")))
         ov["run.name"] = run_name({**ov, **where}, label=f"{label}-from-{stem}")
     return make_config(base, ov), imported
 

@@ -20,7 +20,8 @@ from ..utils.units import format_count
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--family", default=None, help="only models of this family (e.g. mlp_mixer, sw_mlp, mlp, shallow)")
+    parser.add_argument("--family", default=None,
+                        help="only models of this family (e.g. mlp_mixer, sw_mlp, mlp, shallow)")
     parser.add_argument("--json", action="store_true", help="print a JSON list instead of a table")
     parser.add_argument("--pretrained", action="store_true",
                         help="list the published weights (create_model(NAME, pretrained=True)) instead")
@@ -32,7 +33,8 @@ def run(args: argparse.Namespace) -> int:
         families = sorted({r["family"] for r in models_table()})
         raise ValueError(f"unknown family {args.family!r}; choose one of {', '.join(families)}")
     if args.pretrained:
-        rows = [{"name": n, **get_pretrained(n)} for n in list_models(args.pattern, family=args.family, pretrained=True)]
+        rows = [{"name": n, **get_pretrained(n)}
+                for n in list_models(args.pattern, family=args.family, pretrained=True)]
         if args.json:
             print(json.dumps(rows, indent=2))
         for r in [] if args.json else rows:

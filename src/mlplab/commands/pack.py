@@ -22,7 +22,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     parser.add_argument("src", help="image folder (SRC/train/<class>/<image>), a folder of .tar (WebDataset) or "
                                      ".parquet shards, or a dataset name of the table")
-    parser.add_argument("dst", nargs="?", help="folder to write the pack into (new or empty; or an unfinished pack to finish)")
+    parser.add_argument("dst", nargs="?",
+                        help="folder to write the pack into (new or empty; or an unfinished pack to finish)")
     parser.add_argument("--image-size", type=int, default=None, metavar="N",
                         help="side of the packed images (shorter side resized to N, centre crop)")
     parser.add_argument("--workers", type=int, default=2, metavar="K", help="decoding processes (default 2)")
@@ -39,7 +40,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--download", action="store_true", help="table datasets: fetch them if missing")
     parser.add_argument("--progress", default="auto", choices=("auto", "bar", "lines", "none"),
                         help="a bar on a terminal, one line per shard otherwise (auto)")
-    parser.add_argument("--verify", action="store_true", help="only check the sha256 of every shard (mlplab pack --verify DST)")
+    parser.add_argument("--verify", action="store_true",
+                        help="only check the sha256 of every shard (mlplab pack --verify DST)")
 
 
 def run(args: argparse.Namespace) -> int:

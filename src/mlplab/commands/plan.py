@@ -15,7 +15,8 @@ def _int_list(text: str) -> list[int]:
     try:
         return [int(t) for t in text.replace(" ", "").split(",") if t]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated whole numbers, e.g. 16,32,48; got {text!r}") from None
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated whole numbers, e.g. 16,32,48; got {text!r}") from None
 
 
 def _float_list(text: str) -> list[float]:

@@ -26,7 +26,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("id", nargs="?", help="experiment id (fig2a-c, fig2d, fig4, ..., tableS3)")
     parser.add_argument("--list", action="store_true", help="list the experiments with their runs and estimated cost")
     parser.add_argument("--all", action="store_true",
-                        help="with --confirm: every id with this scale, in campaign order, committing runs to --results")
+                        help="with --confirm: every id with this scale, in campaign order, committing runs to "
+                             "--results")
     parser.add_argument("--ids", default=None, metavar="ID,ID",
                         help="with --all: only these ids (comma-separated), still in campaign order")
     parser.add_argument("--results", default="docs/results",
@@ -104,7 +105,8 @@ def _campaign(args: argparse.Namespace) -> int:
                            executor=args.executor or ("local" if args.jobs > 1 else "inline"),
                            results_root=Path(args.results))
     failed = [r["id"] for r in records if r["status"] == "failed runs"]
-    print(f"campaign: {len(records)} ids, {len(failed)} with failed runs" + (f" ({', '.join(failed)})" if failed else ""))
+    print(f"campaign: {len(records)} ids, {len(failed)} with failed runs"
+          + (f" ({', '.join(failed)})" if failed else ""))
     return 1 if failed else 0
 
 
@@ -138,7 +140,8 @@ def run(args: argparse.Namespace) -> int:
     slurm = parse_overrides(args.slurm, what="--slurm", example="slurm_partition=gpu")
     overrides = parse_overrides(args.overrides, what="--set")
     role = "confirmatory" if args.confirm else "exploratory"
-    with _out_lock(exp.id, args.scale, args.out, role):  # a second reproduce of the same --out is refused before it writes
+    # a second reproduce of the same --out is refused before it writes
+    with _out_lock(exp.id, args.scale, args.out, role):
         res = reproduce(exp.id, args.scale, dataset=args.dataset, out_dir=args.out, jobs=args.jobs, executor=executor,
                         slurm=slurm, report=not args.no_report, command=cmd, overrides=overrides, role=role,
                         lockstep=args.lockstep)

@@ -20,11 +20,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--scale", choices=SCALES, default="cpu",
                         help="scale of an experiment id (default: cpu)")
     parser.add_argument("--dataset", default=None, help="dataset of an experiment id (default: the published one)")
-    parser.add_argument("--jobs", type=int, default=1, help="runs at a time (local: processes; slurm: array parallelism)")
+    parser.add_argument("--jobs", type=int, default=1,
+                        help="runs at a time (local: processes; slurm: array parallelism)")
     parser.add_argument("--executor", choices=("inline", "local", "slurm"), default=None,
                         help="inline (this process), local (worker processes) or slurm (submitit); "
                              "default: local when --jobs > 1, else inline")
-    parser.add_argument("--out", default=None, help="output folder (default: runs/experiments/ID-SCALE or runs/sweeps/NAME)")
+    parser.add_argument("--out", default=None,
+                        help="output folder (default: runs/experiments/ID-SCALE or runs/sweeps/NAME)")
     parser.add_argument("--dry-run", action="store_true", help="list the runs and their folders; run nothing")
     parser.add_argument("--lockstep", choices=("auto", "on", "off"), default="auto",
                         help="train a sweep point's seeds together as one stacked model: where measured to pay "
@@ -37,8 +39,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..experiments.registry import default_out_dir, get_experiment, plan_experiment, reproduce
     from ..experiments.executors import finished, run_sweep
+    from ..experiments.registry import default_out_dir, get_experiment, plan_experiment, reproduce
     from ..experiments.sweep import expand, load_sweep_file
     from ..train.config import parse_overrides
 

@@ -32,8 +32,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from ..train import CONFIGS, make_config, train
     from ..train.config import to_dict
-    from ..train.runplan import plan_run
     from ..train.presets import DESCRIPTIONS
+    from ..train.runplan import plan_run
     from ..utils.configfile import format_config
 
     if args.list:
@@ -47,7 +47,8 @@ def run(args: argparse.Namespace) -> int:
         rows = describe_fields(RunConfig)
         widths = [max(len(r[k]) for r in rows) for k in ("key", "type", "default")]
         for r in rows:
-            print(f"{r['key']:{widths[0]}}  {r['type']:{widths[1]}}  {r['default']:{widths[2]}}  {r['meaning']}".rstrip())
+            print(f"{r['key']:{widths[0]}}  {r['type']:{widths[1]}}  {r['default']:{widths[2]}}  "
+                  f"{r['meaning']}".rstrip())
         return 0
     if not args.config:
         print("mlplab train: error: give a CONFIG (named config or JSON/YAML/TOML file); --list shows the named ones",

@@ -28,9 +28,8 @@ from ..errors import BadInput
 from ..utils.io import atomic_save, torch_load
 from ..utils.seeds import derive_generator
 from .download import BadData, DataError, cache_dir, download_file, safe_extract, verify_checksum
-from .formats import (read_cifar_batches, read_idx_pair, read_image_folder, read_stl10,
-                      read_tiny_imagenet, load_pickle)
-from .table import DatasetInfo, DataFile, get_info
+from .formats import load_pickle, read_cifar_batches, read_idx_pair, read_image_folder, read_stl10, read_tiny_imagenet
+from .table import DataFile, DatasetInfo, get_info
 
 __all__ = ["ImageData", "load_dataset", "resize_images", "holdout_split", "make_synthetic", "search_dirs"]
 

@@ -134,7 +134,8 @@ class _Loader:
         return MicroBatches(x, y, self.micro_batches,
                             lambda xj, yj, j: self._finish_part(xj, yj, (batch_index, j), epoch)), None
 
-    def _finish_part(self, x: Tensor, y: Tensor, key: tuple[int, ...], epoch: int | None = None) -> tuple[Tensor, Tensor]:
+    def _finish_part(self, x: Tensor, y: Tensor, key: tuple[int, ...],
+                     epoch: int | None = None) -> tuple[Tensor, Tensor]:
         if self.augment is not None:
             epoch = self.epoch if epoch is None else epoch
             g = derive_generator(self.seed, "augment", epoch, *key, device=self.device)

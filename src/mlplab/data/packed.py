@@ -108,7 +108,7 @@ class Pack:
         self.root = Path(root).expanduser()
         path = self.root / INDEX_NAME
         if not path.is_file():
-            hint = (f"it holds an unfinished pack: run the same `mlplab pack` again to finish it"
+            hint = ("it holds an unfinished pack: run the same `mlplab pack` again to finish it"
                     if (self.root / STATE_NAME).is_file() else "make one with `mlplab pack SRC DST --image-size N`")
             raise BadInput(f"{self.root} is not a packed dataset (no {INDEX_NAME}); {hint}")
         index = _read_json(path)

@@ -36,9 +36,19 @@ from ..utils.io import LOCK_FILE, atomic_save, atomic_write_json, claimed_folder
 from ..utils.machine import host_memory_available
 from ..utils.processes import die_with_parent
 from .formats import decode_image, list_image_folder
+from .packed import (
+    FORMAT_NAME,
+    FORMAT_VERSION,
+    INDEX_NAME,
+    STATE_NAME,
+    _read_json,
+    is_pack,
+    sha256_file,
+    shard_files,
+    shard_probe,
+    verify_pack,
+)
 from .sources import SHARD_KINDS, find_shards, open_shards
-from .packed import (FORMAT_NAME, FORMAT_VERSION, INDEX_NAME, STATE_NAME, _read_json, is_pack, sha256_file,
-                     shard_files, shard_probe, verify_pack)
 
 __all__ = ["pack", "DEFAULT_SHARD_SIZE"]
 
@@ -46,7 +56,8 @@ DEFAULT_SHARD_SIZE = 10_000
 _CHUNK = 64  # images per decoding task
 _BINCOUNT_VALUES = 1 << 23  # values per np.bincount call (_histograms)
 #: a temporary file of ``atomic_save`` (a shard, the state or the index) that a killed pack left
-_TEMP_FILE = re.compile(r"\.(?:(?:train|val|test)-\d{5}\.(?:images|labels)\.npy|\.pack-state\.json|index\.json)\..+\.tmp")
+_TEMP_FILE = re.compile(r"\.(?:(?:train|val|test)-\d{5}\.(?:images|labels)\.npy|\.pack-state\.json|index\.json)"
+                        r"\..+\.tmp")
 
 
 # ----------------------------------------------------------------------------- sources
@@ -148,9 +159,10 @@ def _open_source(source: str | os.PathLike, size: int, in_chans: int, root: str 
         return _table_source(str(source), size, root, download)
     if path.is_dir():
         return _folder_source(path, size, in_chans)
+    packable = (k for k, v in sorted(DATASETS.items()) if v.format not in ("imagefolder", "synthetic", "packed"))
     raise BadInput(f"{source} is neither a folder nor a dataset of the table; give an image folder "
                    f"(DIR/train/<class>/<image>), a folder of .tar or .parquet shards, or one of: "
-                   f"{', '.join(k for k, v in sorted(DATASETS.items()) if v.format not in ('imagefolder', 'synthetic', 'packed'))}")
+                   f"{', '.join(packable)}")
 
 
 # ----------------------------------------------------------------------------- packing
@@ -334,8 +346,8 @@ def _start_or_resume(dst: Path, settings: dict[str, Any]) -> dict[str, Any]:
         what = (f"of {str(was['source']).split(':', 1)[-1]} at {was['image_size']}x{was['image_size']}"
                 if was else "made by an older mlplab")
         how = f"finish it with `{_command(was, dst)}`, or " if was else ""
-        raise BadInput(f"{dst} holds an unfinished pack {what} ({len(state['done'])} shard(s) done) with other settings "
-                       f"than this command's; nothing was changed: {how}delete {dst} to start over")
+        raise BadInput(f"{dst} holds an unfinished pack {what} ({len(state['done'])} shard(s) done) with other "
+                       f"settings than this command's; nothing was changed: {how}delete {dst} to start over")
     if state is None and any(p.name not in (STATE_NAME, LOCK_FILE) for p in dst.iterdir()):
         raise BadInput(f"{dst} is not empty and holds no pack; give a new or empty folder")
     if state is None or state.get("settings") != settings:
@@ -353,8 +365,9 @@ def _write_shards(src: _Source, dst: Path, state: dict[str, Any], fingerprint: s
     # decoders that die with this process, and spawned, not forked: a forked one would share the
     # destination's lock, and after a kill of this process would live on holding what the rerun needs
     decoded = ("imagefolder:", *(f"{k}:" for k in SHARD_KINDS.values()))  # sources of encoded image files
+    parallel = workers > 1 and src.name.startswith(decoded)
     ex = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"), initializer=die_with_parent,
-                             initargs=(os.getpid(), signal.SIGKILL)) if workers > 1 and src.name.startswith(decoded) else None
+                             initargs=(os.getpid(), signal.SIGKILL)) if parallel else None
     shard_size = state["settings"]["shard_size"]
     splits_index: dict[str, Any] = {}
     train_hists: np.ndarray | None = None

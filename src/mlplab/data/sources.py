@@ -140,7 +140,8 @@ def _as_labels(values: np.ndarray | list, where: Path) -> np.ndarray | list[str]
     raise BadData(f"{where}: labels mix numbers and names (e.g. {values[0]!r}); a source uses one kind")
 
 
-def _class_indices(raw: dict[str, list], names: list[str] | None, where: Path) -> tuple[list[str], dict[str, np.ndarray]]:
+def _class_indices(raw: dict[str, list], names: list[str] | None,
+                   where: Path) -> tuple[list[str], dict[str, np.ndarray]]:
     """Per split, the raw labels of its files (``_as_labels``) -> (classes, int64 labels per split):
     class numbers 0..K-1 (K from ``names`` or the largest label) or class names (the sorted names
     of the train split)."""
@@ -252,7 +253,8 @@ def _pyarrow_parquet():
     try:
         import pyarrow.parquet as pq
     except ModuleNotFoundError:
-        raise BadInput(f"reading Parquet files needs pyarrow, the extra 'parquet' of mlplab: {_PARQUET_EXTRA}") from None
+        raise BadInput(f"reading Parquet files needs pyarrow, the extra 'parquet' of mlplab: "
+                       f"{_PARQUET_EXTRA}") from None
     return pq
 
 

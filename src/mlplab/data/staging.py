@@ -66,7 +66,8 @@ class PinnedRing:
             self._events[slot] = event
 
 
-def read_ahead(jobs: Iterable[J], read: Callable[[int, J], T], ring: PinnedRing, threads: int) -> Iterator[tuple[int, T]]:
+def read_ahead(jobs: Iterable[J], read: Callable[[int, J], T], ring: PinnedRing,
+               threads: int) -> Iterator[tuple[int, T]]:
     """``(slot, read(slot, job))`` for each job in order, computed by ``threads`` reader threads up
     to ``ring.slots - 2`` jobs ahead; job ``n`` uses slot ``n % ring.slots``. ``read`` must start
     with ``ring.wait(slot)`` when it fills a slot that a device copy may still be reading."""

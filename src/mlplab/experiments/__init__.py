@@ -8,13 +8,24 @@ figures and reports.
     reproduce("fig6", scale="cpu")   # runs, then writes runs/experiments/fig6-cpu/report.md
 """
 from .aggregate import RunRecord, group_runs, load_runs, mean_std
-from .executors import EXECUTORS, SweepResult, execute_run, run_specs, run_sweep
 from .claims import Analysis, Claim
-from .registry import (EXPERIMENTS, Experiment, Plan, estimate_cost, experiment, format_list, get_experiment,
-                       list_experiments, plan_experiment, report_experiment, reproduce)
+from .executors import EXECUTORS, SweepResult, execute_run, run_specs, run_sweep
+from .registry import (
+    EXPERIMENTS,
+    Experiment,
+    Plan,
+    estimate_cost,
+    experiment,
+    format_list,
+    get_experiment,
+    list_experiments,
+    plan_experiment,
+    report_experiment,
+    reproduce,
+)
 from .report import write_report
-from .verdicts import Verdict
 from .sweep import Axis, RunSpec, Sweep, expand, product, run_name, zip_axes
+from .verdicts import Verdict
 
 __all__ = [
     "Sweep", "Axis", "RunSpec", "product", "zip_axes", "expand", "run_name",

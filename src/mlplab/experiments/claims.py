@@ -29,7 +29,8 @@ from typing import Any, Callable, Mapping, Sequence
 from .verdicts import ALPHA, MIN_SEEDS, POWER, TAIL, Verdict, detectable_effect, seeds_needed
 
 __all__ = ["CLASSES", "Need", "Check", "ClaimSpec", "Claim", "Analysis", "VERDICTS", "PLATEAU_MAX", "LONGER",
-           "LONGER_TOL", "LONGER_SUFFIX", "require_convergence", "condition_key", "tally", "converged_need", "RULE_WORDS"]
+           "LONGER_TOL", "LONGER_SUFFIX", "require_convergence", "condition_key", "tally", "converged_need",
+           "RULE_WORDS"]
 
 CLASSES = ("trained", "identity", "measurement")
 VERDICTS = ("HELD", "DID NOT HOLD", "NOT TESTABLE", "UNDECIDED")
@@ -46,8 +47,8 @@ LONGER_SUFFIX = "-longer"  # the sweep of a training sweep's longer runs
 
 RULE_WORDS = {
     "test": (f"HELD when the claimed direction is significant at {TAIL:g} one-sided (two-sided {ALPHA:g}) across "
-             f"≥ {MIN_SEEDS} seeds; DID NOT HOLD when the opposite is; otherwise UNDECIDED. The interval shown is the one "
-             "that matches the decision"),
+             f"≥ {MIN_SEEDS} seeds; DID NOT HOLD when the opposite is; otherwise UNDECIDED. The interval shown is "
+             "the one that matches the decision"),
     "interval": ("HELD when the whole 95% interval lies on the claimed side of the bound; DID NOT HOLD when it lies on "
                  "the other side; UNDECIDED when it holds the bound"),
     "deterministic": "an exact computation: HELD within the stated tolerance, DID NOT HOLD outside it",

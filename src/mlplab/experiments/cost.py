@@ -39,8 +39,9 @@ from .plan import Plan
 from .sweep import RunSpec, Sweep, expand, nest_overrides, seed_groups
 
 __all__ = ["RATE", "KAPPA_S", "TAU_S", "RUN_OVERHEAD_S", "RP_SLOWDOWN", "CPU_JOBS", "Machine", "cpu_machine",
-           "paper_machine", "host_tag", "calibration", "TRAIN_SIZES", "TEST_SIZES", "task_unit_s", "TASK_S", "example_s", "run_s",
-           "run_counts", "spec_s", "makespan", "estimate_cost", "planned_epochs", "lockstep_factor"]
+           "paper_machine", "host_tag", "calibration", "TRAIN_SIZES", "TEST_SIZES", "task_unit_s", "TASK_S",
+           "example_s", "run_s", "run_counts", "spec_s", "makespan", "estimate_cost", "planned_epochs",
+           "lockstep_factor"]
 
 # ---------------------------------------------------------------------------------- constants
 # The CPU machine: a 2-core AMD EPYC (AVX2), torch 2.13.0, fp32, eager, batch 256, 1 thread per
@@ -220,8 +221,8 @@ def spec_s(spec: RunSpec, scale: str, est_epoch_s: float = 0.0, epochs: float = 
     epochs = planned_epochs(o)
     every = int(o.get("run.eval_every") or 0)
     evals = 1 + (int(epochs // every) if every > 0 else 0)
-    return run_s(flops, acts, _train_examples(o), epochs, evals * (o.get("data.test_subset") or TEST_SIZES.get(ds, 10000)),
-                 slow, overhead, machine)
+    return run_s(flops, acts, _train_examples(o), epochs,
+                 evals * (o.get("data.test_subset") or TEST_SIZES.get(ds, 10000)), slow, overhead, machine)
 
 
 # ---------------------------------------------------------------------------------- analysis tasks
@@ -246,7 +247,8 @@ def linear_eval_task_s(o: dict[str, Any], machine: Machine) -> float:
     """``linear_eval``: the features of every training and test example of the evaluated data
     (``data.train_subset`` / ``data.test_subset`` when given, else the dataset's split sizes)."""
     ds = str(o.get("data.dataset", "fashion_mnist"))
-    n = int(o.get("data.train_subset") or TRAIN_SIZES.get(ds, 60000)) + int(o.get("data.test_subset") or TEST_SIZES.get(ds, 10000))
+    n = (int(o.get("data.train_subset") or TRAIN_SIZES.get(ds, 60000))
+         + int(o.get("data.test_subset") or TEST_SIZES.get(ds, 10000)))
     return task_unit_s("linear_eval") * n
 
 
@@ -272,7 +274,8 @@ def cost_task_s(o: dict[str, Any], machine: Machine) -> float:
         flops, acts = _model_counts(name, tuple(sorted((k, _hashable(v)) for k, v in kw.items())))
         rp = 1.0 + (machine.rp_slowdown - 1.0) * _rp_share(name, kw)
         steps = int(o.get("steps", 20)) + 1
-        total += task_unit_s("cost_build") * flops / 2 + steps * int(o.get("batch", 128)) * machine.example_s(flops, acts, rp)
+        total += (task_unit_s("cost_build") * flops / 2
+                  + steps * int(o.get("batch", 128)) * machine.example_s(flops, acts, rp))
     return total
 
 
@@ -331,8 +334,8 @@ def mixer_weights_task_s(o: dict[str, Any], machine: Machine) -> float:
 
 # the estimate of each registered task (``mlplab.experiments.tasks.TASKS``), by its name
 TASK_S = {"spectrum": spectrum_task_s, "normalised_spectrum": normalised_spectrum_task_s, "cka": cka_task_s,
-          "pictures": pictures_task_s, "linear_eval": linear_eval_task_s, "implicit_bias": implicit_bias_task_s, "cost": cost_task_s,
-          "echo": echo_task_s, "inference": inference_task_s, "finetune": finetune_task_s,
+          "pictures": pictures_task_s, "linear_eval": linear_eval_task_s, "implicit_bias": implicit_bias_task_s,
+          "cost": cost_task_s, "echo": echo_task_s, "inference": inference_task_s, "finetune": finetune_task_s,
           "mixer_weights": mixer_weights_task_s}
 
 

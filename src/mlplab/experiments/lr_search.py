@@ -19,7 +19,8 @@ from .sweep import Sweep, product
 __all__ = ["lr_search"]
 
 
-def lr_search(families: list[str] | None = None, out_dir: str = "runs/lr_search", jobs: int = 1) -> list[dict[str, Any]]:
+def lr_search(families: list[str] | None = None, out_dir: str = "runs/lr_search",
+              jobs: int = 1) -> list[dict[str, Any]]:
     """Rerun the lr search of ``recipes.lr_search_table()`` for ``families`` (its ``models`` keys;
     all by default): one row per (key, lr) with the validation error (%) and the final training loss."""
     table = lr_search_table()

@@ -17,8 +17,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from ..errors import BadInput
-from ..errors import did_you_mean
+from ..errors import BadInput, did_you_mean
 from ..utils.io import atomic_write_json
 from ..utils.progress import RunTally, format_duration
 from .claims import LONGER, LONGER_SUFFIX
@@ -131,8 +130,8 @@ def _check_frozen(exp: Experiment, scale: str, content: dict[str, Any], h: str) 
         old = frozen.get("content", {})
         diff = [k for k in sorted(set(old) | set(content)) if old.get(k) != content.get(k)]
         raise BadInput(f"the {scale} protocol of {exp.id} has changed since it was frozen ({frozen['hash']} → {h}; "
-                       f"differs in: {', '.join(diff) or 'nothing shown'}): a confirmatory run uses the frozen protocol; "
-                       "record the change in the protocol history and freeze again (--freeze --reason)")
+                       f"differs in: {', '.join(diff) or 'nothing shown'}): a confirmatory run uses the frozen "
+                       "protocol; record the change in the protocol history and freeze again (--freeze --reason)")
 
 
 def format_list(scales: Sequence[str] = ("smoke", "quick", "cpu", "paper")) -> str:
@@ -160,14 +159,15 @@ def format_list(scales: Sequence[str] = ("smoke", "quick", "cpu", "paper")) -> s
             except Exception as e:  # a plan that cannot be built is shown, not hidden
                 lines.append(f"{'':16s} {sc:5s}: cannot plan: {e}")
     lines.append("times: epochs × examples × (3 × forward FLOPs / R + κ × activations + τ0) per run plus start-up; cpu "
-                 "scales: R, κ, τ0 measured on a 2-core AVX2 EPYC, runs dealt to 2 workers; paper: one V100 with R and τ0 "
-                 "from the paper's Table S.3 timings (mlplab.experiments.cost)")
+                 "scales: R, κ, τ0 measured on a 2-core AVX2 EPYC, runs dealt to 2 workers; paper: one V100 with R "
+                 "and τ0 from the paper's Table S.3 timings (mlplab.experiments.cost)")
     return "\n".join(lines)
 
 
 def default_out_dir(id: str, scale: str, role: str = "exploratory") -> Path:
     """``runs/experiments/ID-SCALE`` (``-confirm`` appended for a confirmatory run)."""
-    return Path("runs") / "experiments" / f"{get_experiment(id).id}-{scale}{'-confirm' if role == 'confirmatory' else ''}"
+    suffix = "-confirm" if role == "confirmatory" else ""
+    return Path("runs") / "experiments" / f"{get_experiment(id).id}-{scale}{suffix}"
 
 
 def reproduce(

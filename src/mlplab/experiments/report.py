@@ -6,7 +6,6 @@ stated in the report, so "did not hold at this scale" is an explicit, checkable 
 """
 from __future__ import annotations
 
-import json
 import math
 import time
 import traceback
@@ -15,8 +14,16 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..utils.io import atomic_write_json, atomic_write_text, read_json
-from .aggregate import (RunRecord, flat_results, load_runs, loss_change, rows_to_csv, test_error, test_error_sd,
-                        union_columns)
+from .aggregate import (
+    RunRecord,
+    flat_results,
+    load_runs,
+    loss_change,
+    rows_to_csv,
+    test_error,
+    test_error_sd,
+    union_columns,
+)
 from .claims import CLASSES, LONGER_SUFFIX, Analysis, Claim, require_convergence, tally
 from .plan import Experiment
 from .protocol import frozen_protocol, protocol_history
@@ -211,8 +218,8 @@ def _protocol_lines(exp: Experiment, manifest: dict[str, Any]) -> list[str]:
         L.append(f"- no frozen {sc} protocol yet: these verdicts are exploratory")
     hist = [h for h in protocol_history(exp.id) if h.get("scale") in (sc, None)]
     if hist:
-        L += ["", "### Protocol history", "", "| when | commit | role, seeds | protocol | what it gave | why it changed |",
-              "|---|---|---|---|---|---|"]
+        L += ["", "### Protocol history", "",
+              "| when | commit | role, seeds | protocol | what it gave | why it changed |", "|---|---|---|---|---|---|"]
         for h in hist:
             L.append(f"| {h.get('when', '')} | {h.get('commit', '')} | {h.get('role', '')}, {h.get('seeds', '')} | "
                      f"{h.get('protocol', '')} | {h.get('gave', '')} | {h.get('changed', '')} |")
@@ -251,7 +258,8 @@ def _markdown(exp, manifest: dict[str, Any], runs: list[RunRecord], a: Analysis,
     L.append("")
     L.append(f"- command: `{manifest.get('command', '')}`")
     L.append(f"- scale: **{sc.get('scale')}**; dataset: **{sc.get('dataset')}**"
-             + (f" (published: {sc.get('requested_dataset')})" if sc.get("requested_dataset") not in (None, sc.get("dataset")) else ""))
+             + (f" (published: {sc.get('requested_dataset')})"
+                if sc.get("requested_dataset") not in (None, sc.get("dataset")) else ""))
     if sc.get("train_subset") or sc.get("test_subset"):
         L.append(f"- data: {sc.get('train_subset') or 'all'} training / {sc.get('test_subset') or 'all'} test examples")
     for sw in manifest.get("sweeps", []):

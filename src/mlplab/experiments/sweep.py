@@ -22,12 +22,13 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 from ..errors import BadInput, BadType
-from ..utils.io import read_json
 from ..train.config import run_name
+from ..utils.io import read_json
 
 __all__ = [
     "Axis", "product", "zip_axes", "Sweep", "RunSpec", "expand", "name_keys", "run_name",
-    "flatten_overrides", "nest_overrides", "run_dir_overrides", "DICT_KEYS", "sweep_from_dict", "load_sweep_file", "seed_groups",
+    "flatten_overrides", "nest_overrides", "run_dir_overrides", "DICT_KEYS", "sweep_from_dict", "load_sweep_file",
+    "seed_groups",
 ]
 
 # Override keys whose value is a dict in the run config; ``key.sub`` entries fold into ``key``.

@@ -8,13 +8,11 @@ file may still name a task of its own as ``"module:function"``.
 """
 from __future__ import annotations
 
+import importlib
 import math
 import time
 from pathlib import Path
-from typing import Any
-
-import importlib
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
@@ -147,7 +145,8 @@ def cost_task(o: dict[str, Any], run_dir: Path) -> dict[str, Any]:
         shape = (getattr(cfg, "in_chans", 3), getattr(cfg, "image_size", 32), getattr(cfg, "image_size", 32))
         rows[spec["label"]] = {"label": spec["label"], "model": spec["model"], "params": count_params(model),
                                "params_nonzero": count_params(model, effective=True),  # masked weights by nonzeros
-                               "weight_MB": state_bytes(model) / 2**20, "flops_per_example": float(count_flops(model, shape))}
+                               "weight_MB": state_bytes(model) / 2**20,
+                               "flops_per_example": float(count_flops(model, shape))}
         steps[spec["label"]] = _training_step(model, shape, getattr(cfg, "num_classes", 10), batch, device)
     machine = machine_record(device)
     if device.type == "cuda":

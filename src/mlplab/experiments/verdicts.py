@@ -39,14 +39,16 @@ have detected at 80% power and the seeds that would detect a given effect.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace as _replace
+from dataclasses import dataclass, field
+from dataclasses import replace as _replace
 from typing import Mapping, Sequence
 
 import numpy as np
 
 __all__ = ["ALPHA", "TAIL", "MIN_SEEDS", "MIN_PAIRS", "POWER", "Verdict", "paired_t", "benjamini_hochberg",
-           "compare", "trend", "noninferior", "equivalent", "lowest_of", "worst_of", "optimum_within", "exponent_vs_foil",
-           "paired_ratio", "median_interval", "all_of", "deterministic", "detectable_effect", "seeds_needed", "verdict_word", "KINDS"]
+           "compare", "trend", "noninferior", "equivalent", "lowest_of", "worst_of", "optimum_within",
+           "exponent_vs_foil", "paired_ratio", "median_interval", "all_of", "deterministic", "detectable_effect",
+           "seeds_needed", "verdict_word", "KINDS"]
 
 ALPHA = 0.05  # two-sided level of every decision
 TAIL = ALPHA / 2  # each direction's one-sided level
@@ -264,7 +266,8 @@ def trend(x: Sequence[float], y_by_seed: Mapping[int, Sequence[float]], *, sign:
     name = f"mean {what} per doubling" if log_x else f"mean {what}"
     rho_txt = f"Spearman ρ per seed {', '.join(f'{r:+.2f}' for r in rhos)}" if rhos else "no seed with ≥ 3 points"
     if len(slopes) < MIN_SEEDS:
-        return _untested(name, slopes, len(slopes), unit, f"fewer than {MIN_SEEDS} seeds with ≥ 3 points: no test; {rho_txt}")
+        return _untested(name, slopes, len(slopes), unit,
+                         f"fewer than {MIN_SEEDS} seeds with ≥ 3 points: no test; {rho_txt}")
     t, p_less, p_greater, ci = paired_t(slopes)
     p_claim, p_against = (p_less, p_greater) if sign < 0 else (p_greater, p_less)
     return Verdict(held=_decide(p_claim, p_against), statistic=f"t of per-seed slopes (df = {len(slopes) - 1})",
@@ -425,8 +428,9 @@ def optimum_within(x: Sequence[float], y_by_seed: Mapping[int, Sequence[float]],
     vertex = _vertex(xa[ok], mean_curve[ok]) if ok.sum() >= 3 else float("nan")
     where = f"{x_name} in [{lo:.3g}, {hi:.3g}]; the seed-mean parabola's vertex at {x_name} = {vertex:.3g}"
     if len(seeds) < MIN_SEEDS:
-        return Verdict(held=None, n=len(seeds), detail=f"fewer than {MIN_SEEDS} seeds with ≥ 3 points: no test; {where}",
-                       unit=unit, extra={"vertex": _num(vertex)})
+        return Verdict(held=None, n=len(seeds),
+                       detail=f"fewer than {MIN_SEEDS} seeds with ≥ 3 points: no test; {where}", unit=unit,
+                       extra={"vertex": _num(vertex)})
     # each part as per-seed values whose mean the claim says is < 0, and the sign that shows the slope
     up = -1.0 if maximum else 1.0  # a minimum: slope(lo) < 0 and slope(hi) > 0; a maximum: the reverse
     sides = {"lo": (up, s_lo, lo, "<" if not maximum else ">"), "hi": (-up, s_hi, hi, ">" if not maximum else "<")}
@@ -450,8 +454,8 @@ def exponent_vs_foil(estimate: float, interval: tuple[float, float], published: 
     if published == foil:
         raise ValueError("exponent_vs_foil: the published value and the foil must differ")
     if not (math.isfinite(lo) and math.isfinite(hi)):
-        return Verdict(held=None, effect=estimate, effect_name=what, n=runs, detail=f"no bootstrap interval from {runs} {of}s",
-                       kind="interval", n_of=of)
+        return Verdict(held=None, effect=estimate, effect_name=what, n=runs,
+                       detail=f"no bootstrap interval from {runs} {of}s", kind="interval", n_of=of)
     below = published < foil
     if (hi < foil) if below else (lo > foil):
         held: bool | None = True
@@ -540,7 +544,8 @@ def deterministic(value: float, *, expected: float | None = None, at_least: floa
 
 def _power(n: int, effect: float, spread: float) -> float:
     """Power of a two-sided t-test at ``ALPHA`` with n seeds against a true mean ``effect``."""
-    from scipy.stats import nct, t as student
+    from scipy.stats import nct
+    from scipy.stats import t as student
 
     if n < 2 or not spread > 0:
         return float("nan")

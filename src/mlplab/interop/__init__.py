@@ -13,8 +13,18 @@ Formats: timm ``MlpMixer`` state dicts (:mod:`.timm`), the Mixer paper's Flax ``
 self-describing safetensors (:mod:`.native`). ``mlplab convert SRC DST --from FORMAT --to
 mlplab|timm`` is the command-line form; :mod:`.hub` reaches the Hugging Face Hub.
 """
-from .api import (FORMATS, build_pretrained, convert, create_model, detect_format, load_pretrained, push_to_hub,
-                  read_checkpoint, save_pretrained, to_timm)
+from .api import (
+    FORMATS,
+    build_pretrained,
+    convert,
+    create_model,
+    detect_format,
+    load_pretrained,
+    push_to_hub,
+    read_checkpoint,
+    save_pretrained,
+    to_timm,
+)
 from .common import Imported
 from .files import read_tensors, write_tensors
 

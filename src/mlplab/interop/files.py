@@ -94,7 +94,8 @@ def _read_torch(p: Path) -> dict[str, torch.Tensor]:
             obj = next((obj[k] for k in _WRAPPERS if isinstance(obj.get(k), dict)), obj)
     if not isinstance(obj, dict) or not obj or not all(isinstance(v, torch.Tensor) for v in obj.values()):
         what = (f"a dict with keys {sorted(map(str, obj))[:5]} and no state dict under "
-                f"{', '.join(repr(w) for w in _WRAPPERS)}" if isinstance(obj, dict) and obj else f"a {type(obj).__name__}")
+                f"{', '.join(repr(w) for w in _WRAPPERS)}" if isinstance(obj, dict) and obj
+                else f"a {type(obj).__name__}")
         raise ValueError(f"{p} holds {what}, not a dict of tensors (a state dict); "
                          "save model.state_dict() rather than the model object")
     return _strip(dict(obj))

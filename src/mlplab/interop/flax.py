@@ -2,9 +2,11 @@
 ``.npz`` files with ``/``-separated names) -> mlplab's MLP-Mixer.
 
 Flax names                                         mlplab names
-``stem/kernel`` (P, P, ch, C), HWIO                 ``stem.proj.weight`` (C, ch·P²): permuted to (C, ch, P, P), flattened
+``stem/kernel`` (P, P, ch, C), HWIO                 ``stem.proj.weight`` (C, ch·P²): permuted to
+                                                    (C, ch, P, P), flattened
 ``MixerBlock_i/LayerNorm_0`` / ``LayerNorm_1``      ``blocks.i.norm1`` / ``norm2`` (``scale`` -> ``weight``)
-``MixerBlock_i/token_mixing/Dense_{0,1}``           ``blocks.i.token_mixing.inner.fc{1,2}`` (``kernel`` (in, out) transposed)
+``MixerBlock_i/token_mixing/Dense_{0,1}``           ``blocks.i.token_mixing.inner.fc{1,2}``
+                                                    (``kernel`` (in, out) transposed)
 ``MixerBlock_i/channel_mixing/Dense_{0,1}``         ``blocks.i.channel_mixing.inner.fc{1,2}``
 ``pre_head_layer_norm``, ``head``                   ``norm``, ``head``
 

@@ -106,7 +106,8 @@ def write_hub_folder(folder: str | os.PathLike, tensors_writer, config: dict[str
 
     out = Path(folder)
     if out.exists() and not out.is_dir():
-        raise ValueError(f"{out} is a file; hub_layout=True writes a folder (model.safetensors, config.json, README.md)")
+        raise ValueError(f"{out} is a file; hub_layout=True writes a folder "
+                         "(model.safetensors, config.json, README.md)")
     out.mkdir(parents=True, exist_ok=True)
     tensors_writer(out / "model.safetensors")
     atomic_write_text(out / "config.json", json.dumps(config, indent=2) + "\n")

@@ -23,7 +23,8 @@ from .common import Imported, block_indices, perfect_square, take
 
 __all__ = ["matches", "to_mlplab", "EXPECTED"]
 
-EXPECTED = "Scaling-MLPs names ('linear_in.weight', 'blocks.0.block.0.weight' or 'layers.0.weight', 'linear_out.weight')"
+EXPECTED = ("Scaling-MLPs names ('linear_in.weight', 'blocks.0.block.0.weight' or 'layers.0.weight', "
+            "'linear_out.weight')")
 
 
 def matches(tensors: dict[str, torch.Tensor]) -> bool:

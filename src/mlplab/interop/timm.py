@@ -113,7 +113,8 @@ def timm_model_args(model: nn.Module) -> tuple[str, dict] | None:
     except ValueError:
         return None
     cfg = model.cfg
-    d_s, d_c = model.blocks[0].token_mixing.inner.fc1.out_features, model.blocks[0].channel_mixing.inner.fc1.out_features
+    d_s = model.blocks[0].token_mixing.inner.fc1.out_features
+    d_c = model.blocks[0].channel_mixing.inner.fc1.out_features
     C = cfg.hidden_dim
     if cfg.norm_eps != 1e-6 or cfg.act != "gelu" or int(d_s / C * C) != d_s or int(d_c / C * C) != d_c:
         return None

@@ -120,7 +120,8 @@ class MaskedLinear(nn.Module):
         return F.linear(x, self.effective_weight(), self.bias)
 
     def extra_repr(self) -> str:
-        return f"in={self.in_features}, out={self.out_features}, density={self.density:.4g}, scale={float(self.scale):.4g}"
+        return (f"in={self.in_features}, out={self.out_features}, density={self.density:.4g}, "
+                f"scale={float(self.scale):.4g}")
 
 
 @torch.compiler.disable
@@ -209,7 +210,8 @@ class SparseLinear(nn.Module):
     mask travels with the state dict); ``values`` (nnz,) is the parameter.
     """
 
-    def __init__(self, in_features: int, out_features: int, indices: torch.Tensor, bias: bool = True, scale: float = 1.0):
+    def __init__(self, in_features: int, out_features: int, indices: torch.Tensor, bias: bool = True,
+                 scale: float = 1.0):
         super().__init__()
         indices = indices.long()
         if indices.ndim != 2 or indices.shape[0] != 2:

@@ -101,5 +101,6 @@ class MonarchLinear(nn.Module):
         return 2 * (self.nblocks * self.mid_block * self.block_in + self.mid_block * self.block_out * self.nblocks)
 
     def extra_repr(self) -> str:
-        return (f"in={self.in_features}, out={self.out_features}, R: {self.nblocks}x({self.mid_block}x{self.block_in}), "
+        return (f"in={self.in_features}, out={self.out_features}, "
+                f"R: {self.nblocks}x({self.mid_block}x{self.block_in}), "
                 f"L: {self.mid_block}x({self.block_out}x{self.nblocks})")

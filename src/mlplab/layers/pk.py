@@ -148,16 +148,18 @@ class PKMixing(nn.Module):
         m, m_out = rows * cols, rows_o * cols_o
         free = perm_in is not None or perm_out is not None
         if groups == "rows" and rows_o != rows or groups == "columns" and cols_o != cols:
-            raise ValueError(f"groups={groups!r} keeps the {groups} of X: output {out_shape} does not fit input {in_shape}")
+            raise ValueError(f"groups={groups!r} keeps the {groups} of X: output {out_shape} does not fit "
+                             f"input {in_shape}")
         if groups not in ("rows", "columns") and not (free and isinstance(groups, int)):
-            raise ValueError(f"groups must be 'rows', 'columns' or, with free permutations, a group count; got {groups!r}")
+            raise ValueError(f"groups must be 'rows', 'columns' or, with free permutations, a group count; "
+                             f"got {groups!r}")
         n1 = {"rows": rows, "columns": cols}.get(groups, groups)
         if n1 < 1 or m % n1 or m_out % n1:
             raise ValueError(f"{n1} groups do not fit input {in_shape} (m={m}) and output {out_shape} (m'={m_out})")
         widths = _group_map_widths(inner)
         if widths is not None and widths != (m // n1, m_out // n1):
-            raise ValueError(f"the group map takes {widths[0]} -> {widths[1]} entries but {n1} groups of input {in_shape} "
-                             f"and output {out_shape} have {m // n1} -> {m_out // n1}")
+            raise ValueError(f"the group map takes {widths[0]} -> {widths[1]} entries but {n1} groups of input "
+                             f"{in_shape} and output {out_shape} have {m // n1} -> {m_out // n1}")
         self.inner = inner
         self.in_shape, self.out_shape, self.groups = (rows, cols), (rows_o, cols_o), groups
         self._linear_first = isinstance(inner, (nn.Linear, Mlp, LinearAct))
@@ -358,4 +360,5 @@ class PKLayer(PKMixing):
 
         W = self.inner.weight.detach().to(dtype)
         eye = torch.eye(self.n1, dtype=dtype, device=W.device)
-        return perm_matrix(self.j2().to(W.device), dtype) @ torch.kron(eye, W) @ perm_matrix(self.j1().to(W.device), dtype)
+        return (perm_matrix(self.j2().to(W.device), dtype) @ torch.kron(eye, W)
+                @ perm_matrix(self.j1().to(W.device), dtype))

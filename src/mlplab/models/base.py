@@ -87,7 +87,8 @@ class VisionMLP(Implementations, nn.Module):
         if num_classes > 0 and getattr(cfg, "zero_head", False):
             nn.init.zeros_(self.head.weight)
             nn.init.zeros_(self.head.bias)
-        for c in {id(c): c for c in (getattr(self, "config", None), getattr(self, "cfg", None)) if c is not None}.values():
+        configs = (getattr(self, "config", None), getattr(self, "cfg", None))
+        for c in {id(c): c for c in configs if c is not None}.values():
             if hasattr(c, "num_classes"):
                 c.num_classes = num_classes
         if isinstance(getattr(self, "pretrained_cfg", None), dict):

@@ -150,9 +150,10 @@ def count_activations(model: nn.Module, input_shape: tuple[int, ...] | None = No
 
     The forward runs on the model's device (CPU for models built to be counted), in eval mode and
     under ``torch.no_grad``; the hooks it registers make every ``nn.Linear`` a module call (a
-    model's "auto" implementation steps aside for hooked modules, ``mlplab.layers.pk.IMPLS``). An output that *is* its input (``nn.Identity``, dropout and stochastic depth
-    in eval mode) writes nothing and is not counted; neither is elementwise work done outside
-    modules (residual adds, transposes, the token mean, permutation gathers). Meta-device
+    model's "auto" implementation steps aside for hooked modules, ``mlplab.layers.pk.IMPLS``). An
+    output that *is* its input (``nn.Identity``, dropout and stochastic depth in eval mode) writes
+    nothing and is not counted; neither is elementwise work done outside modules (residual adds,
+    transposes, the token mean, permutation gathers). Meta-device
     forwards cannot be used: the Mixer's PK layers call ``aten::equal``. Mixers are counted
     from their config by :func:`mlplab.analysis.cost.mixer_counts` (checked against this)."""
     shape = model_input_shape(model, input_shape)

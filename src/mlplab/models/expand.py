@@ -88,7 +88,8 @@ def _vec_global(j: torch.Tensor, v: torch.Tensor, rows: int, tok: torch.Tensor, 
     return (v // rows) * (K * K * rows) + tok[j, v % rows]
 
 
-def _expand_rp(pk, K: int, tok_in: torch.Tensor, tok_out: torch.Tensor, token: bool) -> tuple[torch.Tensor, torch.Tensor]:
+def _expand_rp(pk, K: int, tok_in: torch.Tensor, tok_out: torch.Tensor,
+               token: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """J1', J2' of an RP layer: the original J1, J2 inside every tile (see the module docstring).
 
     Token mixing (groups = n1 = C groups of n2 = S entries; the group map grows): position r of group
@@ -142,7 +143,8 @@ def expand_resolution(model: nn.Module, K: int) -> Mixer:
     new.model_name = getattr(model, "model_name", "mlp_mixer")
     new.config = new_cfg
     if isinstance(getattr(model, "pretrained_cfg", None), dict):  # same weights' settings, K x the input
-        new.pretrained_cfg = {**model.pretrained_cfg, "input_size": (cfg.in_chans, new_cfg.image_size, new_cfg.image_size)}
+        new.pretrained_cfg = {**model.pretrained_cfg,
+                              "input_size": (cfg.in_chans, new_cfg.image_size, new_cfg.image_size)}
 
     sd = {k: v.detach().clone() for k, v in model.state_dict().items()}
     spatial = _spatial_tokens(K, n)

@@ -211,7 +211,8 @@ class Mixer(VisionMLP):
         self.stem = PatchEmbed(cfg.image_size, cfg.patch_size, cfg.in_chans, C)
         dpr = drop_path_rates(cfg.drop_path_rate, cfg.depth)
         self.blocks = nn.ModuleList(
-            MixerBlock(s0 if i == 0 else S, S, C, cfg, i in self.rp_blocks, i, dpr[i], skip_layer and i == 0 and cfg.skip)
+            MixerBlock(s0 if i == 0 else S, S, C, cfg, i in self.rp_blocks, i, dpr[i],
+                       skip_layer and i == 0 and cfg.skip)
             for i in range(cfg.depth)
         )
         self.norm = nn.LayerNorm(C, eps=cfg.norm_eps) if cfg.norm else nn.Identity()

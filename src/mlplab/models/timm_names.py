@@ -36,7 +36,8 @@ for _name, _preset in TIMM_MIXERS.items():
     _p, _c, _l, _ds, _dc = MIXER_PRESETS[_preset]
     register_model(
         _name, family="mlp_mixer", config_cls=MixerConfig, builder=build_mixer,
-        description=f"timm's {_name}: MLP-Mixer {_preset[6:].upper()} (P={_p}, C={_c}, L={_l}), LayerNorm eps 1e-6, 224x224",
+        description=f"timm's {_name}: MLP-Mixer {_preset[6:].upper()} (P={_p}, C={_c}, L={_l}), "
+                    "LayerNorm eps 1e-6, 224x224",
         image_size=224, in_chans=3, num_classes=1000, patch_size=_p, hidden_dim=_c, depth=_l,
         token_hidden=_ds, channel_hidden=_dc, block="mlp", norm_eps=1e-6, act="gelu",
     )

@@ -342,7 +342,8 @@ class EffectiveMLP:
                 f"{info.density_label} = {info.expected_density:.4g}",
             ])
         widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(head)]
-        fmt = lambda cells: "  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))  # noqa: E731
+        fmt = lambda cells: "  ".join(c.ljust(w) if i < 2 else c.rjust(w)  # noqa: E731
+                                      for i, (c, w) in enumerate(zip(cells, widths)))
         title = (f"effective wide MLP of {self.model_name or 'Mixer'}: S = {self.tokens}, C = {self.channels}, "
                  f"m = S·C = {self.width}, S0 = {self.patches}, {self.nnz:,} nonzeros (Prop. 3.2)")
         return "\n".join([title, fmt(head), fmt(["-" * w for w in widths])] + [fmt(r) for r in rows])
@@ -483,7 +484,8 @@ def effective_mlp(model: nn.Module, dtype: torch.dtype = torch.float64, max_nnz:
     if not isinstance(model, Mixer):
         raise TypeError(f"effective_mlp expects a mlplab Mixer (S-Mixer / MLP-Mixer / RP), got {type(model).__name__}")
     if model.cfg.token_mixing != "shared":
-        raise ValueError(f"effective_mlp builds the PK token mixing of the shared Mixer, not token_mixing={model.cfg.token_mixing!r}")
+        raise ValueError(f"effective_mlp builds the PK token mixing of the shared Mixer, "
+                         f"not token_mixing={model.cfg.token_mixing!r}")
     if model.training:
         for mod in model.modules():
             if (isinstance(mod, nn.Dropout) and mod.p > 0) or (isinstance(mod, DropPath) and mod.p > 0):

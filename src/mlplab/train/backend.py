@@ -41,8 +41,8 @@ from ..models.base import VisionMLP
 from ..models.impl import Fusable, Impl
 from .accelerator import compile_unavailable_reason
 
-__all__ = ["resolve_compile", "compile_model", "dynamo_counts", "cpp_compiler", "keep_freed_memory", "MIN_STEPS_CPU", "apply_impl",
-           "describe_implementation", "implementation_line"]
+__all__ = ["resolve_compile", "compile_model", "dynamo_counts", "cpp_compiler", "keep_freed_memory", "MIN_STEPS_CPU",
+           "apply_impl", "describe_implementation", "implementation_line"]
 
 
 def _training_step_fusable(model: VisionMLP, device: torch.device | None, precision: str | None) -> Fusable:

@@ -19,7 +19,6 @@ back. A kill between the two renames leaves only ``checkpoint.prev``, which
 """
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import shutil
@@ -79,7 +78,8 @@ def _check_compatible(model: nn.Module, path: Path, meta: dict[str, str], shapes
                            "build the model the checkpoint was saved from")
     expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
     missing, unexpected = sorted(set(expected) - set(shapes)), sorted(set(shapes) - set(expected))
-    wrong = [f"{k} {shapes[k]} vs {expected[k]}" for k in sorted(set(shapes) & set(expected)) if shapes[k] != expected[k]]
+    wrong = [f"{k} {shapes[k]} vs {expected[k]}"
+             for k in sorted(set(shapes) & set(expected)) if shapes[k] != expected[k]]
     if missing or unexpected or wrong:
         parts = [f"missing {missing[:5]}" if missing else "", f"unexpected {unexpected[:5]}" if unexpected else "",
                  f"shapes differ (checkpoint vs model): {', '.join(wrong[:5])}" if wrong else ""]

@@ -73,7 +73,8 @@ class ModelSection:
     init_format: Literal["auto", "mlplab", "timm", "flax", "scaling_mlps"] = "auto"
     expand: int = 1  # Mixers: expand_resolution(model, expand) after loading (K x the resolution)
     new_head: bool | Literal["auto"] = "auto"  # auto: a new head when the class count differs
-    impl: Literal["auto", "module", "fused", "definition"] = not_semantic("auto")  # how the model computes (docs/kernels.md)
+    # how the model computes (docs/kernels.md)
+    impl: Literal["auto", "module", "fused", "definition"] = not_semantic("auto")
 
 
 @dataclass
@@ -86,10 +87,14 @@ class DataSection:
     train_subset: int | None = None  # use only N training examples (quick runs)
     test_subset: int | None = None  # use only N test examples
     subset: Literal["first", "random"] = "first"  # which N: the first N, or a seeded random N
-    classes: list[int] | None = None  # keep only these classes (train, val, test), relabelled 0..k-1 in this order; None -> all
+    # keep only these classes (train, val, test), relabelled 0..k-1 in this order; None -> all
+    classes: list[int] | None = None
     on_device: bool | Literal["auto"] = "auto"  # keep the uint8 dataset on the run device
-    num_workers: int = not_semantic(0)  # streamed image folders: decoding processes (0: in the run's process); packs: reader threads (0: 2)
-    stream: bool | Literal["auto"] = "auto"  # image folders / packs: read from disk each epoch instead of holding them in memory (auto: above 1 GiB decoded)
+    # streamed image folders: decoding processes (0: in the run's process); packs: reader threads (0: 2)
+    num_workers: int = not_semantic(0)
+    # image folders / packs: read from disk each epoch instead of holding them in memory
+    # (auto: above 1 GiB decoded)
+    stream: bool | Literal["auto"] = "auto"
 
 
 @dataclass
@@ -134,13 +139,16 @@ class RunSection:
     eval_every: int = 1  # epochs between evaluations; 0 -> only the final test
     checkpoint_every: int = 1  # epochs between checkpoints; 0 -> only at the end
     nan_check_every: int = not_semantic(50)  # steps between reads of the non-finite flag (one host sync each)
-    log_every_steps: int = not_semantic(0)  # N: a "step" record (loss, acc, lr, img/s, MFU) every N steps; 0: epochs only
+    # N: a "step" record (loss, acc, lr, img/s, MFU) every N steps; 0: epochs only
+    log_every_steps: int = not_semantic(0)
     out_dir: str = not_semantic("runs")
     name: str | None = not_semantic(None)  # run folder name; None -> derived from the overrides
     log: Literal["auto", "bar", "lines", "none"] = not_semantic("auto")  # auto: a bar on a TTY, else lines
-    divergence_factor: float | None = not_semantic(100.0)  # stop when the training loss exceeds this x ln(classes); null: never
+    # stop when the training loss exceeds this x ln(classes); null: never
+    divergence_factor: float | None = not_semantic(100.0)
     tensorboard: bool = not_semantic(False)  # also log to TensorBoard (<run>/tb; the "tensorboard" extra)
-    wandb: bool = not_semantic(False)  # also log to Weights & Biases, offline unless WANDB_MODE says otherwise (<run>/wandb)
+    # also log to Weights & Biases, offline unless WANDB_MODE says otherwise (<run>/wandb)
+    wandb: bool = not_semantic(False)
     wandb_project: str = not_semantic("mlplab")
     threads: int | None = not_semantic(None)  # torch CPU threads; None -> torch's default
 

@@ -20,8 +20,19 @@ from typing import Any
 
 import torch
 
-from ..data import (DeviceLoader, ImageFolderDataset, Pack, PackedImages, PackedLoader, StreamingLoader, build_augment,
-                    get_info, holdout_split, load_dataset, restrict_classes)
+from ..data import (
+    DeviceLoader,
+    ImageFolderDataset,
+    Pack,
+    PackedImages,
+    PackedLoader,
+    StreamingLoader,
+    build_augment,
+    get_info,
+    holdout_split,
+    load_dataset,
+    restrict_classes,
+)
 from ..data.datasets import search_dirs
 from ..data.packed import INDEX_NAME, sha256_file
 from ..errors import BadInput

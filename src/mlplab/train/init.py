@@ -72,7 +72,8 @@ def check_pretrained(cfg: RunConfig, in_chans: int, checkpoint: Any, num_classes
         raise BadInput(f"the pretrained model takes {chans}-channel images but {cfg.data.dataset} has "
                        f"{in_chans}; fine-tune on data with {chans} channels")
     classes = checkpoint.kwargs.get("num_classes")
-    if cfg.model.new_head is False and num_classes and classes is not None and classes != num_classes:  # 0: an image folder, counted later
+    # num_classes 0: an image folder, counted later
+    if cfg.model.new_head is False and num_classes and classes is not None and classes != num_classes:
         raise BadInput(f"model.new_head=false keeps the checkpoint's {classes}-class head, but {cfg.data.dataset} has "
                        f"{num_classes} classes; drop model.new_head (a new head is made when the counts differ) or "
                        f"fine-tune on data with {classes} classes")

@@ -56,10 +56,22 @@ from ..utils.units import format_count
 from .backend import describe_implementation, implementation_line, keep_freed_memory
 from .config import NON_SEMANTIC, RunConfig, config_diff
 from .data import RunData, eval_loader, load_run_data, train_loader
-from .distributed import DistInfo, init_distributed
+from .distributed import init_distributed
 from .loggers import open_loggers
-from .loop import (NonFiniteError, RunState, _Guard, _prepare, _resume, _results, _rng_state, _Run,
-                   _save_checkpoint, _set_rng_state, evaluate, train)
+from .loop import (
+    NonFiniteError,
+    RunState,
+    _Guard,
+    _prepare,
+    _results,
+    _resume,
+    _rng_state,
+    _Run,
+    _save_checkpoint,
+    _set_rng_state,
+    evaluate,
+    train,
+)
 from .metrics import MatmulPeak, Progress
 from .optim import build_optimizer, lr_at, set_lr
 from .rundir import open_run_folder
@@ -571,15 +583,16 @@ def _train_group(members: list[_Member], t_start: float, on_epoch_end: Callable 
 
 # ----------------------------------------------------------------------------- the entry point
 
-def train_lockstep(cfgs: Sequence[RunConfig | RunPlan], *, resume: bool | Sequence[bool] = False, overwrite: bool = False,
-                   on_epoch_end: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any] | BaseException]:
+def train_lockstep(cfgs: Sequence[RunConfig | RunPlan], *, resume: bool | Sequence[bool] = False,
+                   overwrite: bool = False, on_epoch_end: Callable[[dict[str, Any]], None] | None = None,
+                   ) -> list[dict[str, Any] | BaseException]:
     """Train the seeds of one sweep point together; each one's results (as :func:`mlplab.train.train`
     returns them, also written to its ``results.json``) or the exception that stopped it (a
     diverged seed's :class:`~mlplab.train.NonFiniteError`), in the order given.
 
     ``cfgs``: the runs' configs (or plans), differing only in :data:`SEED_KEYS`. ``resume`` and
-    ``overwrite`` as for :func:`~mlplab.train.train` (``resume``: for every run, or one per run); seeds resumed at different
-    epochs train in one group per epoch, one group after another. Runs that cannot be stacked
+    ``overwrite`` as for :func:`~mlplab.train.train` (``resume``: for every run, or one per run);
+    seeds resumed at different epochs train in one group per epoch, one group after another. Runs that cannot be stacked
     (:func:`lockstep_unsupported`, or models whose state outside their weights differs) train
     one after another, as :func:`~mlplab.train.train` trains them, after a line saying why."""
     t_start = time.perf_counter()
@@ -588,7 +601,8 @@ def train_lockstep(cfgs: Sequence[RunConfig | RunPlan], *, resume: bool | Sequen
     why = _group_unsupported([p.cfg for p in plans])
     if why is None:
         return _train_stacked(plans, resume, overwrite, on_epoch_end, t_start)
-    Progress(plans[0].cfg.run.log).line(f"mlplab: training {len(plans)} seeds one after another, not in lockstep: {why}")
+    Progress(plans[0].cfg.run.log).line(f"mlplab: training {len(plans)} seeds one after another, "
+                                        f"not in lockstep: {why}")
     return [_solo(p, res, overwrite, on_epoch_end) for p, res in zip(plans, resume)]
 
 
@@ -601,7 +615,8 @@ def _group_unsupported(cfgs: list[RunConfig]) -> str | None:
     return lockstep_unsupported(cfgs[0])
 
 
-def _solo(plan: RunPlan, resume: bool, overwrite: bool, on_epoch_end: Callable | None) -> dict[str, Any] | BaseException:
+def _solo(plan: RunPlan, resume: bool, overwrite: bool,
+          on_epoch_end: Callable | None) -> dict[str, Any] | BaseException:
     try:
         return train(plan, resume=resume, overwrite=overwrite, on_epoch_end=on_epoch_end)
     except RunFailure as e:

@@ -74,13 +74,19 @@ from ..utils.seeds import derive_seed
 from ..utils.units import format_count
 from . import checkpoint as ckpt
 from .accelerator import set_fp32_matmul_policy
-from .backend import (compile_model, describe_implementation, dynamo_counts, implementation_line, keep_freed_memory,
-                      resolve_compile)
+from .backend import (
+    compile_model,
+    describe_implementation,
+    dynamo_counts,
+    implementation_line,
+    keep_freed_memory,
+    resolve_compile,
+)
 from .config import Durations, RunConfig, durations
-from .data import RunData, eval_loader, load_run_data, train_loader
 from .curves import save_curves
-from .ema import WeightEMA
+from .data import RunData, eval_loader, load_run_data, train_loader
 from .distributed import DistInfo, all_reduce_sum, barrier, cleanup, init_distributed
+from .ema import WeightEMA
 from .loggers import StepLog, open_loggers
 from .metrics import MatmulPeak, Progress
 from .optim import build_optimizer, lr_at, set_lr
@@ -88,8 +94,8 @@ from .preemption import StopSignals, warn_if_cpu_node
 from .rundir import RunExistsError, RunFolder, RunLockedError, open_run_folder, truncate_metrics
 from .runplan import RunPlan, as_plan, resolve_device, resolve_model_kwargs, resolve_precision
 
-__all__ = ["train", "evaluate", "accumulated_backward", "weights_digest", "RunState", "resolve_device", "resolve_precision", "resolve_model_kwargs",
-           "NonFiniteError", "RunExistsError", "RunLockedError"]
+__all__ = ["train", "evaluate", "accumulated_backward", "weights_digest", "RunState", "resolve_device",
+           "resolve_precision", "resolve_model_kwargs", "NonFiniteError", "RunExistsError", "RunLockedError"]
 
 
 class NonFiniteError(RunFailure):
@@ -402,7 +408,8 @@ def _train_epoch(run: _Run, epoch: int, state: RunState, guard: _Guard, progress
     t_before = partial.get("train_time_s", 0.0)  # of this epoch, before a stop signal (resumed mid-epoch)
     loader = train_loader(run.data, epoch, dur.batch_per_rank, cfg.run.seed, dist, start=start,
                           micro_batches=cfg.run.accumulate_steps)
-    sums = partial["sums"].to(device) if partial else torch.zeros(2, dtype=torch.float64, device=device)  # loss·n, correct
+    # the epoch's running sums: loss·n, correct
+    sums = partial["sums"].to(device) if partial else torch.zeros(2, dtype=torch.float64, device=device)
     no_sync = run.ddp.no_sync if run.ddp is not None else None
     seen = partial.get("seen", 0)  # examples this epoch on this rank (host int: no sync)
     steps_this_epoch = min(dur.steps_per_epoch, dur.total_steps - (state.step - start))
@@ -537,7 +544,8 @@ def _train(plan: RunPlan, dist: DistInfo, resume: bool, overwrite: bool,
     with open_run_folder(cfg, dist, resume, overwrite) as folder:
         if folder.finished is not None:  # finished already: nothing to do, and the run says so
             if dist.is_main:
-                Progress(r.log).line(f"run {folder.path} finished before (test acc {folder.finished.get('test_acc', float('nan')):.4f}); "
+                Progress(r.log).line(f"run {folder.path} finished before "
+                                     f"(test acc {folder.finished.get('test_acc', float('nan')):.4f}); "
                                      "nothing to do. --overwrite or another run.name trains again")
             return folder.finished
         run_dir = folder.path
@@ -548,13 +556,15 @@ def _train(plan: RunPlan, dist: DistInfo, resume: bool, overwrite: bool,
         tests_periodically = data.val is None  # no validation split: the periodic evaluations are on the test split
         periodic_split, periodic_name = (data.test, "test") if tests_periodically else (data.val, "val")
         if dist.is_main:
+            impl_line = implementation_line(describe_implementation(run.model, run.device, run.precision, run.compiled))
             progress.line(f"run {run_dir}: {cfg.model.name} {format_count(run.n_params)} params, "
                           f"{format_count(run.fpe) if run.fpe else '?'}FLOP/example, {len(data.train)} train "
                           f"examples, {dur.total_steps} steps ({dur.steps_per_epoch}/epoch) of batch {r.batch_size}" +
-                          (f" ({r.accumulate_steps} accumulated micro-batches per process)" if r.accumulate_steps > 1 else "") +
+                          (f" ({r.accumulate_steps} accumulated micro-batches per process)"
+                           if r.accumulate_steps > 1 else "") +
                           (f", EMA decay {r.ema_decay}" if r.ema_decay is not None else "") +
                           f", peak lr {dur.peak_lr:.3g}, {run.device.type} "
-                          f"{implementation_line(describe_implementation(run.model, run.device, run.precision, run.compiled))}, {dist.world_size} "
+                          f"{impl_line}, {dist.world_size} "
                           f"process(es)" + (f", resumed at epoch {state.epoch}" if folder.continuing else "") +
                           (f" step {state.step}" if state.position else ""))
         guard = _Guard(run, state.step, run_dir)
@@ -602,8 +612,9 @@ def _train(plan: RunPlan, dist: DistInfo, resume: bool, overwrite: bool,
             if tests_periodically and state.history and "test_acc" in state.history[-1]:
                 final = {k: state.history[-1][f"test_{k}"] for k in ("acc", "top5", "loss")}  # just evaluated
             else:
-                final = evaluate(run.model, progress.iterate(eval_loader(data.test, data, dur.eval_batch_per_rank, dist),
-                                                             "test"), dist, run.autocast, cfg.augment.test_hflip)
+                final = evaluate(run.model,
+                                 progress.iterate(eval_loader(data.test, data, dur.eval_batch_per_rank, dist), "test"),
+                                 dist, run.autocast, cfg.augment.test_hflip)
             results = _results(run, state, final, run_dir, peak, t_start, folder.data)
             if run.ema is not None:
                 ema = evaluate(run.ema.model, eval_loader(data.test, data, dur.eval_batch_per_rank, dist), dist,

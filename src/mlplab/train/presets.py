@@ -174,7 +174,8 @@ _register(
     "fmnist_mixer_pretrain",
     """MLP-Mixer (patch 4, S0 = 49, C = 64, D_S = 64, D_C = 128, 4 blocks) on Fashion-MNIST at 28x28:
     the pre-training half of the fine-tuning demonstration (docs/pretrained.md,
-    ``scripts/finetune_demo.sh``). Its checkpoint feeds ``mlplab finetune RUN fmnist_finetune`` (56x56 through expand_resolution) and
+    ``scripts/finetune_demo.sh``). Its checkpoint feeds ``mlplab finetune RUN fmnist_finetune`` """
+    """(56x56 through expand_resolution) and
     ``mlplab finetune RUN fmnist_linear_probe``.
     Run:      mlplab train fmnist_mixer_pretrain
     Expect:   ~87% test accuracy (benchmarks/results/finetune-demo-pt213-epyc-avx2.json)
@@ -252,6 +253,7 @@ SCALING_AUGMENT: dict[str, Any] = {"random_resized_crop": True, "hflip": True, "
 for _size, (_model, _epochs) in SCALING_PRETRAIN.items():
     _L, _m = _size[1:].split("_wi")
     _eflop = 3 * _MFLOP[_size] * 1e6 * 12e6 * _epochs / 1e18
+    _hours = _eflop * 1e18 / (0.4 * 989e12) / 3600  # on one H100 at 40% of its bf16 peak
     _register(
         f"in21k_{_size}",
         f"""Scaling-MLPs pre-training of B-{_L}/Wi-{_m} ({SCALING_MLP_PRESETS[_model][2]}M parameters published at
@@ -262,7 +264,7 @@ for _size, (_model, _epochs) in SCALING_PRETRAIN.items():
     ImageNet-21k pack (mlplab pack IN21K_DIR DST --image-size 64); the class count comes from it.
     Run:      mlplab train in21k_{_size} data.root=DST
     Expect:   fine-tuned (in21k_finetune_cifar10/100): docs/science.md §7 Table 2 / the released checkpoints
-    Time:     {_epochs} x ~12M = {_epochs * 12e6:.2g} images, {_eflop:.2g} EFLOP of training: >= {_eflop * 1e18 / (0.4 * 989e12) / 3600:.1f} h
+    Time:     {_epochs} x ~12M = {_epochs * 12e6:.2g} images, {_eflop:.2g} EFLOP of training: >= {_hours:.1f} h
               on one H100 at 40% of its bf16 peak; in practice the loader's img/s bounds it.""",
         {
             "model": {"name": _model},
@@ -293,13 +295,15 @@ for _ds, _what, _expect in (
          "B-12/Wi-1024: 79.2% (docs/science.md §7 Table 2; released checkpoint, 100 epochs: 80.0%)"),
         ("imagefolder", "an image folder (data.root=DIR: a subfolder per class, resized to 64x64)",
          "depends on the data")):
+    _root = " data.root=DIR" if _ds == "imagefolder" else ""
     _register(
         f"in21k_finetune_{_ds}",
         f"""Fine-tuning an ImageNet-21k pre-trained bottleneck MLP (in21k_*) on {_what},
-    Scaling-MLPs recipe (docs/science.md §7): SGD momentum 0.9, lr 0.01 for the new head and 0.001 for the body, weight decay
+    Scaling-MLPs recipe (docs/science.md §7): SGD momentum 0.9, lr 0.01 for the new head and 0.001 for the body, """
+        f"""weight decay
     1e-4, label smoothing 0.3, gradient clipping 1, RandomResizedCrop (scale 0.4-1, square) + flip,
     batch 2048, 50 epochs, cosine.
-    Run:      mlplab finetune runs/in21k_b12_wi1024 in21k_finetune_{_ds}{' data.root=DIR' if _ds == 'imagefolder' else ''}
+    Run:      mlplab finetune runs/in21k_b12_wi1024 in21k_finetune_{_ds}{_root}
     Expect:   {_expect}
     Time:     50 epochs; CIFAR: 2.5M images, 1.9 PFLOP through B-12/Wi-1024 (seconds of H100
               compute): the loader's img/s bounds it.""",

@@ -8,9 +8,10 @@ It then
    held until the run ends and dropped by the kernel when the process dies). A second process is
    refused with a message naming the holder's PID and command.
 2. decides whether the call may use the folder: a new run, a resumed run with the same config
-   and the same data (``data.json``: an image folder's path, a pack's index hash), or a refusal. A finished run, or an unfinished one with a checkpoint, is never replaced without
-   ``overwrite``; a run that stopped before its first checkpoint (it diverged, crashed or was
-   interrupted) holds nothing worth keeping, so the same command simply starts it again. A folder
+   and the same data (``data.json``: an image folder's path, a pack's index hash), or a refusal.
+   A finished run, or an unfinished one with a checkpoint, is never replaced without ``overwrite``;
+   a run that stopped before its first checkpoint (it diverged, crashed or was interrupted) holds
+   nothing worth keeping, so the same command simply starts it again. A folder
    of someone else's files is not trained into without ``overwrite``; ``resume`` of a folder
    that holds no run is refused (a mistyped ``run.name`` does not silently start a new run).
 3. for a new run, clears what an earlier run left and writes ``config.json`` (and

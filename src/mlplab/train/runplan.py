@@ -37,7 +37,8 @@ from .backend import apply_impl
 from .config import RunConfig
 from .distributed import launch_env
 from .init import check_pretrained, pretrained_model, read_init_checkpoint
-from .memory import STATE_BYTES_PER_PARAM, DataChecksPass as _DataChecksPass, available_memory, estimate_memory
+from .memory import STATE_BYTES_PER_PARAM, available_memory, estimate_memory
+from .memory import DataChecksPass as _DataChecksPass
 
 __all__ = ["RunPlan", "plan_run", "as_plan", "resolve_device", "resolve_precision", "resolve_model_kwargs",
            "dataset_info", "check_memory", "meta_model", "meta_param_count", "STATE_BYTES_PER_PARAM"]
@@ -96,7 +97,8 @@ def plan_run(cfg: RunConfig, *, here: bool = True, checkpoint: Any = None) -> Ru
         data_cfg = check_pretrained(cfg, info.in_chans, checkpoint, info.num_classes)
         info = dataset_info(data_cfg)
         n_params = sum(t.numel() for t in checkpoint.state.values())
-    elif info.image_size != (0, 0) and info.num_classes != 0:  # image folders, packs: size and classes are known once the data is opened
+    # image folders, packs: size and classes are known once the data is opened
+    elif info.image_size != (0, 0) and info.num_classes != 0:
         kwargs = resolve_model_kwargs(cfg, info)
         model = apply_impl(meta_model(cfg.model.name, kwargs), impl, device, precision)
         n_params = sum(p.numel() for p in model.parameters())
@@ -166,7 +168,8 @@ def resolve_model_kwargs(cfg: RunConfig, info: Any) -> dict[str, Any]:
         if k not in fields:
             continue
         if k in kwargs and kwargs[k] != v:
-            hint = {"image_size": f"set data.image_size={kwargs[k]} to resize the data, or drop model.kwargs.image_size",
+            hint = {"image_size": f"set data.image_size={kwargs[k]} to resize the data, "
+                                  "or drop model.kwargs.image_size",
                     "in_chans": "drop model.kwargs.in_chans",
                     "num_classes": "drop model.kwargs.num_classes"}[k]
             raise BadInput(f"model.kwargs.{k}={kwargs[k]} does not match dataset {cfg.data.dataset!r} "

@@ -78,7 +78,8 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     name = str(path)
     if path.is_dir():
-        raise BadInput(f"config {name!r} is a folder; give a JSON config file (or a YAML or TOML one) or a named config")
+        raise BadInput(f"config {name!r} is a folder; give a JSON config file (or a YAML or TOML one) "
+                       "or a named config")
     if not path.is_file():
         raise FileNotFoundError(f"config file {name!r} does not exist")
     try:

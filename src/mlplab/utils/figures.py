@@ -30,6 +30,7 @@ def save_figure(fig: Any, path: str | os.PathLike, formats: Sequence[str] = ("pn
     written = []
     for fmt in formats:
         target = base.with_name(base.name + "." + fmt)
-        atomic_save(target, lambda tmp, fmt=fmt: fig.savefig(tmp, format=fmt, dpi=dpi, bbox_inches="tight" if tight else None))
+        atomic_save(target, lambda tmp, fmt=fmt: fig.savefig(tmp, format=fmt, dpi=dpi,
+                                                             bbox_inches="tight" if tight else None))
         written.append(target)
     return written

@@ -175,7 +175,8 @@ def torch_load_error(e: BaseException) -> str:
         reason = text.split("WeightsUnpickler error:", 1)[1].strip().splitlines()[0].strip()
         if reason.startswith("Unsupported global"):  # torch's advice to allow-list it would run the file's code
             found = _GLOBAL.search(reason)
-            return f"it holds objects other than tensors and plain types (a pickled {found.group(1) if found else 'object'})"
+            return ("it holds objects other than tensors and plain types "
+                    f"(a pickled {found.group(1) if found else 'object'})")
         return "it is cut short or not a PyTorch file"
     if "Weights only load failed" in text:
         return "it is not a PyTorch file of tensors and plain types"

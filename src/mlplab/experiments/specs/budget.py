@@ -13,8 +13,8 @@ from typing import Any, Sequence
 
 from ...errors import BadInput
 from ..aggregate import RunRecord
-from ..derived import Derive, derive, derived_key
 from ..claims import Need
+from ..derived import Derive, derive, derived_key
 from ..verdicts import Verdict, optimum_within, trend
 from .common import fair_width, mixer, pairs_for, per_seed, seed_table, sw_mlp, sw_widths
 
@@ -59,7 +59,8 @@ def near_claim(runs: list[RunRecord], rows: list[dict[str, Any]]) -> tuple[Any, 
     lo, hi = -math.log(NEAR), math.log(NEAR)
     spans = float(bool(x) and min(x) < lo and max(x) > hi)
     if not spans:
-        return Verdict(held=None, detail=f"the sweep's S/C does not reach past 1/{NEAR:g} and {NEAR:g}"), {"spans_window": 0.0}
+        return (Verdict(held=None, detail=f"the sweep's S/C does not reach past 1/{NEAR:g} and {NEAR:g}"),
+                {"spans_window": 0.0})
     tab = seed_table(runs, point)
     v = optimum_within(x, per_seed(tab, [row_point(r) for r in rows]), lo, hi, what="test error", unit="points",
                        x_name="log(S/C)")

@@ -6,7 +6,6 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-
 from ..aggregate import RunRecord, group_runs, select
 from ..claims import Analysis, ClaimSpec
 from ..derived import derive
@@ -80,7 +79,8 @@ def _analyse_fig2(runs: list[RunRecord], manifest: dict[str, Any]) -> Analysis:
         if dense and match:
             v = compare(dense, match, what="CKA(p = 1) − CKA(p = 1/C)", unit="CKA")
             claims.append(MATCH.decide(v, label=f"S = C = {S}", runs=mine))
-    panels.append(Panel("average diagonal CKA (Fig. 2b)", "SW-MLP density p", "mean diagonal CKA", series, xscale="log"))
+    panels.append(Panel("average diagonal CKA (Fig. 2b)", "SW-MLP density p", "mean diagonal CKA", series,
+                        xscale="log"))
     for S in sizes:  # CKA matrices with the matching sparse MLP and with the dense one (Fig. 2a, c)
         for p_lab, pval in (("p = 1/C", 1.0 / S), ("p = 1 (dense)", 1.0)):
             rr = [r for r in cka if r.get("meta.S") == S and abs(r.get("meta.p") - pval) < 1e-12]

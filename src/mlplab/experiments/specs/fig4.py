@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-
 from ..aggregate import RunRecord, select
 from ..claims import Analysis, ClaimSpec, Need
 from ..measures import mean, mean_departure, sd
@@ -53,7 +52,8 @@ LAMBDA_SW = ClaimSpec("lambda-sw", "the SW-MLP's λ_max grows with its width at 
 LAMBDA_MIXER = ClaimSpec("lambda-mixer", "the Mixer's λ_max stays at c_γ = 1 + √γ as the width grows", "identity",
                          f"per random seed, the mean over the widths of |λ_max(Mixer) − c_γ|, below a margin of "
                          f"{LAMBDA_MARGIN:.0%} of c_γ by a t-test (``verdicts.noninferior``; random weights)")
-MIXER_WIDTH = ClaimSpec("mixer-width", "MLP-Mixer: test error falls as the width grows at fixed Ω", "trained", TREND_RULE)
+MIXER_WIDTH = ClaimSpec("mixer-width", "MLP-Mixer: test error falls as the width grows at fixed Ω", "trained",
+                        TREND_RULE)
 MIXER_BEATS_SW = ClaimSpec(
     "mixer-beats-sw", "at the largest width the Mixer beats the SW-MLP of the same Ω and width (SW-MLP trainability)",
     "trained", "paired t-test, Mixer < SW-MLP (width rounded to a multiple of S0 for the same stem)",
@@ -97,10 +97,13 @@ def _analyse_fig4(runs: list[RunRecord], manifest: dict[str, Any]) -> Analysis:
                                     [r["lambda_mixer_std"] for r in srows]),
                              Series("SW-MLP", [r["m"] for r in srows], [r["lambda_sw"] for r in srows],
                                     [r["lambda_sw_std"] for r in srows]),
-                             Series("SW-MLP theory √L+", [r["m"] for r in srows], [r["sw_theory"] for r in srows], style="--")],
+                             Series("SW-MLP theory √L+", [r["m"] for r in srows], [r["sw_theory"] for r in srows],
+                                    style="--")],
                             xscale="log", hlines=[(cg, f"c_γ = 1 + √γ = {cg:.3f}")]))
-        lam_sw, lam_mx = ({int(r.get("seed", i)): [next((x[key] for x in r.results.get("rows", []) if int(x["m"]) == row["m"]),
-                                                        float("nan")) for row in srows] for i, r in enumerate(spec_runs)}
+        lam_sw, lam_mx = ({int(r.get("seed", i)): [next((x[key] for x in r.results.get("rows", [])
+                                                         if int(x["m"]) == row["m"]), float("nan"))
+                                                   for row in srows]
+                           for i, r in enumerate(spec_runs)}
                           for key in ("lambda_sw", "lambda_mixer"))
         v = trend([r["m"] for r in srows], lam_sw, sign=+1, what="Δ λ_max")
         claims.append(LAMBDA_SW.decide(v))
@@ -118,7 +121,8 @@ def _analyse_fig4(runs: list[RunRecord], manifest: dict[str, Any]) -> Analysis:
         tab = seed_table(train_runs, point)
         top = max(mx, key=lambda r: r["m"])
         sw_top = min(sw, key=lambda r: abs(r["m"] - top["m"]))
-        v = compare(tab.get(row_point(top), {}), tab.get(row_point(sw_top), {}), what="Mixer − SW-MLP test error", unit="points")
+        v = compare(tab.get(row_point(top), {}), tab.get(row_point(sw_top), {}), what="Mixer − SW-MLP test error",
+                    unit="points")
         claims.append(MIXER_BEATS_SW.decide(v, label=f"m = {top['m']}", measured={"gamma_m": GAMMA * top["m"]},
                                             runs=[r for r in train_runs if r.get("meta.m") in (top["m"], sw_top["m"])]))
     return Analysis(rows, ["family", "S", "C", "m", "p", *TRAIN_COLUMNS],

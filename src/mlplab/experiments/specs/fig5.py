@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-
 from ..aggregate import RunRecord, select
 from ..claims import Analysis, ClaimSpec
 from ..measures import mean
@@ -96,9 +95,11 @@ def fig5(sc: Scale) -> Plan:
     base = sc.recipe(epochs=s.epochs, cpu_epochs=s.epochs, optim="sgd", lr=0.02)
     models = budget(depth=s.depth, patch=patch, channels=s.channels, densities=s.densities, s0=sc.s0(patch),
                     symmetric=s.swapped_pairs)
-    sweep = Sweep("width", base, [product(("meta.omega", s.omegas), ("meta.family", ["s_mixer", "rp_s_mixer", "sw_mlp"]))],
+    sweep = Sweep("width", base,
+                  [product(("meta.omega", s.omegas), ("meta.family", ["s_mixer", "rp_s_mixer", "sw_mlp"]))],
                   seeds=sc.seeds(s.seeds), derived=[models, *trained(sc)], name_keys=NAME_KEYS,
                   epochs=base["schedule.epochs"],
-                  description=f"families × Ω ∈ {[log2(o) for o in s.omegas]} × planned pairs/densities, depth {s.depth}")
+                  description=f"families × Ω ∈ {[log2(o) for o in s.omegas]} × planned pairs/densities, "
+                              f"depth {s.depth}")
     return Plan([[sweep]], settings={"Ω": [log2(o) for o in s.omegas], "depth": s.depth, "patch": patch,
                                      "channels (C) per Ω": {log2(k): v for k, v in s.channels.items()}})

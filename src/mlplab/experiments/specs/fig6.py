@@ -8,13 +8,13 @@ from typing import Any
 
 from ..aggregate import RunRecord, select
 from ..claims import Analysis, ClaimSpec
+from ..derived import derive
 from ..plan import Plan, experiment
 from ..plots import Panel, Series, draw
 from ..recipes import Scale
 from ..sweep import Sweep, product
 from .budget import BY, NAME_KEYS, NEAR, NEAR_RULE, SPANS_WINDOW, budget, dataset_title, near_claim, refuse_imagenet
 from .common import FAMILY_LABEL, TRAIN_COLUMNS, TRAIN_METRICS, err_rows, log2, mixer, pairs_for, trained
-from ..derived import derive
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-
 from ..aggregate import RunRecord, select
 from ..claims import Analysis, ClaimSpec
 from ..measures import bin_centres

@@ -13,7 +13,18 @@ from ..plan import Plan, experiment
 from ..plots import Panel, Series, draw
 from ..recipes import Scale
 from ..sweep import Sweep, product
-from .budget import BY, NAME_KEYS, NEAR, NEAR_RULE, SPANS_WINDOW, TREND_RULE, budget, dataset_title, near_claim, width_claim
+from .budget import (
+    BY,
+    NAME_KEYS,
+    NEAR,
+    NEAR_RULE,
+    SPANS_WINDOW,
+    TREND_RULE,
+    budget,
+    dataset_title,
+    near_claim,
+    width_claim,
+)
 from .common import TRAIN_COLUMNS, TRAIN_METRICS, err_rows, log2, mixer, trained
 
 

@@ -32,8 +32,8 @@ SETTINGS = {
 IMPLICIT_TOL = 1e-10  # the solvers stop at gradient norm 1e-8 / duality gap 1e-11 (analysis.implicit_bias)
 
 
-BOUND = ClaimSpec("l1-bound", "weight decay on the Mixer's factors bounds an L1 penalty on the wide weight (Prop. 3.3): "
-                  "min L(V ⊗ W) + (λ/2)(‖V‖² + ‖W‖²) ≥ min L(B) + (λ/(CS))‖B‖₁", "identity",
+BOUND = ClaimSpec("l1-bound", "weight decay on the Mixer's factors bounds an L1 penalty on the wide weight "
+                  "(Prop. 3.3): min L(V ⊗ W) + (λ/2)(‖V‖² + ‖W‖²) ≥ min L(B) + (λ/(CS))‖B‖₁", "identity",
                   f"lhs (gradient descent on V, W) ≥ rhs (FISTA on B, certified by its duality gap) on every problem, "
                   f"up to {IMPLICIT_TOL:g} (float64 solver resolution): a theorem checked numerically")
 

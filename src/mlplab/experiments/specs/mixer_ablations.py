@@ -62,8 +62,9 @@ class Ablations:
 
 ABLATIONS = {
     # one seed: every statistical verdict is UNDECIDED (fewer than 3 seeds), pinned by the smoke test
-    "smoke": Ablations(variants=list(VARIANTS), C=16, depth=2, gamma=2.0, token_hidden=None, patch=8, groups=4, pretrain_classes=[0, 1, 2, 3, 4],
-                       transfer_classes=[5, 6, 7, 8, 9], shots=[1, 5], draws=2, seeds=1, epochs=1, side=None),
+    "smoke": Ablations(variants=list(VARIANTS), C=16, depth=2, gamma=2.0, token_hidden=None, patch=8, groups=4,
+                       pretrain_classes=[0, 1, 2, 3, 4], transfer_classes=[5, 6, 7, 8, 9], shots=[1, 5], draws=2,
+                       seeds=1, epochs=1, side=None),
     # pre-train on Fashion-MNIST classes 0–4 (30 000 images), transfer to the unseen classes 5–9
     # (the paper: JFT-300M → ImageNet); 20 draws of the shots average out which images were drawn;
     # no views: their claim is not testable here (S/32 top-5), so their runs would decide nothing;
@@ -74,17 +75,19 @@ ABLATIONS = {
                      draws=20, seeds=3, epochs=24, side=None),
     # Mixer-S/32 (C = 512, D_S = 256, D_C = 2048, L = 8) at 224×224, the scale of the views
     # claim; pre-trained on the image folder (JFT-300M is not public), 5-shot on its test split
-    "paper": Ablations(variants=list(VARIANTS), C=512, depth=8, gamma=4.0, token_hidden=256, patch=32, groups=4, pretrain_classes=None,
-                       transfer_classes=None, shots=[1, 5, 10, 25], draws=5, seeds=3, epochs=300, side=224),
+    "paper": Ablations(variants=list(VARIANTS), C=512, depth=8, gamma=4.0, token_hidden=256, patch=32, groups=4,
+                       pretrain_classes=None, transfer_classes=None, shots=[1, 5, 10, 25], draws=5, seeds=3,
+                       epochs=300, side=224),
 }
 SHOT = 5  # the claims' metric: linear 5-shot accuracy (points)
 EQUIVALENCE_MARGIN = 1.0  # points of 5-shot accuracy: "no noticeable gain" (untying)
 GROUPED_MARGIN = 2.0  # points of 5-shot accuracy: grouping's gain, "less than 1–2%", listed as not helping
 UNTIED = ClaimSpec("untied", "untying the token-mixing MLPs (one per channel) gives no noticeable gain", "trained",
-                   f"non-superiority: linear {SHOT}-shot accuracy on the unseen classes, untied − shared per seed, below "
-                   f"a margin of {EQUIVALENCE_MARGIN:g} point by a paired t-test (``verdicts.noninferior``)")
+                   f"non-superiority: linear {SHOT}-shot accuracy on the unseen classes, untied − shared per seed, "
+                   f"below a margin of {EQUIVALENCE_MARGIN:g} point by a paired t-test (``verdicts.noninferior``)")
 GROUPED = ClaimSpec("grouped", "grouping G neighbouring channels into the token axis did not help: a gain in linear "
-                    f"{SHOT}-shot accuracy below {GROUPED_MARGIN:g} points (the supplement: 'less than 1–2%')", "trained",
+                    f"{SHOT}-shot accuracy below {GROUPED_MARGIN:g} points (the supplement: 'less than 1–2%')",
+                    "trained",
                     f"non-superiority: grouped − shared {SHOT}-shot accuracy per seed below a margin of "
                     f"{GROUPED_MARGIN:g} points by a paired t-test (``verdicts.noninferior``)")
 VIEWS = ClaimSpec("views", "G learned views raise top-5 accuracy by 3–4% at Mixer-S/32 only", "trained",
@@ -123,7 +126,8 @@ def _analyse_ablations(runs: list[RunRecord], manifest: dict[str, Any]) -> Analy
     shot = {v: _by_seed(evals, v, _few_shot) for v in present}
     claims = []
     if "shared" in shot and "untied" in shot:
-        v = noninferior(shot["untied"], shot["shared"], EQUIVALENCE_MARGIN, what="untied − shared 5-shot", unit="points")
+        v = noninferior(shot["untied"], shot["shared"], EQUIVALENCE_MARGIN, what="untied − shared 5-shot",
+                        unit="points")
         claims.append(UNTIED.decide(v, runs=[r for r in train if r.get("meta.variant") in ("shared", "untied")]))
     if "shared" in shot and "grouped" in shot:
         v = noninferior(shot["grouped"], shot["shared"], GROUPED_MARGIN, what="grouped − shared 5-shot", unit="points")
@@ -148,7 +152,8 @@ def _analyse_ablations(runs: list[RunRecord], manifest: dict[str, Any]) -> Analy
     panels = [Bars(f"linear {SHOT}-shot on the unseen classes", "accuracy (%)", [r["variant"] for r in rows],
                    [r.get(f"{SHOT}shot", math.nan) for r in rows], [r.get(f"{SHOT}shot_std", math.nan) for r in rows]),
               Bars("top-1 on the pre-training classes", "accuracy (%)", [r["variant"] for r in rows],
-                   [r.get("top1_pretrain", math.nan) for r in rows], [r.get("top1_pretrain_std", math.nan) for r in rows]),
+                   [r.get("top1_pretrain", math.nan) for r in rows],
+                   [r.get("top1_pretrain_std", math.nan) for r in rows]),
               Bars("cost per example", "forward FLOPs", [r["variant"] for r in rows],
                    [r.get("flops_per_example", math.nan) for r in rows])]
     notes = ["compute is not matched: the untied and views variants have C and G times the token-mixing parameters "
@@ -205,7 +210,8 @@ def mixer_ablations(sc: Scale) -> Plan:
     train = Sweep("train", base, [("meta.key", list(s.variants))], seeds=seeds,
                   derived=[derive("lookup", key="meta.key", table=models), *trained(sc)],
                   name_keys=["meta.variant", "run.seed"], epochs=base["schedule.epochs"],
-                  description=f"token mixing {', '.join(s.variants)}, C = {s.C}, L = {s.depth}, P = {s.patch}, G = {s.groups}")
+                  description=f"token mixing {', '.join(s.variants)}, C = {s.C}, L = {s.depth}, P = {s.patch}, "
+                              f"G = {s.groups}")
     runs = run_folders(train)
     pts = [{"meta.variant": v, "seed": seed, "run": runs[(v, seed)]} for v in s.variants for seed in seeds]
     # the whole training split of the transfer classes (smoke pre-trains on a subset); the shots are
@@ -217,7 +223,8 @@ def mixer_ablations(sc: Scale) -> Plan:
                   derived=[derive("lookup", key="meta.i", table=pts)], name_keys=["meta.variant", "seed"],
                   task="linear_eval", epochs=1, description="frozen features: linear k-shot and ridge probe")
     return Plan([[train], [evals]],
-                settings={"variants": s.variants, "C": s.C, "depth": s.depth, "γ": s.gamma, "patch": s.patch, "G": s.groups,
+                settings={"variants": s.variants, "C": s.C, "depth": s.depth, "γ": s.gamma, "patch": s.patch,
+                          "G": s.groups,
                           "pre-training classes": s.pretrain_classes or "all",
                           "transfer classes": s.transfer_classes or "all (test split)", "shots": s.shots,
                           "draws": s.draws, "equivalence margin (points)": EQUIVALENCE_MARGIN},

@@ -47,10 +47,11 @@ MIXER_COST = {
     "smoke": MixerCost(MIXER_SMOKE, Timing(reps=2, latency_reps=0, search_reps=1, batches=(1, 4), max_call_s=None)),
     # one core at 224×224; Mixer-H/14 and ViT-L/16 take seconds per image on a CPU, so the search
     # stops at passes the cost model puts above 3 s (the big models are timed at batch 1–2)
-    "cpu": MixerCost(MIXER_TABLE2, Timing(reps=MIN_PAIRS, latency_reps=0, search_reps=2, batches=(1, 2, 4, 8, 16, 32, 64),
-                                          max_call_s=3.0)),
-    "paper": MixerCost(MIXER_TABLE2, Timing(reps=MIN_PAIRS, latency_reps=0, search_reps=3, batches=(1, 16, 64, 256, 1024),
-                                            max_call_s=None, threads=None, clock="wall")),
+    "cpu": MixerCost(MIXER_TABLE2, Timing(reps=MIN_PAIRS, latency_reps=0, search_reps=2,
+                                          batches=(1, 2, 4, 8, 16, 32, 64), max_call_s=3.0)),
+    "paper": MixerCost(MIXER_TABLE2, Timing(reps=MIN_PAIRS, latency_reps=0, search_reps=3,
+                                            batches=(1, 16, 64, 256, 1024), max_call_s=None, threads=None,
+                                            clock="wall")),
 }
 
 # MLP-Mixer (Tolstikhin et al. 2021) Table 2, images/s per core: (TPUv3, V100)
@@ -66,8 +67,9 @@ ORDER = ClaimSpec("order", "per-core throughput falls in the published order Mix
                   "interval; all neighbours must hold (``verdicts.all_of``)")
 RATIOS = ClaimSpec("ratios", f"each model's throughput relative to {MIXER_ANCHOR} is the published V100 one within a "
                    f"factor {MIXER_RATIO_FACTOR:g}", "measurement",
-                   f"per model, the median interleaved ratio to {MIXER_ANCHOR} with its 95% interval inside [published / "
-                   f"{MIXER_RATIO_FACTOR:g}, published × {MIXER_RATIO_FACTOR:g}]; all must hold (``verdicts.all_of``)")
+                   f"per model, the median interleaved ratio to {MIXER_ANCHOR} with its 95% interval inside "
+                   f"[published / {MIXER_RATIO_FACTOR:g}, published × {MIXER_RATIO_FACTOR:g}]; all must hold "
+                   "(``verdicts.all_of``)")
 
 
 def _cost_claims(rows: dict[str, dict[str, Any]], device: str) -> list[Claim]:
@@ -106,7 +108,8 @@ def _analyse_mixer_cost(runs: list[RunRecord], manifest: dict[str, Any]) -> Anal
                      [median(rows[k]["throughput"]) / threads for k in labels], yscale="log"),
                 Bars("published images / s / core (V100)", "images / s / core", labels,
                      [MIXER_PUBLISHED.get(k, (0, float("nan")))[1] for k in labels], yscale="log"),
-                Bars("forward FLOPs per image", "GMACs", labels, [rows[k]["flops"] / 2e9 for k in labels], yscale="log")],
+                Bars("forward FLOPs per image", "GMACs", labels, [rows[k]["flops"] / 2e9 for k in labels],
+                     yscale="log")],
                "MLP-Mixer Table 2: throughput per core at 224×224")
     return Analysis(table, None, {"mixer_cost": fig}, claims, published=pub, notes=timing_notes(res))
 

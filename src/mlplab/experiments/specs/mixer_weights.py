@@ -68,7 +68,8 @@ def _weights_published(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             ours = "; ".join(f"P = {r['P']}: inverse at cos ≤ −{INVERSE_TAU} {both(r, 'frac_inverse')}, closest is "
                              f"inverse {both(r, 'frac_closest_is_inverse')}" for r in rows)
         else:
-            ours = "; ".join(f"P = {r['P']}: mean frequency {both(r, 'embedding_frequency')} cycles/pixel" for r in rows)
+            ours = "; ".join(f"P = {r['P']}: mean frequency {both(r, 'embedding_frequency')} cycles/pixel"
+                             for r in rows)
         out.append({"figure": fig, "published": text, "ours (trained vs init, seed means)": ours or "no runs"})
     return out
 
@@ -85,8 +86,8 @@ INVERSES = ClaimSpec("inverse-pairs", "the first token-mixing MLPs' units come p
                      "(the run's seed): paired t-test, trained > init")
 CLOSEST_INVERSE = ClaimSpec("closest-is-inverse", "a unit's most similar partner is more often its inverse after "
                             "training (not only more structure of either sign)", "trained",
-                            "per seed, the fraction of units whose partner of largest |cosine| is anti-aligned (1/2 for "
-                            "random weights), trained against initialisation: paired t-test, trained > init")
+                            "per seed, the fraction of units whose partner of largest |cosine| is anti-aligned "
+                            "(1/2 for random weights), trained against initialisation: paired t-test, trained > init")
 LOW_FREQUENCY = ClaimSpec("embedding-frequency", "the larger patch's embedding units are lower-frequency than the "
                           "smaller patch's", "trained", "per seed, the embedding units' mean radial frequency (cycles "
                           "per pixel, power-weighted over the DFT) trained over at initialisation — a ratio, since the "
@@ -186,6 +187,6 @@ def mixer_weights(sc: Scale) -> Plan:
                     description="first token-mixing and embedding units, trained vs init")
     return Plan([[train], [weights]], settings={"patches": s.patches, "C": s.C, "depth": s.depth, "γ": s.gamma,
                                                 "blocks analysed": s.blocks, "τ": INVERSE_TAU},
-                notes=[] if sc.paper else ["the paper's Mixer-B on ImageNet/IN-21k/JFT-300M at 224×224 is replaced by a "
-                                           f"small Mixer (C = {s.C}, L = {s.depth}) on {sc.dataset}: the grids of "
-                                           "tokens and the patches are smaller, the statistics the same"])
+                notes=[] if sc.paper else ["the paper's Mixer-B on ImageNet/IN-21k/JFT-300M at 224×224 is replaced "
+                                           f"by a small Mixer (C = {s.C}, L = {s.depth}) on {sc.dataset}: the grids "
+                                           "of tokens and the patches are smaller, the statistics the same"])

@@ -82,7 +82,8 @@ def fig2d(sc: Scale) -> Plan:
     base = sc.recipe(epochs=s.epochs, cpu_epochs=s.epochs, optim="adamw", lr=0.01, augment="none",
                      cpu_optim=("adamw", 0.01))
     widths = derive("lookup", key="meta.width", table={w: {"model.kwargs.width": w} for w in s.widths})
-    sweep = Sweep("shallow", base, [product(("model.name", ["monarch_mlp", "kronecker_mlp"]), ("meta.width", s.widths))],
+    sweep = Sweep("shallow", base,
+                  [product(("model.name", ["monarch_mlp", "kronecker_mlp"]), ("meta.width", s.widths))],
                   seeds=sc.seeds(s.seeds), derived=[widths, *trained(sc)],
                   name_keys=["model.name", "meta.width", "run.seed"], epochs=base["schedule.epochs"],
                   description="Monarch vs Kronecker shallow MLP")

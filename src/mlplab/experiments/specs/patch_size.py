@@ -37,9 +37,10 @@ SETTINGS = {
 PAPER_STL10 = replace(SETTINGS["paper"], patches={90: [1, 3, 6, 10, 18, 30]}, resize=90)  # the STL-10 panel
 
 
-INTERMEDIATE = ClaimSpec("intermediate-patch", "the error depends on the patch size, with the best at an intermediate P",
-                         "trained", "per seed, a parabola of test error in log2(P) and its slopes at the smallest and the "
-                         "largest P: a minimum inside when the first is < 0 and the last > 0, both by t-tests over seeds "
+INTERMEDIATE = ClaimSpec("intermediate-patch",
+                         "the error depends on the patch size, with the best at an intermediate P", "trained",
+                         "per seed, a parabola of test error in log2(P) and its slopes at the smallest and the largest "
+                         "P: a minimum inside when the first is < 0 and the last > 0, both by t-tests over seeds "
                          "(``verdicts.optimum_within``)")
 
 

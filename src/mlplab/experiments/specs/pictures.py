@@ -4,7 +4,6 @@ from __future__ import annotations
 import math
 from typing import Any
 
-
 from ..aggregate import RunRecord, select
 from ..claims import Analysis, ClaimSpec
 from ..measures import run_arrays
@@ -13,7 +12,6 @@ from ..plots import Images, draw
 from ..recipes import Scale
 from ..sweep import Sweep
 from ..verdicts import deterministic
-
 
 SPARSE_MIXER = ClaimSpec("mixer-density", "the Mixer's effective weight I_C ⊗ W and the RP-Mixer's J1(I_C ⊗ W)J2 have "
                          "density exactly 1/C (the Mixer is a sparse MLP)", "identity",

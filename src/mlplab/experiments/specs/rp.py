@@ -5,26 +5,25 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-
 from ..aggregate import RunRecord, mean_std, select
 from ..claims import Analysis, ClaimSpec, Need
+from ..derived import derive
 from ..measures import mean_curve, nanmean, seed_mean
 from ..plan import Plan, experiment
 from ..plots import Bars, Panel, Series, draw
 from ..recipes import Scale
 from ..sweep import Sweep, product
 from ..verdicts import compare, trend, worst_of
-from ..derived import derive
 from .common import FAMILY_LABEL, TRAIN_COLUMNS, TRAIN_METRICS, err_rows, mixer, seed_table, trained
-
 
 # ------------------------------------------------------------------------------------------ fig7
 
 CATCH_UP = ClaimSpec("catch-up", "the RP S-Mixer catches up with the normal S-Mixer as depth grows", "trained",
                      "per seed, the gap (RP − normal test error) against log2(depth): least-squares slope; a t-test "
                      "of the per-seed slopes < 0 (``verdicts.trend``)",
-                     needs=(Need("rp_worse_when_shallow", ">=", 1, "the premise: at the shallowest depth the RP S-Mixer "
-                                 "is worse than the normal one (paired t-test at 2.5%) — a catch-up needs a gap",
+                     needs=(Need("rp_worse_when_shallow", ">=", 1, "the premise: at the shallowest depth the RP "
+                                 "S-Mixer is worse than the normal one (paired t-test at 2.5%) — a catch-up needs a "
+                                 "gap",
                                  kind="premise"),))
 
 
@@ -125,7 +124,8 @@ def _analyse_figS4(runs: list[RunRecord], manifest: dict[str, Any]) -> Analysis:
         claims.append(FIRST_BLOCK.decide(v, runs=[r for r in runs if label(r) in singles],
                                          detail=", ".join(f"{r['rp_blocks']}: {r['test_error']:.2f}%" for r in rows)))
     fig = draw([Bars(f"{manifest['scale']['dataset']}: 4-block S-Mixer, one block RP", "test error (%)",
-                     [r["rp_blocks"] for r in rows], [r["test_error"] for r in rows], [r["test_error_std"] for r in rows])],
+                     [r["rp_blocks"] for r in rows], [r["test_error"] for r in rows],
+                     [r["test_error_std"] for r in rows])],
                "Fig. S.4: replacing one block with an RP block")
     return Analysis(rows, ["rp_blocks", *TRAIN_COLUMNS], {"figS4": fig}, claims)
 
@@ -274,7 +274,8 @@ def figS6_S8(sc: Scale) -> Plan:
         block, kw = PARTS[part]
         base = sc.recipe(epochs=s.epochs, cpu_epochs=s.epochs, eval_every=1, cpu_optim=None, **kw)
         if s.train_subset:
-            base.update({"data.train_subset": s.train_subset, "data.test_subset": s.test_subset, "data.subset": "random"})
+            base.update({"data.train_subset": s.train_subset, "data.test_subset": s.test_subset,
+                         "data.subset": "random"})
         models = [{**mixer(s.S, s.S, s.depth, patch, block=block, gamma=4.0 if block == "mlp" else None, rp=rp),
                    "meta.rp": rp} for rp in (False, True)]
         sweeps.append(Sweep(part, base, [("meta.rp", [False, True])], seeds=sc.seeds(s.seeds),

@@ -56,8 +56,9 @@ TABLES3_RP_BELOW = 1.10  # "about as much": within 10% of the Mixer's time (publ
 
 SW_SLOWER = ClaimSpec("sw-slower", "the SW-MLP of the same width and budget is much slower than the MLP-Mixer "
                       f"(published {TABLES3_PUBLISHED['SW-MLP'] / TABLES3_PUBLISHED['MLP-Mixer']:.1f}×)", "measurement",
-                      f"median of the per-round ratios SW-MLP / MLP-Mixer step time (interleaved rounds, ≥ {MIN_PAIRS}) "
-                      f"above {TABLES3_SW_ABOVE:g}, by its order-statistic 95% interval (``verdicts.paired_ratio``)")
+                      f"median of the per-round ratios SW-MLP / MLP-Mixer step time (interleaved rounds, "
+                      f"≥ {MIN_PAIRS}) above {TABLES3_SW_ABOVE:g}, by its order-statistic 95% interval "
+                      "(``verdicts.paired_ratio``)")
 RP_SAME = ClaimSpec("rp-as-cheap", "the RP-Mixer costs about as much as the MLP-Mixer (published "
                     f"{TABLES3_PUBLISHED['RP-Mixer'] / TABLES3_PUBLISHED['MLP-Mixer']:.3f}×)", "measurement",
                     f"median of the per-round ratios RP-Mixer / MLP-Mixer step time below {TABLES3_RP_BELOW:g}, by its "
@@ -70,10 +71,11 @@ def _analyse_tableS3(runs: list[RunRecord], manifest: dict[str, Any]) -> Analysi
         res = r.results
         setting = r.get("setting")
         t = {x["label"]: x for x in res["rows"]}
-        rows += [{"setting": setting, "model": x["label"], "params": x["params"], "params_nonzero": x.get("params_nonzero"),
+        rows += [{"setting": setting, "model": x["label"], "params": x["params"],
+                  "params_nonzero": x.get("params_nonzero"),
                   "MFLOPs/example": (x["flops_per_example"] or float("nan")) / 1e6, "weight_MB": x["weight_MB"],
-                  "peak_MB": x["peak_MB"], "step_s": x["step_s"], "epoch_s": x["epoch_s"], "rounds": len(x["step_times"]),
-                  "device": res["device"]} for x in res["rows"]]
+                  "peak_MB": x["peak_MB"], "step_s": x["step_s"], "epoch_s": x["epoch_s"],
+                  "rounds": len(x["step_times"]), "device": res["device"]} for x in res["rows"]]
         if all(k in t for k in TABLES3_PUBLISHED):
             mx = t["MLP-Mixer"]["step_times"]
             load = f"load average {res['machine']['loadavg'][0]:.2f} before, {res['load_after'][0]:.2f} after"

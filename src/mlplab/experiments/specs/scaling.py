@@ -8,9 +8,15 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-
-from ...analysis.scaling import (PUBLISHED_EXPONENTS, bootstrap_scaling, compute_budget, compute_optimal_frontier,
-                                 fit_frontier_exponents, fit_power, fit_scaling_law)
+from ...analysis.scaling import (
+    PUBLISHED_EXPONENTS,
+    bootstrap_scaling,
+    compute_budget,
+    compute_optimal_frontier,
+    fit_frontier_exponents,
+    fit_power,
+    fit_scaling_law,
+)
 from ..aggregate import RunRecord, select, test_error
 from ..claims import Analysis, ClaimSpec, Need
 from ..derived import derive
@@ -55,8 +61,8 @@ POWER_LAW = ClaimSpec("power-law", "test error falls as a power law in compute, 
 PARAMS_SLOWER = ClaimSpec(
     "beta-p", f"compute-optimal parameters P* grow slower than an equal split of compute: P*(C) ∝ C^β_P with β_P < "
     f"{FOIL:g} (published {PUBLISHED_EXPONENTS['beta_P']:g})", "trained",
-    f"bootstrap 95% interval of the frontier's exponent (log-log least squares on the Pareto frontier) wholly below the "
-    f"foil {FOIL:g} → HELD; wholly above → DID NOT HOLD; holding it → UNDECIDED (``verdicts.exponent_vs_foil``). "
+    f"bootstrap 95% interval of the frontier's exponent (log-log least squares on the Pareto frontier) wholly below "
+    f"the foil {FOIL:g} → HELD; wholly above → DID NOT HOLD; holding it → UNDECIDED (``verdicts.exponent_vs_foil``). "
     "β_N = 1 − β_P by construction (C = FLOP·3·N·T with FLOP ≈ 2P), so it is reported, not decided again",
     needs=(Need("frontier_levels", ">=", MIN_FRONTIER_LEVELS, f"the frontier spans ≥ {MIN_FRONTIER_LEVELS} model "
                 "sizes and values of N·T: through fewer, its slope is set by the sweep's grid"),))
@@ -70,7 +76,8 @@ def _alpha_verdict(fit, boot, runs: int) -> Verdict:
     return Verdict(held=held, statistic="bootstrap over runs", effect=fit.alpha, effect_name="α", interval=(lo, hi),
                    n=runs, kind="interval", n_of="run", extra={"bound": ALPHA_FLOOR, "side": "above"},
                    detail=f"from {boot.alpha_draws}/{boot.resamples} resamples, E∞ = {fit.e_inf:.3g}%, rms "
-                          f"log-residual {fit.rmse_log:.3f}" + ("; the interval reaches the fit's bound" if at_bound else ""))
+                          f"log-residual {fit.rmse_log:.3f}"
+                          + ("; the interval reaches the fit's bound" if at_bound else ""))
 
 
 def _frontier(C: list[float], E: list[float], P: list[float], NT: list[float]) -> dict[str, Any]:
@@ -107,7 +114,8 @@ def _analyse_scaling(runs: list[RunRecord], manifest: dict[str, Any]) -> Analysi
     v = exponent_vs_foil(front["beta_P"], boot.beta_P, PUBLISHED_EXPONENTS["beta_P"], FOIL, what="β_P", runs=len(rows))
     claims.append(PARAMS_SLOWER.decide(v, measured={"frontier_levels": min(levels.values())},
                                        detail=f"frontier: {front['num_frontier']} of {len(rows)} runs, "
-                                              f"{levels['params']} model sizes, {levels['examples_seen']} values of N·T"))
+                                              f"{levels['params']} model sizes, "
+                                              f"{levels['examples_seen']} values of N·T"))
     for key, ci, resource in (("beta_P", boot.beta_P, "parameters P*"), ("beta_N", boot.beta_N, "examples seen N*")):
         published.append({"quantity": f"{key.replace('beta_', 'β_')} ({resource}(C) ∝ C^β)",
                           "published": PUBLISHED_EXPONENTS[key], "ours": round(front[key], 3),
@@ -210,6 +218,7 @@ def scaling(sc: Scale) -> Plan:
                   name_keys=["model.kwargs.width", "model.kwargs.depth", "data.train_subset", "schedule.epochs"],
                   epochs=mean(s.epochs),
                   description=f"{len(models)} bottleneck MLPs × N ∈ {s.subsets} × T ∈ {s.epochs}")
-    return Plan([[sweep]], settings={"models": [f"B-{m['model.kwargs.depth']}/Wi-{m['model.kwargs.width']}" for m in models],
+    return Plan([[sweep]], settings={"models": [f"B-{m['model.kwargs.depth']}/Wi-{m['model.kwargs.width']}"
+                                                for m in models],
                                      "N": s.subsets, "T": s.epochs, "bootstrap": s.bootstrap},
                 notes=["one seed per run: the intervals come from a bootstrap over runs, not over seeds", s.note])

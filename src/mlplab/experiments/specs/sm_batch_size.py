@@ -17,8 +17,16 @@ from ..recipes import Scale, preset
 from ..sweep import Sweep, product
 from ..verdicts import all_of, trend
 from .common import trained
-from .pretraining import (FM_DOWN, FM_PRE, IN21K, bottleneck, downstream_error, downstream_errors, pretrained_rows,
-                          probe_sweep)
+from .pretraining import (
+    FM_DOWN,
+    FM_PRE,
+    IN21K,
+    bottleneck,
+    downstream_error,
+    downstream_errors,
+    pretrained_rows,
+    probe_sweep,
+)
 
 __all__ = ["BATCH_SIZE", "BS_KEYS"]
 
@@ -51,18 +59,18 @@ BATCH_SIZE = {
                      batches=[16, 32, 64, 128], epochs=[3, 9], seeds=3,
                      da={"augment.crop_padding": 2, "augment.hflip": True},
                      lr_rule={"optim.lr_batch": 256, "optim.lr_scaling": "sqrt"},
-                     note="Fashion-MNIST classes 0–4 (4,000 images) → 5–9 at 28×28 instead of ImageNet-21k → CIFAR-100 at "
-                          "64×64; "
+                     note="Fashion-MNIST classes 0–4 (4,000 images) → 5–9 at 28×28 instead of ImageNet-21k → "
+                          "CIFAR-100 at 64×64; "
                           "B-4/Wi-128 instead of B-12/Wi-1024; AdamW with lr(B) = 3e-3·√(B/256) (the cpu default lr, "
-                          "not tuned, scaled by Adam's square-root rule) instead of LION; batch 16–128 at 3 and 9 epochs "
-                          "instead of up to 16,384; the probe is the closed-form ridge probe of linear_eval (λ chosen on 10% of "
-                          "the downstream training split)"),
+                          "not tuned, scaled by Adam's square-root rule) instead of LION; batch 16–128 at 3 and 9 "
+                          "epochs instead of up to 16,384; the probe is the closed-form ridge probe of linear_eval "
+                          "(λ chosen on 10% of the downstream training split)"),
     "paper": BatchSize(width=1024, depth=12, model="bottleneck_mlp_b12_wi1024",
                        pretrain=IN21K, downstream={},
                        batches=[1024, 2048, 4096, 8192, 16384], epochs=[50, 100, 200], seeds=3, da={}, lr_rule={},
                        note="ImageNet-21k pack (data.root) at 64×64 with the in21k_b12_wi1024 recipe (LION 1e-5, "
-                            "DA); docs/science.md §7 gives no per-batch lr rule for Fig. 4, so the preset's lr is kept "
-                            "at every batch size; the epoch budgets are this toolkit's choice; the probe is the "
+                            "DA); docs/science.md §7 gives no per-batch lr rule for Fig. 4, so the preset's lr is "
+                            "kept at every batch size; the epoch budgets are this toolkit's choice; the probe is the "
                             "closed-form ridge probe on the asked-for downstream set (--dataset, default cifar100)"),
 }
 

@@ -74,7 +74,8 @@ PARAMS = ClaimSpec("params", "the four models have Table 4's parameter counts (6
 THROUGHPUT = ClaimSpec("throughput", f"the MLP's throughput at its best batch is ≥ {SM_FASTER:g}× that of each "
                        "reference (ResNet-152, ViT-B/4, Mixer-B/4)", "measurement",
                        f"per reference, the median of the interleaved per-round ratios MLP / reference images/s, its "
-                       f"order-statistic 95% interval above {SM_FASTER:g}; all references must hold (``verdicts.all_of``)")
+                       f"order-statistic 95% interval above {SM_FASTER:g}; all references must hold "
+                       "(``verdicts.all_of``)")
 LATENCY = ClaimSpec("latency", f"the MLP's latency (batch 1) is ≤ 1/{SM_FASTER:g} of each reference's", "measurement",
                     f"per reference, the median of the interleaved per-round ratios reference / MLP seconds above "
                     f"{SM_FASTER:g}; all references must hold (``verdicts.all_of``)")
@@ -104,7 +105,8 @@ def _analyse_sm_inference(runs: list[RunRecord], manifest: dict[str, Any]) -> An
     table = [timing_row(k, r) for k, r in rows.items()]
     pub = [{"model": k, "published params (M)": p[0], "ours params (M)": round(rows[k]["params"] / 1e6, 2),
             "published GFLOPs (MACs)": p[3], "ours GMACs": round(rows[k]["flops"] / 2e9, 4),
-            "published latency ms (A5000)": p[1], f"ours latency ms ({device})": round(1e3 * median(rows[k]["latency_s"]), 2),
+            "published latency ms (A5000)": p[1],
+            f"ours latency ms ({device})": round(1e3 * median(rows[k]["latency_s"]), 2),
             "published images/s (A5000)": p[2], f"ours images/s ({device})": round(median(rows[k]["throughput"]), 1),
             "published images/s ratio MLP/x": round(SM_PUBLISHED["B-12/Wi-768"][2] / p[2], 1),
             "ours ratio MLP/x": round(median(rows[MLP]["throughput"]) / median(rows[k]["throughput"]), 1)}
@@ -114,7 +116,8 @@ def _analyse_sm_inference(runs: list[RunRecord], manifest: dict[str, Any]) -> An
                      [median(rows[k]["throughput"]) for k in labels], yscale="log"),
                 Bars(f"latency, batch 1 ({device})", "ms", labels, [1e3 * median(rows[k]["latency_s"]) for k in labels],
                      yscale="log"),
-                Bars("forward FLOPs per image", "GMACs", labels, [rows[k]["flops"] / 2e9 for k in labels], yscale="log")],
+                Bars("forward FLOPs per image", "GMACs", labels, [rows[k]["flops"] / 2e9 for k in labels],
+                     yscale="log")],
                "Scaling MLPs Table 4: inference cost at 64×64")
     return Analysis(table, None, {"sm_inference": fig}, claims, published=pub, notes=timing_notes(res))
 

@@ -133,8 +133,8 @@ def _analyse_table1(runs: list[RunRecord], manifest: dict[str, Any]) -> Analysis
     budgets = sorted({p[2] for p in pts if p[0] == INV and p[1]})
     get = lambda m, da, e: tab.get((m, da, e), {})  # noqa: E731
     parts = {
-        CLAIM_DA: {f"{m} @{short}E": compare(get(m, True, short), get(m, False, short), what=f"{m} + DA − {m} test error",
-                                           unit="points") for m in (MLP, INV)},
+        CLAIM_DA: {f"{m} @{short}E": compare(get(m, True, short), get(m, False, short),
+                                           what=f"{m} + DA − {m} test error", unit="points") for m in (MLP, INV)},
         CLAIM_INV: {f"{'with' if da else 'without'} DA": compare(get(INV, da, short), get(MLP, da, short),
                                                                what="MLP-Inv − MLP test error", unit="points")
                     for da in (False, True)},
@@ -185,7 +185,8 @@ def _table1_sweeps(sc: Scale, s: SmTable1) -> list[Sweep]:
         base.update({"data.train_subset": s.train_subset, "data.subset": "random"})
     models = table1_models(s.width, s.depth, s.expansion)
     da = [NO_DA, s.da]  # by meta.da (False, True)
-    derived = [derive("lookup", key="meta.model", table=models), derive("lookup", key="meta.da", table=da), *trained(sc)]
+    derived = [derive("lookup", key="meta.model", table=models), derive("lookup", key="meta.da", table=da),
+               *trained(sc)]
     names = ["meta.model", "meta.da", "schedule.epochs", "run.seed"]
     seeds = sc.seeds(s.seeds)
     table = Sweep("table", base, [product(("meta.model", [MLP, INV]), ("meta.da", [False, True]))], seeds=seeds,
@@ -228,6 +229,6 @@ def _notes(sc: Scale) -> list[str]:
         return ["batch 1024: §7 does not state Table 1's batch (the official code's default is 4096); no lr schedule "
                 "and no weight decay, as the official code's defaults"]
     return ["proxy: Fashion-MNIST at 28×28×1 (not CIFAR/ImageNet at 64×64×3), m = 128 instead of 1024, 3 000 "
-            "training images, 32 and 128 epochs instead of 100/1000/5000; AdamW at each model's lr chosen on a held-out "
-            "10% of the training set (recipes.cpu_lr) instead of LION 5e-5; DA = random crop (padding 1) + flip "
-            "without mixup; label smoothing 0.3 as published"] if not sc.smoke else []
+            "training images, 32 and 128 epochs instead of 100/1000/5000; AdamW at each model's lr chosen on a "
+            "held-out 10% of the training set (recipes.cpu_lr) instead of LION 5e-5; DA = random crop (padding 1) "
+            "+ flip without mixup; label smoothing 0.3 as published"] if not sc.smoke else []

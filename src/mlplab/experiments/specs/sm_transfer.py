@@ -22,8 +22,17 @@ from ..recipes import Scale, preset
 from ..sweep import Sweep, product
 from ..verdicts import all_of, compare
 from .common import trained
-from .pretraining import (FM_DOWN, FM_PRE, IN21K, bottleneck, downstream_error, downstream_errors, lion_probe_sweep,
-                          pretrained_rows, probe_sweep)
+from .pretraining import (
+    FM_DOWN,
+    FM_PRE,
+    IN21K,
+    bottleneck,
+    downstream_error,
+    downstream_errors,
+    lion_probe_sweep,
+    pretrained_rows,
+    probe_sweep,
+)
 
 __all__ = ["TRANSFER", "TABLE2", "TABLE3", "DOWNSTREAM"]
 
@@ -55,7 +64,8 @@ class Transfer:
 
 TRANSFER = {
     "smoke": Transfer(width=16, depth=1, model=None, pretrain=FM_PRE, downstream=FM_DOWN, sizes=[32, 64],
-                      pretrain_epochs=1, finetune_epochs=1, finetune_batch=8, downstream_n=64, seeds=1, da={"augment.crop_padding": 1, "augment.hflip": True},
+                      pretrain_epochs=1, finetune_epochs=1, finetune_batch=8, downstream_n=64, seeds=1,
+                      da={"augment.crop_padding": 1, "augment.hflip": True},
                       probe="ridge", note="synthetic data: runs every stage, decides nothing"),
     # classes 0–4 → 5–9; two pre-training sizes a factor 4 apart at the same examples seen (6 → 24
     # epochs), so that data size, not compute, differs; the larger is all 30,000 images of classes
@@ -67,11 +77,12 @@ TRANSFER = {
                     pretrain_epochs=6, finetune_epochs=13, finetune_batch=32, downstream_n=3000, seeds=3,
                     da={"augment.crop_padding": 2, "augment.hflip": True}, probe="ridge",
                     note="Fashion-MNIST classes 0–4 (7,500 or 30,000 images) → 5–9 (3,000 images) at 28×28 instead "
-                         "of ImageNet-21k → CIFAR/STL/TinyIN/IN-1k at 64×64; B-4/Wi-128 instead of B-6/Wi-1024; pre-training with AdamW (lr 3e-3, the cpu "
+                         "of ImageNet-21k → CIFAR/STL/TinyIN/IN-1k at 64×64; B-4/Wi-128 instead of B-6/Wi-1024; "
+                         "pre-training with AdamW (lr 3e-3, the cpu "
                          "default, not tuned) for 180,000 examples instead of LION 1e-5 for 800 epochs; "
-                         "fine-tuning 13 epochs at batch 32 (as many SGD steps as the paper's 50 epochs at batch 2048) with "
-                         "the published lrs (0.01 head / 0.001 body); the linear probe is the closed-form ridge probe of "
-                         "the linear_eval task (λ chosen on 10% of the downstream training split) instead of "
+                         "fine-tuning 13 epochs at batch 32 (as many SGD steps as the paper's 50 epochs at batch 2048) "
+                         "with the published lrs (0.01 head / 0.001 body); the linear probe is the closed-form ridge "
+                         "probe of the linear_eval task (λ chosen on 10% of the downstream training split) instead of "
                          "LION 1e-5 for 50 epochs; \"+ DA\" is crop + flip, not random-resized crop + flip + mixup"),
     "paper": Transfer(width=1024, depth=6, model="bottleneck_mlp_b6_wi1024",
                       pretrain=IN21K, downstream={},
@@ -142,24 +153,28 @@ def _downstream_base(sc: Scale, s: Transfer) -> dict[str, Any]:
 
 
 PRETRAIN_RATIO = 10.0  # the regime: the pre-training set at least this many times the downstream one (paper ~240×)
-BIG_ENOUGH = Need("pretrain_ratio", ">=", PRETRAIN_RATIO, f"the regime: the pre-training set is ≥ {PRETRAIN_RATIO:g}× the "
+BIG_ENOUGH = Need("pretrain_ratio", ">=", PRETRAIN_RATIO,
+                  f"the regime: the pre-training set is ≥ {PRETRAIN_RATIO:g}× the "
                   "downstream training set (ImageNet-21k → CIFAR: ~240×); below it pre-training is a second look at "
                   "similar data, not transfer")
-TRANSFERS = Need("transfers", ">=", 1, "the premise: pre-training helps at all — the fine-tuned N = max + DA model beats "
-                 "training from scratch (the first claim HELD); without it, which pre-training helps more is moot",
+TRANSFERS = Need("transfers", ">=", 1, "the premise: pre-training helps at all — the fine-tuned N = max + DA model "
+                 "beats training from scratch (the first claim HELD); without it, which pre-training helps more is "
+                 "moot",
                  kind="premise")
 U = "points of downstream test error"
-TRANSFER_CLAIM = ClaimSpec("transfer", "pre-trained features transfer: fine-tuning the largest + DA model beats training "
-                           "from scratch (with DA) on the same downstream data and epochs", "trained",
+TRANSFER_CLAIM = ClaimSpec("transfer", "pre-trained features transfer: fine-tuning the largest + DA model beats "
+                           "training from scratch (with DA) on the same downstream data and epochs", "trained",
                            "paired t-test over seeds on the downstream test error", needs=(BIG_ENOUGH,),
                            effect=None, effect_source="")
-DA_FT = ClaimSpec("da-finetune", "DA in pre-training matters: the fine-tuned error with DA in pre-training is below the "
-                  "one without, at every pre-training size", "trained", "per size a paired t-test over seeds (+DA < no "
-                  "DA), all sizes must hold (``verdicts.all_of``)", needs=(BIG_ENOUGH, TRANSFERS),
+DA_FT = ClaimSpec("da-finetune", "DA in pre-training matters: the fine-tuned error with DA in pre-training is below "
+                  "the one without, at every pre-training size", "trained",
+                  "per size a paired t-test over seeds (+DA < no DA), all sizes must hold (``verdicts.all_of``)",
+                  needs=(BIG_ENOUGH, TRANSFERS),
                   effect=69.9 - 91.5, effect_source="Table 2, CIFAR-10 (69.9 → 91.5 %)")
-DA_PROBE = ClaimSpec("da-probe", "DA in pre-training matters: the linear-probe error with DA in pre-training is below the "
-                     "one without, at every pre-training size", "trained", "per size a paired t-test over seeds (+DA < "
-                     "no DA), all sizes must hold (``verdicts.all_of``)", needs=(BIG_ENOUGH, TRANSFERS),
+DA_PROBE = ClaimSpec("da-probe", "DA in pre-training matters: the linear-probe error with DA in pre-training is "
+                     "below the one without, at every pre-training size", "trained",
+                     "per size a paired t-test over seeds (+DA < no DA), all sizes must hold (``verdicts.all_of``)",
+                     needs=(BIG_ENOUGH, TRANSFERS),
                      effect=65.1 - 87.8, effect_source="Table 3, CIFAR-10 (65.1 → 87.8 %)")
 DA_OVER_SIZE = ClaimSpec("da-over-size", "DA matters more than data size: the largest model without DA, fine-tuned, "
                          "loses to the smallest with DA", "trained", "paired t-test over seeds on the fine-tuned "

@@ -56,9 +56,11 @@ LOCALISED_BELOW = 0.9
 LOCALISED = Need("min_relative_r_half", "<", LOCALISED_BELOW, "the premise: some condition has localised units (its "
                  f"median r½ below {LOCALISED_BELOW:g} of an even spread's) — 'more localised' is about units that are",
                  kind="premise")
-CLAIM_W_DA = ClaimSpec("localised-da", "first-layer units are more localised with DA: smaller r½ of ΔW^(1) with DA than "
-                       "without", "trained", "per seed the median over units of r½ (pixels), paired t-test DA < no DA "
-                       "(same data, same steps)", needs=(LOCALISED,))
+CLAIM_W_DA = ClaimSpec("localised-da", "first-layer units are more localised with DA: smaller r½ of ΔW^(1) with DA "
+                       "than without", "trained",
+                       "per seed the median over units of r½ (pixels), paired t-test DA < no DA "
+                       "(same data, same steps)",
+                       needs=(LOCALISED,))
 CLAIM_W_DATA = ClaimSpec("localised-data", "first-layer units are more localised with more data: smaller r½ on the "
                          "larger pre-training set", "trained", "per seed the median over units of r½, paired t-test "
                          "larger set < smaller set (both with DA, as many steps)", needs=(LOCALISED,))
@@ -76,12 +78,14 @@ def _analyse_weights(runs: list[RunRecord], manifest: dict[str, Any]) -> Analysi
                                 runs=[r for r in units_runs if r.get("meta.condition") in ("DA", "no DA")]),
               CLAIM_W_DATA.decide(compare(r_half.get("DA", {}), r_half.get("DA, fewer images", {}),
                                           what="r½ more images − fewer", unit="px"), measured=measured,
-                                  runs=[r for r in units_runs if r.get("meta.condition") in ("DA", "DA, fewer images")])]
+                                  runs=[r for r in units_runs
+                                        if r.get("meta.condition") in ("DA", "DA, fewer images")])]
     panels: list[Any] = []
     for cond in CONDITIONS:
         if cond in pictures:
             image, symmetric = unit_picture(pictures[cond])
-            panels.append(Images(f"{cond}: ΔW^(1) units (lowest seed, most localised first)", image, symmetric=symmetric))
+            panels.append(Images(f"{cond}: ΔW^(1) units (lowest seed, most localised first)", image,
+                                 symmetric=symmetric))
     means = [mean(list(r_half[c].values())) if r_half.get(c) else float("nan") for c in CONDITIONS]
     sds = [sd(list(r_half[c].values()), ddof=1) if len(r_half.get(c, {})) > 1 else float("nan")
            for c in CONDITIONS]

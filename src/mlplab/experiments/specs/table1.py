@@ -50,7 +50,8 @@ WIDER = ClaimSpec("wider-beats-narrower", "the wider Mixer (more tokens, fewer c
                   "test error, as the paper picks it; cpu scale: one held-out-searched lr each): paired t-test over "
                   "seeds, wide < narrow", effect=12.07 - 15.91,
                   effect_source="Table 1, CIFAR-10 (12.07 vs 15.91 %); the proxy's dataset and sizes differ")
-WIDER_IN = replace(WIDER, effect=23.26 - 23.56, effect_source="Table 1, ImageNet (Mixer-B-W 23.26 vs Mixer-B/16 23.56 %)")
+WIDER_IN = replace(WIDER, effect=23.26 - 23.56,
+                   effect_source="Table 1, ImageNet (Mixer-B-W 23.26 vs Mixer-B/16 23.56 %)")
 
 
 def _analyse_table1(runs: list[RunRecord], manifest: dict[str, Any]) -> Analysis:
@@ -69,7 +70,8 @@ def _analyse_table1(runs: list[RunRecord], manifest: dict[str, Any]) -> Analysis
     for row in TABLE1_PUBLISHED:
         ours = ""
         for lab, r in best.items():
-            if (("narrow" in row["model"] and lab.endswith("narrow")) or ("wide" in row["model"] and lab.endswith("wide"))
+            if (("narrow" in row["model"] and lab.endswith("narrow"))
+                    or ("wide" in row["model"] and lab.endswith("wide"))
                     or row["model"].startswith(lab)):
                 ours = f"{r['test_error']:.2f} ± {r['test_error_std']:.2f} (lr {r['lr']:g}, n={r['n']})"
         pub.append({**row, f"ours ({ds})": ours})
@@ -84,10 +86,12 @@ def _analyse_table1(runs: list[RunRecord], manifest: dict[str, Any]) -> Analysis
         claims.append(spec.decide(v, runs=runs, detail=f"wide {w['test_error']:.2f}% (S={w['S']}, C={w['C']}) vs "
                                                         f"narrow {n['test_error']:.2f}% (S={n['S']}, C={n['C']})"))
     panel = [Panel(f"{ds}: test error per lr", "lr", "test error (%)",
-                   [Series(lab, [r["lr"] for r in rows if r["model"] == lab], [r["test_error"] for r in rows if r["model"] == lab],
+                   [Series(lab, [r["lr"] for r in rows if r["model"] == lab],
+                           [r["test_error"] for r in rows if r["model"] == lab],
                            [r["test_error_std"] for r in rows if r["model"] == lab]) for lab in labels], xscale="log")]
     return Analysis(rows, ["model", "P", "S", "C", "lr", *TRAIN_COLUMNS],
-                    {"table1": draw(panel, "Table 1: wide vs narrow MLP-Mixer at equal connections")}, claims, published=pub)
+                    {"table1": draw(panel, "Table 1: wide vs narrow MLP-Mixer at equal connections")}, claims,
+                    published=pub)
 
 
 def _models_sweep(sc: Scale, models: list[dict[str, Any]], base: dict[str, Any], lrs: list[float] | None,

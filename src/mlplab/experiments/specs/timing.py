@@ -74,7 +74,8 @@ def timing_notes(res: dict[str, Any]) -> list[str]:
     """Where and how the models were timed: machine, clock, torch, load."""
     m = res["machine"]
     where = (f"GPU {m['gpu']}" if m.get("gpu") else
-             f"CPU {m['cpu']} ({m['machine_tag']}; {', '.join(m['cpu_flags'])}), {m['threads']} thread(s); no GPU measured")
+             f"CPU {m['cpu']} ({m['machine_tag']}; {', '.join(m['cpu_flags'])}), {m['threads']} thread(s); "
+             "no GPU measured")
     clock = {"cpu": "process CPU time (time spent waiting for a core left out)", "wall": "wall-clock time"}
     where += f"; timed by {clock[m.get('clock', 'wall')]}"
     return [f"measured on {where}; torch {m['torch']}; load average before / after: "
