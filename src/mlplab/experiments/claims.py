@@ -175,6 +175,10 @@ class Claim:
         if v is None or v.kind != "test" or not (math.isfinite(v.spread) and v.spread > 0) or v.n < 2:
             return None
         target, source = (self.effect, "published") if self.effect is not None else (v.effect, "observed")
+        margin = v.extra.get("margin")
+        if margin is not None and target is not None:  # a margin rule tests the distance to its margin
+            target = margin - (abs(target) if v.extra.get("equivalence") else target)
+            source += " distance to the margin"
         return {"detectable": detectable_effect(v.spread, v.n), "n": v.n, "spread": v.spread,
                 "target": target, "target_source": source, "seeds_needed": seeds_needed(target, v.spread),
                 "unit": v.unit}

@@ -317,7 +317,7 @@ def equivalent(a: Mapping[int, float], b: Mapping[int, float], margin: float, *,
                    value=up.value if up.p_claim >= down.p_claim else down.value, p_claim=p_claim, p_against=p_against,
                    effect=up.effect, effect_name=name, interval=up.interval, n=up.n, spread=up.spread,
                    detail=f"p(a − b < +{margin:g}) = {_p(up.p_claim)}, p(a − b > −{margin:g}) = {_p(down.p_claim)}",
-                   extra={"margin": margin}, unit=unit)
+                   extra={"margin": margin, "equivalence": True}, unit=unit)
 
 
 def _all_parts(parts: Mapping[str, tuple[Sequence[float], str, float]], *, statistic: str, what: str,
