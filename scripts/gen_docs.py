@@ -262,15 +262,15 @@ def lockstep_section(calibration: Path = CALIBRATION) -> str:
     rows, pays, not_ = [], [], []
     for model, x in sorted(t["measured"].items()):
         f = t["factor"][model]
-        (pays if f < 1 else not_).append(f"`{model}` ({f:.2f}×)")
+        (pays if f < 1 else not_).append(f"`{model}` ({f:.3f}×)")
         rows.append([f"`{model}`", f"`{x['recipe']}`", x["seeds"], f"{x['epochs']} ({x['recipe_epochs']:g})",
                      _ratio(x["cpu"]), _ratio(x["wall"]), f"{x['cpu_at_recipe_epochs']:.2f}", f"{x['wall_at_recipe_epochs']:.2f}",
                      "in lockstep" if f < 1 else "one after another"])
     columns = ["model", "recipe", "seeds", "epochs timed (recipe's)", "lockstep / sequential, CPU s [95% CI]",
                "wall [95% CI]", "at the recipe's epochs: CPU s", "wall", "`--lockstep auto`"]
-    verdict = (f"On `{t['machine']}`, lockstep pays for {', '.join(pays) or 'no model'}"
-               f" and not for {', '.join(not_) or 'any other'} (the factor: CPU seconds of the seeds in lockstep "
-               "over one after another, at the recipe's epochs).")
+    verdict = (f"On `{t['machine']}`, `--lockstep auto` stacks the seeds of {', '.join(pays) or 'no model'} and "
+               f"trains those of {', '.join(not_) or 'every other model'} one after another (the factor: CPU seconds "
+               "of the seeds in lockstep over one after another, at the recipe's epochs; below 1 it stacks).")
     files = sorted({x["source"] for x in t["measured"].values()})
     load = t["loadavg"]
     return (verdict + "\n\n" + _md_table({"columns": columns, "rows": rows}) + "\n"

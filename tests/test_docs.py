@@ -140,7 +140,8 @@ def test_the_lockstep_section_says_where_auto_stacks(tmp_path):
                                                               "factor": {"s_mixer": 0.8, "sw_mlp": 1.07},
                                                               "measured": measured}}))
     text = gen_docs.lockstep_section(tmp_path / "c.json")
-    assert text.startswith("On `kind-a`, lockstep pays for `s_mixer` (0.80×) and not for `sw_mlp` (1.07×)")
+    assert text.startswith("On `kind-a`, `--lockstep auto` stacks the seeds of `s_mixer` (0.800×) and trains those "
+                           "of `sw_mlp` (1.070×) one after another")
     assert ("| `s_mixer` | `fig5:s_mixer` | 5 | 2 (30) | 0.70 [0.60, 0.80] | 0.70 [0.60, 0.80] | 0.80 | 0.80 "
             "| in lockstep |") in text
     assert "| 1.07 | 1.07 | one after another |" in text and "Load 5.0–9.5" in text
