@@ -104,6 +104,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dtype", default="bf16", choices=["fp32", "bf16"])
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--reps", type=int, default=15)
+    p.add_argument("--clock", default="wall", choices=["wall", "cpu"],
+                   help="wall time, or process CPU time (fair under contention with --threads 1)")
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--models", default="s_mixer,rp_s_mixer", help="comma list of registered Mixers")
     p.add_argument("--size", default="64,64,8", help="S,C,L (32x32x3 images, patch 4: S = 64)")
@@ -136,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
                 switch(tag)
                 step()
             candidates[f"{name}/{tag}"] = run
-    times = interleaved(candidates, a.reps, a.warmup)
+    times = interleaved(candidates, a.reps, a.warmup, clock=a.clock)
     out = {k: {"median_ms": 1e3 * statistics.median(v)} for k, v in times.items()}
     for k, v in out.items():
         print(f"{k:24s} {v['median_ms']:8.2f} ms")

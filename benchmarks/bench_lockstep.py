@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_step_ab import paired_ratio, recipe  # noqa: E402
+from bench_step_ab import paired_ratio, recipe, start_training  # noqa: E402
 from common import default_out, describe, environment, fmt_table, interleaved, setup_torch, write_results  # noqa: E402
 
 import mlplab  # noqa: E402
@@ -75,13 +75,16 @@ def run_sweep(file: Path, out: Path, lockstep: str) -> dict[str, float]:
             "loadavg": list(os.getloadavg())}
 
 
-def extrapolated(runs: dict[str, list[dict]], epochs: float) -> float:
-    """The wall-time ratio at ``epochs`` epochs per run, from each mode's measured split into
-    training (per epoch) and everything else (start-up, data, compilation, evaluation): medians
-    over the rounds."""
+def extrapolated(runs: dict[str, list[dict]], epochs: float, clock: str = "wall") -> float:
+    """The lockstep / sequential ratio at ``epochs`` epochs per run, from each mode's measured
+    split into training (per epoch) and everything else (start-up, data, compilation, evaluation):
+    medians over the rounds. ``clock="cpu"``: in CPU seconds, the training's share of them taken
+    as its share of the wall time (one thread per run, so the process's share of a core is the
+    same in both parts)."""
     def at(mode: str) -> float:
-        fixed = statistics.median(x["wall_s"] - x["train_s"] for x in runs[mode])
-        per_epoch = statistics.median(x["train_s"] / x["epochs"] for x in runs[mode])
+        train = [x["train_s"] * (x["cpu_s"] / x["wall_s"] if clock == "cpu" else 1.0) for x in runs[mode]]
+        fixed = statistics.median(x[f"{clock}_s"] - t for x, t in zip(runs[mode], train))
+        per_epoch = statistics.median(t / x["epochs"] for x, t in zip(runs[mode], train))
         return fixed + epochs * per_epoch
     return at("on") / at("off")
 
@@ -102,7 +105,8 @@ def process_mode(a: argparse.Namespace, extra: dict[str, Any]) -> dict[str, Any]
             cpu = paired_ratio([x["cpu_s"] for x in runs["on"]], [x["cpu_s"] for x in runs["off"]])
             full = _recipe_epochs(sel)
             out[sel] = {"runs": runs, "wall_ratio": wall, "cpu_ratio": cpu, "recipe_epochs": full,
-                        "wall_ratio_at_recipe_epochs": extrapolated(runs, full)}
+                        "wall_ratio_at_recipe_epochs": extrapolated(runs, full),
+                        "cpu_ratio_at_recipe_epochs": extrapolated(runs, full, "cpu")}
             rows.append([sel, runs["off"][0]["epochs"], f"{statistics.median(x['wall_s'] for x in runs['off']):.0f}",
                          f"{statistics.median(x['wall_s'] for x in runs['on']):.0f}", f"{wall['median']:.3f}",
                          f"{cpu['median']:.3f}", f"{out[sel]['wall_ratio_at_recipe_epochs']:.3f} ({full:g})",
@@ -151,6 +155,7 @@ def step_mode(a: argparse.Namespace, extra: dict[str, Any]) -> dict[str, Any]:
             solo = [loop._prepare(p, dist, data) for p in plans]
             for run in solo:
                 loop._wrap(run)
+                start_training(mlplab, run, dist)
             candidates[f"{sel}/solo"] = _solo_steps(loop, solo, a.steps, Path(tmp))
             candidates[f"{sel}/lockstep"] = _lockstep_steps(lockstep, loop, plans, dist, data, a.steps, Path(tmp))
             if a.module_stack and plans[0].cfg.model.name.endswith("mixer"):
@@ -227,7 +232,8 @@ def main(argv: list[str] | None = None) -> int:
     print(describe(env), flush=True)
     extra = {"run.threads": a.threads, **mlplab.train.config.parse_overrides(a.set, what="--set")}
     res = process_mode(a, extra) if a.mode == "process" else step_mode(a, extra)
-    title = (f"{a.seeds} seeds in lockstep against one after another, whole process ({a.threads} thread(s) per run)"
+    title = (f"{a.seeds} seeds of {', '.join(a.recipes)} in lockstep against one after another, whole process "
+             f"({a.threads} thread(s) per run)"
              if a.mode == "process" else f"{a.seeds} seeds in lockstep against one after another: training steps, "
              f"one process ({a.threads} thread(s), {a.clock} clock)")
     write_results(a.out or default_out(f"bench_lockstep_{a.mode}"),

@@ -32,6 +32,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -118,6 +119,7 @@ def build_side(pkg: Any, base: str | None, overrides: dict[str, Any], steps: int
     # before the plan (no runplan module): checked by the loop
     run = loop._prepare(runplan.plan_run(cfg) if runplan else loop.check_run(cfg), dist)
     loop._wrap(run)
+    start_training(pkg, run, dist)
     state = (getattr(loop, "RunState", None) or loop._Progress)()
     guard, progress = loop._Guard(run, 0, run_dir), loop.Progress("none")
 
@@ -126,6 +128,18 @@ def build_side(pkg: Any, base: str | None, overrides: dict[str, Any], steps: int
         loop._train_epoch(run, 0, state, guard, progress)
 
     return run, step
+
+
+def start_training(pkg: Any, run: Any, dist: Any) -> None:
+    """What ``pkg``'s loop sets on a run as its training starts, where that revision has it:
+    per-step records (none: every recipe here has ``run.log_every_steps=0``) and the stop signals
+    (never raised here)."""
+    if getattr(run, "step_log", True) is None:
+        run.step_log = sys.modules[f"{pkg.__name__}.train.loggers"].StepLog(
+            0, None, dist, run.device, run.optimizer, run.train_fpe, None, time.perf_counter)
+    if getattr(run, "stop", True) is None:
+        run.stop = sys.modules[f"{pkg.__name__}.train.preemption"].StopSignals(dist, run.cfg.run.nan_check_every,
+                                                                               run.device)
 
 
 def paired_ratio(old: list[float], new: list[float], resamples: int = 4000, seed: int = 0) -> dict[str, float]:

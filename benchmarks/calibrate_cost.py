@@ -25,6 +25,13 @@ calibration's ``machines`` table, which ``cost.cpu_machine()`` reads for the CPU
 
     python benchmarks/calibrate_cost.py --results docs/results runs/experiments --write
 
+or writes the calibration's ``lockstep`` table, which ``cost.lockstep_factor`` (and so ``reproduce
+--lockstep auto``) reads, from a whole-process ``bench_lockstep.py`` result: per model, the
+lockstep / sequential ratio of CPU seconds at the recipe's epochs (extrapolated from the timed runs'
+split into start-up and training, ``bench_lockstep.extrapolated``), with the measured ratios beside it:
+
+    python benchmarks/calibrate_cost.py --lockstep benchmarks/results/lockstep-process-*-epyc-avx512bf16.json --write
+
 The numbers it printed are kept in ``src/mlplab/experiments/data/cost_calibration.json`` (``rows``);
 ``--calibration`` refits those rows and prints each whole experiment's measured / estimated minutes
 at the fit and at the module's constants:
@@ -242,12 +249,61 @@ def fit_results(roots: list[Path], write: bool) -> dict:
               f"τ0 = {fit['tau'] * 1e6:.1f} µs, start-up {fit['overhead_s']:.1f} s, RP ×{fit['rp_slowdown']:.2f}; "
               f"measured / estimated per run: median {m['median']:.2f}, {m['min']:.2f}–{m['max']:.2f}")
     if write and out:
-        path = Path(__file__).resolve().parents[1] / "src/mlplab/experiments/data/cost_calibration.json"
-        data = json.loads(path.read_text())
+        data = json.loads(CALIBRATION_FILE.read_text())
         data.setdefault("machines", {}).update(out)
-        path.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n")
-        print(f"wrote {', '.join(out)} into {path}")
+        CALIBRATION_FILE.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n")
+        print(f"wrote {', '.join(out)} into {CALIBRATION_FILE}")
     return out
+
+
+CALIBRATION_FILE = Path(__file__).resolve().parents[1] / "src/mlplab/experiments/data/cost_calibration.json"
+
+
+def lockstep_table(results: list[Path]) -> dict:
+    """The calibration's ``lockstep`` table from ``bench_lockstep.py --mode process`` result files
+    (one CPU kind)."""
+    from bench_lockstep import extrapolated
+    from bench_step_ab import recipe
+
+    from mlplab.train.config import make_config
+
+    measured, machines, loads = {}, set(), []
+    for path in results:
+        d = json.loads(path.read_text())
+        if d.get("benchmark") != "bench_lockstep" or d.get("args", {}).get("mode") != "process":
+            raise SystemExit(f"{path} is not a whole-process bench_lockstep.py result (--mode process)")
+        machines.add(d["machine"])
+        for sel, r in d["results"].items():
+            runs, epochs = r["runs"], r["recipe_epochs"]
+            loads += [x["loadavg"][0] for mode in runs.values() for x in mode]
+            measured[make_config(*recipe(sel)).model.name] = {
+                "recipe": sel, "seeds": int(d["args"]["seeds"]), "epochs": runs["off"][0]["epochs"],
+                "recipe_epochs": epochs, "rounds": len(runs["off"]), "cpu": r["cpu_ratio"], "wall": r["wall_ratio"],
+                "cpu_at_recipe_epochs": extrapolated(runs, epochs, "cpu"),
+                "wall_at_recipe_epochs": extrapolated(runs, epochs), "command": d["command"],
+                "source": f"benchmarks/results/{path.name}"}
+    if len(machines) != 1:
+        raise SystemExit(f"the lockstep results come from {len(machines)} CPU kinds ({', '.join(sorted(machines))}): "
+                         "give the files of one")
+    return {"what": "seconds of a sweep point's seeds trained in lockstep over the same seeds one after another, "
+                    "per model (factor: CPU seconds at the recipe's epochs; below 1 reproduce --lockstep auto stacks)",
+            "machine": machines.pop(), "loadavg": [min(loads), max(loads)],
+            "factor": {m: round(x["cpu_at_recipe_epochs"], 3) for m, x in measured.items()}, "measured": measured}
+
+
+def write_lockstep(results: list[Path], write: bool) -> dict:
+    table = lockstep_table(results)
+    for model, x in table["measured"].items():
+        print(f"{model} ({x['recipe']}): lockstep / sequential {x['cpu']['median']:.3f} CPU, "
+              f"{x['wall']['median']:.3f} wall "
+              f"at {x['epochs']} epochs; at the recipe's {x['recipe_epochs']:g}: {x['cpu_at_recipe_epochs']:.3f} CPU, "
+              f"{x['wall_at_recipe_epochs']:.3f} wall")
+    if write:
+        data = json.loads(CALIBRATION_FILE.read_text())
+        data["lockstep"] = table
+        CALIBRATION_FILE.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n")
+        print(f"wrote the lockstep table into {CALIBRATION_FILE}")
+    return table
 
 
 def main() -> None:
@@ -257,13 +313,19 @@ def main() -> None:
                     help="fit to finished `mlplab reproduce` folders instead of training here")
     ap.add_argument("--results", nargs="+", type=Path, default=None,
                     help="fit each CPU kind to the CPU seconds of the finished runs under these folders")
-    ap.add_argument("--write", action="store_true", help="with --results: store the fits in the calibration")
+    ap.add_argument("--lockstep", nargs="+", type=Path, default=None, metavar="RESULT",
+                    help="the lockstep factors from bench_lockstep.py --mode process result files")
+    ap.add_argument("--write", action="store_true",
+                    help="with --results or --lockstep: store the fits or factors in the calibration")
     ap.add_argument("--calibration", action="store_true",
                     help="refit the cost calibration rows and compare the measured experiments")
     ap.add_argument("--out", default=None, help="write the rows and the fit as JSON here")
     args = ap.parse_args()
     if args.results:
         fit_results(args.results, args.write)
+        return
+    if args.lockstep:
+        write_lockstep(args.lockstep, args.write)
         return
     if args.calibration:
         fit_calibration()

@@ -13,6 +13,8 @@ Sources (one file per measurement, named by what and where it was measured):
   ``docs/results/recovered/...``: a ``verdicts.json`` alone, what an earlier report said (``source``).
 - ``benchmarks/results/<what>-pt<torch>-<machine>.json``: what ``benchmarks/`` wrote (or recorded
   from an earlier report), each with its ``tables``.
+- ``src/mlplab/experiments/data/cost_calibration.json``: its ``lockstep`` table, the factors
+  ``reproduce --lockstep auto`` decides by (``benchmarks/calibrate_cost.py --lockstep``).
 
 A generated block sits between ``<!-- gen_docs: NAME -->`` and ``<!-- /gen_docs -->``; the text
 around it is written by hand.
@@ -30,6 +32,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "docs" / "results"
 BENCH = REPO / "benchmarks" / "results"
+CALIBRATION = REPO / "src" / "mlplab" / "experiments" / "data" / "cost_calibration.json"
 #: the files with generated blocks, relative to the repository
 TARGETS = ("README.md", "docs/experiments.md", "docs/performance.md")
 SCALE_RANK = {"paper": 3, "cpu": 2, "quick": 1, "smoke": 0}
@@ -274,6 +277,34 @@ def benchmark_sections(root: Path = BENCH) -> str:
     return "\n".join(out).rstrip() + "\n"
 
 
+def _ratio(r: dict[str, float]) -> str:
+    return f"{r['median']:.2f} [{r['lo']:.2f}, {r['hi']:.2f}]"
+
+
+def lockstep_section(calibration: Path = CALIBRATION) -> str:
+    """docs/performance.md, seeds in lockstep: per model, what ``reproduce --lockstep auto`` reads
+    (the calibration's ``lockstep`` table) and does with it (stacks where the factor is below 1)."""
+    t = json.loads(calibration.read_text()).get("lockstep")
+    if not t:
+        return "Not measured: `reproduce --lockstep auto` trains every seed alone.\n"
+    rows, pays, not_ = [], [], []
+    for model, x in sorted(t["measured"].items()):
+        f = t["factor"][model]
+        (pays if f < 1 else not_).append(f"`{model}` ({f:.3f}×)")
+        rows.append([f"`{model}`", f"`{x['recipe']}`", x["seeds"], f"{x['epochs']} ({x['recipe_epochs']:g})",
+                     _ratio(x["cpu"]), _ratio(x["wall"]), f"{x['cpu_at_recipe_epochs']:.2f}", f"{x['wall_at_recipe_epochs']:.2f}",
+                     "in lockstep" if f < 1 else "one after another"])
+    columns = ["model", "recipe", "seeds", "epochs timed (recipe's)", "lockstep / sequential, CPU s [95% CI]",
+               "wall [95% CI]", "at the recipe's epochs: CPU s", "wall", "`--lockstep auto`"]
+    verdict = (f"On `{t['machine']}`, `--lockstep auto` stacks the seeds of {', '.join(pays) or 'no model'} and "
+               f"trains those of {', '.join(not_) or 'every other model'} one after another (the factor: CPU seconds "
+               "of the seeds in lockstep over one after another, at the recipe's epochs; below 1 it stacks).")
+    files = sorted({x["source"] for x in t["measured"].values()})
+    load = t["loadavg"]
+    return (verdict + "\n\n" + _md_table({"columns": columns, "rows": rows}) + "\n"
+            f"Load {load[0]:.1f}–{load[1]:.1f}; files: " + ", ".join(f"[{Path(f).name}](../{f})" for f in files) + ".\n")
+
+
 # ---------------------------------------------------------------------------------------- blocks
 
 def experiment_titles() -> dict[str, str]:
@@ -293,7 +324,10 @@ def render(name: str) -> str:
         return open_claims_table(load_results())
     if name == "benchmarks":
         return benchmark_sections()
-    raise KeyError(f"unknown generated block {name!r}: expected experiments, all-results, open-claims or benchmarks")
+    if name == "lockstep":
+        return lockstep_section()
+    raise KeyError(f"unknown generated block {name!r}: expected experiments, all-results, open-claims, benchmarks "
+                   "or lockstep")
 
 
 def regenerate(text: str) -> str:

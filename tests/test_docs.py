@@ -32,7 +32,7 @@ def test_a_stale_table_is_detected(tmp_path):
 
 
 def test_unknown_generated_block_is_an_error():
-    with pytest.raises(KeyError, match="experiments, all-results, open-claims or benchmarks"):
+    with pytest.raises(KeyError, match="experiments, all-results, open-claims, benchmarks or lockstep"):
         gen_docs.regenerate("<!-- gen_docs: nonsense -->\n<!-- /gen_docs -->")
 
 
@@ -150,3 +150,22 @@ def test_benchmark_results_are_named_by_what_torch_and_machine():
         assert re.fullmatch(r"[a-z0-9-]+-pt\d+-[a-z0-9]+-[a-z0-9]+\.json", f.name), f.name
         d = json.loads(f.read_text())
         assert f.name.endswith(f"-{d['machine']}.json") and d["tables"], f.name
+
+
+def test_the_lockstep_section_says_where_auto_stacks(tmp_path):
+    ratio = {"median": 0.7, "lo": 0.6, "hi": 0.8, "n": 2}
+    measured = {m: {"recipe": r, "seeds": 5, "epochs": 2, "recipe_epochs": 30, "cpu": ratio, "wall": ratio,
+                    "cpu_at_recipe_epochs": f, "wall_at_recipe_epochs": f,
+                    "source": "benchmarks/results/lockstep-process-x-pt213-kind-a.json"}
+                for m, r, f in [("s_mixer", "fig5:s_mixer", 0.8), ("sw_mlp", "fig5:sw_mlp", 1.07)]}
+    (tmp_path / "c.json").write_text(json.dumps({"lockstep": {"machine": "kind-a", "loadavg": [5.0, 9.5],
+                                                              "factor": {"s_mixer": 0.8, "sw_mlp": 1.07},
+                                                              "measured": measured}}))
+    text = gen_docs.lockstep_section(tmp_path / "c.json")
+    assert text.startswith("On `kind-a`, `--lockstep auto` stacks the seeds of `s_mixer` (0.800×) and trains those "
+                           "of `sw_mlp` (1.070×) one after another")
+    assert ("| `s_mixer` | `fig5:s_mixer` | 5 | 2 (30) | 0.70 [0.60, 0.80] | 0.70 [0.60, 0.80] | 0.80 | 0.80 "
+            "| in lockstep |") in text
+    assert "| 1.07 | 1.07 | one after another |" in text and "Load 5.0–9.5" in text
+    (tmp_path / "c.json").write_text("{}")
+    assert "trains every seed alone" in gen_docs.lockstep_section(tmp_path / "c.json")

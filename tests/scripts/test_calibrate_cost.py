@@ -33,3 +33,38 @@ def test_fit_machine_recovers_the_constants_and_the_rp_slowdown(calibrate):
     assert fit["tau"] == pytest.approx(tau, rel=1e-6) and fit["overhead_s"] == pytest.approx(overhead, rel=1e-6)
     assert fit["rp_slowdown"] == pytest.approx(slow, rel=1e-6) and fit["runs"] == 7
     assert fit["measured_over_estimated"]["median"] == pytest.approx(1.0, rel=1e-6)
+
+
+def _lockstep_result(path: Path, machine: str = "kind-a") -> Path:
+    """A bench_lockstep.py --mode process result of fmnist_fast (16 epochs) timed at 2 epochs, at half
+    a core: sequentially 100 CPU s of start-up and 50 per epoch, in lockstep 20 and 52.5."""
+    import json
+
+    def run(fixed, per_epoch):
+        return {"cpu_s": fixed + 2 * per_epoch, "wall_s": 2 * (fixed + 2 * per_epoch), "train_s": 2 * 2 * per_epoch,
+                "epochs": 2, "loadavg": [3.0, 3.0, 3.0]}
+
+    ratio = {"median": 0.6, "lo": 0.5, "hi": 0.7, "n": 2}
+    path.write_text(json.dumps({
+        "benchmark": "bench_lockstep", "machine": machine, "command": "python benchmarks/bench_lockstep.py",
+        "args": {"mode": "process", "seeds": "5"},
+        "results": {"fmnist_fast": {"runs": {"off": [run(100, 50)] * 2, "on": [run(20, 52.5)] * 2},
+                                    "cpu_ratio": ratio, "wall_ratio": ratio, "recipe_epochs": 16.0}}}))
+    return path
+
+
+def test_the_lockstep_factor_is_the_cpu_ratio_at_the_recipes_epochs(calibrate, tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(SCRIPT.parent))
+    table = calibrate.lockstep_table([_lockstep_result(tmp_path / "a.json")])
+    at_16 = (20 + 16 * 52.5) / (100 + 16 * 50)
+    assert table["factor"] == {"bottleneck_mlp": round(at_16, 3)} and table["machine"] == "kind-a"
+    x = table["measured"]["bottleneck_mlp"]
+    assert x["cpu_at_recipe_epochs"] == pytest.approx(at_16) and x["wall_at_recipe_epochs"] == pytest.approx(at_16)
+    assert x["recipe"] == "fmnist_fast" and x["seeds"] == 5 and x["epochs"] == 2 and table["loadavg"] == [3.0, 3.0]
+
+
+def test_lockstep_results_of_two_cpu_kinds_are_refused(calibrate, tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(SCRIPT.parent))
+    files = [_lockstep_result(tmp_path / "a.json"), _lockstep_result(tmp_path / "b.json", machine="kind-b")]
+    with pytest.raises(SystemExit, match="2 CPU kinds"):
+        calibrate.lockstep_table(files)
