@@ -292,7 +292,8 @@ def lockstep_section(calibration: Path = CALIBRATION) -> str:
         f = t["factor"][model]
         (pays if f < 1 else not_).append(f"`{model}` ({f:.3f}×)")
         rows.append([f"`{model}`", f"`{x['recipe']}`", x["seeds"], f"{x['epochs']} ({x['recipe_epochs']:g})",
-                     _ratio(x["cpu"]), _ratio(x["wall"]), f"{x['cpu_at_recipe_epochs']:.2f}", f"{x['wall_at_recipe_epochs']:.2f}",
+                     _ratio(x["cpu"]), _ratio(x["wall"]), f"{x['cpu_at_recipe_epochs']:.2f}",
+                     f"{x['wall_at_recipe_epochs']:.2f}",
                      "in lockstep" if f < 1 else "one after another"])
     columns = ["model", "recipe", "seeds", "epochs timed (recipe's)", "lockstep / sequential, CPU s [95% CI]",
                "wall [95% CI]", "at the recipe's epochs: CPU s", "wall", "`--lockstep auto`"]
@@ -302,7 +303,8 @@ def lockstep_section(calibration: Path = CALIBRATION) -> str:
     files = sorted({x["source"] for x in t["measured"].values()})
     load = t["loadavg"]
     return (verdict + "\n\n" + _md_table({"columns": columns, "rows": rows}) + "\n"
-            f"Load {load[0]:.1f}–{load[1]:.1f}; files: " + ", ".join(f"[{Path(f).name}](../{f})" for f in files) + ".\n")
+            f"Load {load[0]:.1f}–{load[1]:.1f}; files: "
+            + ", ".join(f"[{Path(f).name}](../{f})" for f in files) + ".\n")
 
 
 # ---------------------------------------------------------------------------------------- blocks
