@@ -134,7 +134,8 @@ def test_a_margin_rules_seeds_needed_come_from_the_distance_to_its_margin():
     a = {s: 0.9 + d for s, d in enumerate([-0.4, 0.3, -0.1, 0.5, -0.3])}
     v = V.noninferior(a, {s: 0.0 for s in a}, 1.0)
     pw = ClaimSpec("x", "x", "trained", "r").decide(v).power()
-    assert pw["target"] == pytest.approx(1.0 - 0.9) and pw["target_source"] == "observed distance to the margin"
+    assert pw["target"] == pytest.approx(1.0 - 0.9) and pw["target_source"] == "observed"
+    assert pw["target_of"] == "distance to the margin"
     assert pw["seeds_needed"] == V.seeds_needed(1.0 - 0.9, pw["spread"]) > V.seeds_needed(0.9, pw["spread"])
     eq = V.equivalent({s: -x for s, x in a.items()}, {s: 0.0 for s in a}, 1.0)  # |−0.9| inside ±1
     assert ClaimSpec("x", "x", "trained", "r").decide(eq).power()["target"] == pytest.approx(0.1)

@@ -175,13 +175,13 @@ class Claim:
         if v is None or v.kind != "test" or not (math.isfinite(v.spread) and v.spread > 0) or v.n < 2:
             return None
         target, source = (self.effect, "published") if self.effect is not None else (v.effect, "observed")
-        margin = v.extra.get("margin")
+        margin, of = v.extra.get("margin"), "effect"
         if margin is not None and target is not None:  # a margin rule tests the distance to its margin
             target = margin - (abs(target) if v.extra.get("equivalence") else target)
-            source += " distance to the margin"
+            of = "distance to the margin"
         return {"detectable": detectable_effect(v.spread, v.n), "n": v.n, "spread": v.spread,
-                "target": target, "target_source": source, "seeds_needed": seeds_needed(target, v.spread),
-                "unit": v.unit}
+                "target": target, "target_source": source, "target_of": of,
+                "seeds_needed": seeds_needed(target, v.spread), "unit": v.unit}
 
     def reason(self) -> str:
         """One line: why the verdict is what it is (for NOT TESTABLE and UNDECIDED: which
@@ -203,8 +203,9 @@ class Claim:
         u = f" {pw['unit']}" if pw["unit"] else ""
         need = pw["seeds_needed"]
         return (f"not significant (p = {v.p_claim:.2g}, needs < {TAIL:g}); with {pw['n']} seeds the smallest effect "
-                f"detectable at {POWER:.0%} power is ±{pw['detectable']:.3g}{u}; the {pw['target_source']} effect "
-                f"{pw['target']:+.3g}{u} needs " + (f"{need} seeds" if need else "more seeds than can be run"))
+                f"detectable at {POWER:.0%} power is ±{pw['detectable']:.3g}{u}; the {pw['target_source']} "
+                f"{pw['target_of']} {pw['target']:+.3g}{u} needs "
+                + (f"{need} seeds" if need else "more seeds than can be run"))
 
     def to_dict(self) -> dict[str, Any]:
         return {"key": self.key, "claim": self.claim, "class": self.cls, "rule": self.rule, "held": self.held,
