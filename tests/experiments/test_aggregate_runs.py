@@ -54,8 +54,8 @@ def test_every_run_folder_is_read_as_written_sorted_by_folder(experiment):
     assert (r0.status, r0.error, r0.overrides) == ("failed", "failed", {})  # an error.txt with no text
     # a config cut short is named; results still count, and an old error.txt beside them is ignored
     assert flat.status == "done" and flat.config == {} and flat.error == ""
-    assert flat.problem == f"config.json is not valid JSON (Expecting property name enclosed in double quotes " \
-                           f"at line 1 column 2)"
+    assert flat.problem == "config.json is not valid JSON (Expecting property name enclosed in double quotes " \
+                           "at line 1 column 2)"
     assert cut.status == "failed" and cut.error == "killed" and cut.results is None
     assert cut.problem.startswith("config.json [Errno 21] Is a directory") and \
         cut.problem.endswith("; results.json is empty")

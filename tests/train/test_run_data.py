@@ -37,7 +37,8 @@ def test_the_first_n_examples_or_the_run_seeds_random_n_in_the_datas_order():
         for split, n, got in (("train", 100, data.train), ("test", 30, data.test)):
             pick = np.sort(torch.randperm(len(full[split].labels), generator=torch.Generator().manual_seed(seed))
                            .numpy()[:n])  # the seed's draw, kept in the data's order
-            assert torch.equal(got.images, full[split].images[pick]) and torch.equal(got.labels, full[split].labels[pick])
+            assert torch.equal(got.images, full[split].images[pick])
+            assert torch.equal(got.labels, full[split].labels[pick])
     everything = D.load_run_data(_cfg(**{"data.train_subset": 1024, "data.subset": "random"}), CPU)
     assert torch.equal(everything.train.images, full["train"].images)  # N ≥ the split: all of it, in order
 
@@ -66,7 +67,8 @@ def test_streamed_classes_and_subsets_are_rows_of_the_shared_images():
     s = D.Split(Streamed(), labels)
     assert s.streamed and len(s) == 6 and not D.Split(images, labels).streamed
     kept = D._keep_classes(s, [2, 1])
-    assert kept.images is s.images and kept.rows.tolist() == [0, 2, 3, 4] and kept.labels.tolist()[:5] == [0, -1, 1, 0, 1]
+    assert kept.images is s.images and kept.rows.tolist() == [0, 2, 3, 4]
+    assert kept.labels.tolist()[:5] == [0, -1, 1, 0, 1]
     again = D._keep_classes(D.Split(s.images, labels, torch.tensor([5, 3, 2])), [2])
     assert again.rows.tolist() == [3]
     first = D._subset(kept, 2, "first", 0)
@@ -93,7 +95,8 @@ def test_an_eval_loader_gives_every_example_once_over_the_ranks_in_order():
     x, y = zip(*D.eval_loader(data.test, data, 10, DistInfo()))
     assert [len(b) for b in y] == [10, 10, 5] and torch.equal(torch.cat(y), data.test.labels)
     mean, std = torch.tensor(data.info.mean).view(1, -1, 1, 1), torch.tensor(data.info.std).view(1, -1, 1, 1)
-    assert torch.allclose(torch.cat(x).double(), (data.test.images.double() / 255 - mean) / std, atol=1e-5)  # no augmentation
+    normalised = (data.test.images.double() / 255 - mean) / std
+    assert torch.allclose(torch.cat(x).double(), normalised, atol=1e-5)  # no augmentation
     ranks = [torch.cat([b for _, b in D.eval_loader(data.test, data, 4, DistInfo(rank=r, world_size=3))])
              for r in range(3)]
     assert [len(r) for r in ranks] == [9, 8, 8]
@@ -185,7 +188,8 @@ def test_a_streamed_source_needs_an_existing_root(tmp_path):
     for ds in ("packed", "imagefolder"):
         with pytest.raises(BadInput, match=rf"^data.dataset={ds} needs data.root=DIR \("):
             D.load_run_data(_cfg(**{"data.dataset": ds, "data.stream": True}), CPU)
-        with pytest.raises(BadInput, match=r"^data.root=.*nowhere does not exist; give the folder that holds the data$"):
+        with pytest.raises(BadInput, match=r"^data.root=.*nowhere does not exist; give the folder that holds the "
+                                           r"data$"):
             D.load_run_data(_cfg(**{"data.dataset": ds, "data.stream": True, "data.root": str(tmp_path / "nowhere")}),
                             CPU)
     with pytest.raises(BadInput, match=r"the folder written by `mlplab pack`"):
