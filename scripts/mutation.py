@@ -1,4 +1,4 @@
-"""Mutation testing of the science core with mutmut: ``scripts/mutation.sh [MODULE...]``.
+"""Mutation testing of the science core and beyond with mutmut: ``scripts/mutation.sh [MODULE...]``.
 
 For each module of ``scripts/mutation_targets.toml`` (default: all of them, one at a time) this
 builds a workspace ``mutation-work/<module>/`` (links to ``src/`` and ``tests/`` and a
@@ -382,10 +382,10 @@ def summary_table(rows: dict[str, dict]) -> str:
 
 def docs_block(record: dict, targets: dict[str, Target]) -> str:
     """docs/testing.md's results: the table of the record's rows in the order of the module table,
-    the core's CPU time in all and the number of equivalents written down."""
+    the CPU time of all of them and the number of equivalents written down."""
     rows = {name: record["rows"][name] for name in targets if name in record["rows"]}
     cpu = sum(r["cpu_s"] or 0 for r in rows.values())
-    return (summary_table(rows) + f"\nThe core's CPU time in all: {cpu / 60:.1f} min (about {cpu / 120:.1f} min "
+    return (summary_table(rows) + f"\nThe CPU time of every module in all: {cpu / 60:.1f} min (about {cpu / 120:.1f} min "
             f"of wall time on a quiet 2-core machine); equivalent mutants written down: "
             f"{len(load_equivalents())} (`tests/mutation_equivalent.toml`).\n")
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Mutation testing of the science core: scripts/mutation.sh [--survivors] [-j N] [MODULE...]
+# Mutation testing of the science core and beyond: scripts/mutation.sh [--survivors] [-j N] [MODULE...]
 # (modules: scripts/mutation_targets.toml; report: mutation-report/; docs/testing.md).
 # Runs at low priority; needs the dev extra (pip install -e '.[dev]') for mutmut.
 set -euo pipefail

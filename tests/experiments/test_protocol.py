@@ -2,7 +2,9 @@
 a confirmatory run refused unless its exact protocol was frozen first."""
 from __future__ import annotations
 
+import hashlib
 import json
+from pathlib import Path
 
 import pytest
 
@@ -81,3 +83,61 @@ def test_every_frozen_protocol_is_the_one_the_code_runs():
             content, h = registry.experiment_protocol(id, scale, rec["content"]["dataset"], role="confirmatory")
             diff = [k for k in sorted(set(content) | set(rec["content"])) if content.get(k) != rec["content"].get(k)]
             assert h == rec["hash"], f"{id} at {scale}: the code's protocol differs from the frozen one in {diff}"
+
+
+def test_canonical_json_sorts_keys_keeps_non_ascii_and_writes_other_values_by_their_repr():
+    from fractions import Fraction
+
+    assert P.canonical({"b": Fraction(1, 3), "a": ["Ω", 1.5, None]}) == '{"a":["Ω",1.5,null],"b":"Fraction(1, 3)"}'
+    hand = hashlib.sha256('{"a":["Ω",1.5,null],"b":"Fraction(1, 3)"}'.encode("utf-8")).hexdigest()[:16]
+    assert P.protocol_hash({"b": Fraction(1, 3), "a": ["Ω", 1.5, None]}) == hand
+
+
+def test_an_unknown_role_is_refused_naming_the_roles():
+    with pytest.raises(ValueError, match=r"^role must be one of exploratory, confirmatory, not 'final'$"):
+        P.protocol_content(None, None, [], "final")
+
+
+class _Utf8File:
+    """A protocol file as a package resource whose text is UTF-8 bytes, read in the locale's
+    encoding (here Latin-1, as on a machine whose locale is not UTF-8) unless one is named."""
+
+    def __init__(self, data):
+        self.raw = json.dumps(data, ensure_ascii=False).encode("utf-8")
+
+    def is_file(self):
+        return True
+
+    def read_text(self, encoding=None):
+        return self.raw.decode(encoding or "latin-1")
+
+
+class _Missing:
+    def is_file(self):
+        return False
+
+    def read_text(self, encoding=None):
+        raise FileNotFoundError("no such protocol file")
+
+
+def test_the_frozen_protocol_and_history_are_read_from_the_ids_file_as_utf8(monkeypatch):
+    frozen = {"hash": "0123456789abcdef", "frozen": "2026-01-01", "reason": "Ω = 2^18 explored", "content": {}}
+    history = [{"scale": "cpu", "when": "2026-01-01", "changed": "γ chosen"}]
+    files = {"x": _Utf8File({"experiment": "x", "frozen": {"cpu": frozen}, "history": history})}
+    monkeypatch.setattr(P, "protocol_file", lambda id: files.get(id, _Missing()))
+    assert P.frozen_protocol("x", "cpu") == frozen and P.frozen_protocol("x", "smoke") is None
+    assert P.protocol_history("x") == history
+
+
+def test_an_id_without_a_file_or_without_frozen_protocols_and_history_has_none(monkeypatch):
+    files = {"bare": _Utf8File({"experiment": "bare"})}
+    monkeypatch.setattr(P, "protocol_file", lambda id: files.get(id, _Missing()))
+    for id in ("bare", "nothing-committed"):
+        assert P.frozen_protocol(id, "cpu") is None and P.protocol_history(id) == []
+
+
+def test_the_protocol_file_is_the_packages_data_file_of_the_id():
+    f = P.protocol_file("fig5")
+    here = Path(P.__file__).parent / "data" / "protocols" / "fig5.json"
+    assert Path(str(f)) == here and f.is_file()
+    assert P.protocol_history("fig5") == json.loads(here.read_text(encoding="utf-8"))["history"]

@@ -7,6 +7,18 @@ from train_helpers import SRC, tiny_overrides
 from mlplab.train import make_config
 
 
+@pytest.fixture(autouse=True)
+def _process_local_tqdm_lock(monkeypatch):
+    """tqdm's write lock holds a semaphore shared with every forked process: mutation testing
+    forks one process per mutant, and one stopped while it held the lock would hang every later
+    one at its first progress bar. A lock of the process alone behaves the same within it."""
+    import threading
+
+    from tqdm import tqdm
+
+    monkeypatch.setattr(tqdm, "_lock", threading.RLock(), raising=False)
+
+
 @pytest.fixture
 def tiny(tmp_path):
     def make(name="run", **extra):
