@@ -376,7 +376,8 @@ def summary_table(rows: dict[str, dict]) -> str:
         rate = "–" if r["kill_rate"] is None else f"{r['kill_rate']:.1f} %"
         lines.append(f"| `{name}` | {r['mutants']} | {r['killed']} | {r['timeout']} | {r.get('crashed', 0)} | "
                      f"{r['equivalent']} | "
-                     f"{survived} | {rate} | {minutes(r['wall_s'])} ({num(r.get('load'))}) | {minutes(r.get('cpu_s'))} |")
+                     f"{survived} | {rate} | {minutes(r['wall_s'])} ({num(r.get('load'))}) | "
+                     f"{minutes(r.get('cpu_s'))} |")
     return "\n".join(lines) + "\n"
 
 
@@ -385,8 +386,8 @@ def docs_block(record: dict, targets: dict[str, Target]) -> str:
     the CPU time of all of them and the number of equivalents written down."""
     rows = {name: record["rows"][name] for name in targets if name in record["rows"]}
     cpu = sum(r["cpu_s"] or 0 for r in rows.values())
-    return (summary_table(rows) + f"\nThe CPU time of every module in all: {cpu / 60:.1f} min (about {cpu / 120:.1f} min "
-            f"of wall time on a quiet 2-core machine); equivalent mutants written down: "
+    return (summary_table(rows) + f"\nThe CPU time of every module in all: {cpu / 60:.1f} min "
+            f"(about {cpu / 120:.1f} min of wall time on a quiet 2-core machine); equivalent mutants written down: "
             f"{len(load_equivalents())} (`tests/mutation_equivalent.toml`).\n")
 
 
@@ -467,7 +468,8 @@ def main(argv: list[str] | None = None) -> int:
             record_rows({name: rows[name]}, targets)
         print(f"{name}: {c['mutants']} mutants, {c['killed']} killed, {c['timeout']} timeout, {c['crashed']} crashed, "
               f"{c['equivalent']} equivalent, {c['survived'] + c['no tests'] + c['other']} survived "
-              f"({c['kill_rate']}% killed); {minutes(wall)} wall, {minutes(cpu)} CPU; report {REPORT / (t.slug + '.md')}", flush=True)
+              f"({c['kill_rate']}% killed); {minutes(wall)} wall, {minutes(cpu)} CPU; "
+              f"report {REPORT / (t.slug + '.md')}", flush=True)
     return 0
 
 

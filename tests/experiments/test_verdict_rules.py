@@ -128,6 +128,9 @@ def test_equivalence_is_the_95_interval_inside_the_margins():
     wide = V.equivalent(seeds([2.0, -2.0, 1.5, -1.0, 0.5, 0.0]), b, 1.0)
     assert wide.held is None
     assert V.equivalent(seeds([0.0, 0.1]), seeds([0.0, 0.0]), 1.0).n == 2
+    # the margin travels with the verdict (the power of a margin rule is sized on the distance to it)
+    assert inside.extra == {"margin": 1.0, "equivalence": True}
+    assert V.noninferior(seeds([0.1, -0.2, 0.05, 0.15, -0.1, 0.0]), b, 1.0).extra == {"margin": 1.0}
 
 
 # ------------------------------------------------------------------------------ several parts

@@ -60,7 +60,8 @@ def test_every_equivalent_is_keyed_by_normalised_statements_and_says_why(mutatio
 def test_the_key_survives_moving_and_rewrapping_the_code(mutation):
     """A mutant's key is its function and the mutated statement as ast.unparse writes it: the same
     for the function re-wrapped, re-quoted, re-indented or moved elsewhere."""
-    orig = "def f(x, y):\n    if x > 0 and \\\n            y:\n        return g(x,\n                 'a')\n    return None\n"
+    orig = ("def f(x, y):\n    if x > 0 and \\\n            y:\n        return g(x,\n                 'a')\n"
+            "    return None\n")
     wrapped = 'def f(x, y):\n    if x > 0 and y:\n        return g(x, "a")\n    return None\n'
     mutants = {"if x >= 0 and y:": "if x >= 0 and y:", "return g(x, 'XXaXX')": "return g(x, 'XXaXX')",
                "def f(x, y=1):": "def f(x, y=1):"}

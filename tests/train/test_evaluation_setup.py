@@ -27,8 +27,9 @@ from mlplab.train import evaluation as E
 def run(tmp_path_factory):
     """A one-epoch Mixer with dropout and stochastic depth (eval mode matters), an EMA, a held-out
     val split, test-time mirror images and an evaluation batch that splits the test set."""
-    from mlplab.train import make_config, train
     from train_helpers import tiny_overrides
+
+    from mlplab.train import make_config, train
 
     out = tmp_path_factory.mktemp("evaluation")
     cfg = make_config(None, tiny_overrides(out / "runs", "r", **{
