@@ -169,3 +169,16 @@ def test_the_lockstep_section_says_where_auto_stacks(tmp_path):
     assert "| 1.07 | 1.07 | one after another |" in text and "Load 5.0–9.5" in text
     (tmp_path / "c.json").write_text("{}")
     assert "trains every seed alone" in gen_docs.lockstep_section(tmp_path / "c.json")
+
+
+def test_committed_per_run_results_are_not_ignored_by_git():
+    """A campaign commits each run under docs/results/<id>-<scale>-<machine>/runs/: git must see
+    those files (an ignore rule for run folders once hid them, so a fresh clone had none)."""
+    import shutil
+    import subprocess
+
+    if shutil.which("git") is None or not (REPO / ".git").exists():
+        pytest.skip("not a git checkout")
+    for path in ("docs/results/fig5-cpu-m/runs/width/r0/results.json", "docs/results/explore/x/runs/s/r/spec.json"):
+        assert subprocess.run(["git", "check-ignore", "-q", path], cwd=REPO).returncode == 1, path
+    assert subprocess.run(["git", "check-ignore", "-q", "runs/experiments/fig5-cpu/x"], cwd=REPO).returncode == 0
