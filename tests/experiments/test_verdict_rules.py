@@ -295,3 +295,16 @@ def test_a_verdict_summarises_itself_and_serialises():
     assert d["verdict"] == "HELD" and d["p_two_sided"] == pytest.approx(2 * v.p_claim) and d["level"] == 0.95
     with pytest.raises(ValueError, match="kind"):
         V.Verdict(held=None, kind="vibe")
+
+
+def test_a_ratio_prints_unsigned_with_its_unit_once_a_difference_signed():
+    ratio = V.paired_ratio([244.0] * 25, [1.0] * 25, above=10, what="MLP / ResNet")
+    s = ratio.summary()
+    assert "MLP / ResNet (claim > 10) 244× [95% CI 244, 244]" in s
+    assert "+244" not in s and s.count("×") == 1
+    big = V.paired_ratio([1234.5] * 25, [1.0] * 25, above=10).summary()
+    assert "1234×" in big or "1235×" in big
+    diff = V.compare(seeds([1.0, 1.1, 0.9]), seeds([2.0, 2.1, 2.2]), what="a − b", unit="points")
+    assert "mean a − b -1.1 points [95% CI -1.53, -0.67] points" in diff.summary()
+    up = V.compare(seeds([2.0, 2.1, 2.2]), seeds([1.0, 1.1, 0.9]), what="a − b", unit="points")
+    assert "mean a − b +1.1 points [95% CI +0.67, +1.53] points" in up.summary()

@@ -21,7 +21,7 @@ from ..errors import BadInput, did_you_mean
 from ..utils.io import atomic_write_json
 from ..utils.progress import RunTally, format_duration
 from .claims import LONGER, LONGER_SUFFIX
-from .cost import estimate_cost, spec_s, sweep_epochs
+from .cost import cpu_machine, estimate_cost, spec_s, sweep_epochs
 from .derived import derive
 from .executors import SweepResult, check_specs, run_specs
 from .plan import ALIASES, EXPERIMENTS, Experiment, Plan, experiment
@@ -159,7 +159,7 @@ def format_list(scales: Sequence[str] = ("smoke", "quick", "cpu", "paper")) -> s
             except Exception as e:  # a plan that cannot be built is shown, not hidden
                 lines.append(f"{'':16s} {sc:5s}: cannot plan: {e}")
     lines.append("times: epochs × examples × (3 × forward FLOPs / R + κ × activations + τ0) per run plus start-up; cpu "
-                 "scales: R, κ, τ0 measured on a 2-core AVX2 EPYC, runs dealt to 2 workers; paper: one V100 with R "
+                 f"scales: R, κ, τ0 of {cpu_machine().name}, runs dealt to 2 workers; paper: one V100 with R "
                  "and τ0 from the paper's Table S.3 timings (mlplab.experiments.cost)")
     return "\n".join(lines)
 

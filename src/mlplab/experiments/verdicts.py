@@ -54,6 +54,7 @@ ALPHA = 0.05  # two-sided level of every decision
 TAIL = ALPHA / 2  # each direction's one-sided level
 MIN_SEEDS = 3  # fewer paired seeds than this: UNDECIDED without a test
 MIN_PAIRS = 20  # interleaved timing pairs a ratio needs before it decides
+RATIO = "×"  # the unit of a ratio effect: printed unsigned, with the unit once
 POWER = 0.80  # the power at which an UNDECIDED states its detectable effect
 BOOTSTRAP = 2000  # resamples for a bootstrap interval
 
@@ -118,7 +119,13 @@ class Verdict:
             parts.append(self.statistic)
         if math.isfinite(self.p):
             parts.append(f"p = {_p(self.p)} one-sided (decides at {TAIL:g} each way)")
-        if self.effect_name:
+        if self.effect_name and self.unit == RATIO:  # a ratio: unsigned, the unit once ("244× [95% CI 238, 248]")
+            e = f"{self.effect_name} {_g(self.effect, signed=False)}{RATIO}"
+            if self.interval is not None:
+                lo, hi = (_g(x, signed=False) for x in self.interval)
+                e += f" [{100 * self.level:.3g}% CI {lo}, {hi}]"
+            parts.append(e)
+        elif self.effect_name:
             e = f"{self.effect_name} {_g(self.effect)}{u}"
             if self.interval is not None:
                 e += f" [{100 * self.level:.3g}% CI {_g(self.interval[0])}, {_g(self.interval[1])}]{u}"
@@ -143,10 +150,12 @@ def _num(x: float) -> float | None:
     return float(x) if x is not None and math.isfinite(x) else None
 
 
-def _g(x: float) -> str:
+def _g(x: float, signed: bool = True) -> str:
+    """A statistic in 3 significant digits (4 from 1000 up), signed unless ``signed`` is False."""
     if not math.isfinite(x):
         return "–" if math.isnan(x) else ("+∞" if x > 0 else "−∞")
-    return f"{x:+.3g}" if abs(x) < 1000 else f"{x:+.4g}"
+    sign = "+" if signed else ""
+    return f"{x:{sign}.3g}" if abs(x) < 1000 else f"{x:{sign}.4g}"
 
 
 def _p(p: float) -> str:
@@ -489,7 +498,7 @@ def median_interval(x: Sequence[float], level: float = 1 - ALPHA) -> tuple[float
 
 
 def paired_ratio(a: Sequence[float], b: Sequence[float], *, above: float | None = None, below: float | None = None,
-                 what: str = "a / b", unit: str = "×") -> Verdict:
+                 what: str = "a / b", unit: str = RATIO) -> Verdict:
     """Claim "a / b is above ``above``" (or "below ``below``"; give one) for timings taken
     interleaved (a_i and b_i measured one after the other, i = 1 … n), e.g. the SW-MLP's time per
     step over the Mixer's above 2.
