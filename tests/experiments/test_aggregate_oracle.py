@@ -59,6 +59,7 @@ def test_loss_change_is_the_mean_relative_change_per_epoch(losses, last):
 
 def test_loss_change_worked_examples():
     assert loss_change(_run([4.0, 2.0, 1.0])) == pytest.approx(-50.0)  # halved every epoch
+    assert loss_change(_run([1.0, 9.0, 1.0, 2.0, 4.0])) == pytest.approx(100.0)  # by default the last two epochs
     assert loss_change(_run([9.0, 1.0, 2.0, 4.0]), last=2) == pytest.approx(100.0)  # the last two only
     assert loss_change(_run([8.0, 4.0, 1.0]), last=1) == pytest.approx(-75.0)
     assert loss_change(_run([1.0, 0.5, 2.0]), last=5) == pytest.approx(100 * (2.0 ** 0.5 - 1))
@@ -122,3 +123,15 @@ def test_spearman_worked_example():
     assert spearman([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
     assert spearman([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)
     assert spearman([1, 2, 3, 4, float("nan")], [1, 3, 2, 4, 0]) == pytest.approx(0.8)  # 1 - 6*2/(4*15)
+
+
+def test_group_runs_groups_equal_values_whatever_their_key_order_or_type():
+    runs = [_run(None, "a", {"test_acc": 0.5}, **{"model.kwargs": {"depth": 2, "width": 8}, "data.root": Path("d")}),
+            _run(None, "b", {"test_acc": 0.7}, **{"model.kwargs": {"width": 8, "depth": 2}, "data.root": Path("d")}),
+            _run(None, "c", {"test_acc": 0.9}, **{"model.kwargs": {"width": 8, "depth": 2}, "data.root": "e"})]
+    rows = group_runs(runs, {"kwargs": lambda r: r.get("model.kwargs"), "root": lambda r: r.get("data.root")},
+                      {"acc": lambda r: r.results["test_acc"]})
+    assert [(r["kwargs"], r["root"], r["n"]) for r in rows] == [({"depth": 2, "width": 8}, "d", 2),
+                                                                ({"depth": 2, "width": 8}, "e", 1)]
+    assert rows[0]["acc"] == pytest.approx(0.6, abs=1e-12)
+    assert rows[0]["acc_std"] == pytest.approx(statistics.stdev([0.5, 0.7]), abs=1e-12) and rows[1]["acc_std"] == 0
