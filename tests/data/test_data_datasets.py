@@ -505,6 +505,20 @@ def test_a_pack_loads_whole_resized_with_its_own_statistics(tmp_path):
         assert sorted(d.labels.tolist()) == [0, 0, 0, 1, 1, 1]
     assert torch.equal(small.labels, full.labels) and torch.equal(small.images, resize_images(full.images, 4))
     assert len(load_dataset("packed", "test", root=tmp_path / "p")) == 4
+    pack(tmp_path / "f", tmp_path / "grey", 8, workers=1, in_chans=1, progress="none")
+    grey = load_dataset("packed", "train", root=tmp_path / "grey", image_size=4)
+    assert grey.images.shape == (6, 1, 4, 4) and grey.info.in_chans == 1 and len(grey.info.mean) == 1
     with pytest.raises(BadInput, match=r"^data.dataset=packed needs data.root=DIR, the folder written by "
                                        r"`mlplab pack`$"):
         load_dataset("packed", "train")
+
+
+def test_a_holdout_keeps_the_examples_of_its_rows_with_the_sets_info_and_classes():
+    from mlplab.data.datasets import make_synthetic
+
+    whole = make_synthetic("train", num_samples=40, image_size=8, seed=2)
+    perm = torch.randperm(40, generator=torch.Generator().manual_seed(2)).tolist()
+    for split, rows in (("train", sorted(perm[10:])), ("val", sorted(perm[:10]))):
+        got = load_dataset("synthetic", split, num_samples=40, image_size=8, val_fraction=0.25, seed=2)
+        assert torch.equal(got.images, whole.images[rows]) and torch.equal(got.labels, whole.labels[rows])
+        assert got.info == whole.info and got.classes == whole.classes and got.split == split

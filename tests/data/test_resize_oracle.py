@@ -82,3 +82,16 @@ def test_resize_images_builds_its_output_where_the_images_are():
     x = torch.zeros(2, 3, 12, 12, dtype=torch.uint8, device="meta")  # stands in for an accelerator
     y = resize_images(x, (5, 7))
     assert y.device == x.device and y.dtype == torch.uint8 and tuple(y.shape) == (2, 3, 5, 7)
+
+
+def test_resize_images_returns_images_already_at_the_size_and_resizes_2048_at_a_time(monkeypatch):
+    x = torch.randint(0, 256, (4, 3, 6, 6), dtype=torch.uint8, generator=torch.Generator().manual_seed(3))
+    assert resize_images(x, 6) is x and resize_images(x, (6, 6)) is x
+    calls = []
+    real = torch.nn.functional.interpolate
+    monkeypatch.setattr(torch.nn.functional, "interpolate", lambda t, **kw: calls.append(len(t)) or real(t, **kw))
+    resize_images(torch.zeros(2049, 1, 2, 2, dtype=torch.uint8), 1)
+    assert calls == [2048, 1]  # memory is bounded by the chunk
+    calls.clear()
+    resize_images(x, 3, chunk=3)
+    assert calls == [3, 1]

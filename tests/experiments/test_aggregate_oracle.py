@@ -135,3 +135,44 @@ def test_group_runs_groups_equal_values_whatever_their_key_order_or_type():
                                                                 ({"depth": 2, "width": 8}, "e", 1)]
     assert rows[0]["acc"] == pytest.approx(0.6, abs=1e-12)
     assert rows[0]["acc_std"] == pytest.approx(statistics.stdev([0.5, 0.7]), abs=1e-12) and rows[1]["acc_std"] == 0
+
+
+def test_spearman_with_two_distinct_values_is_scipys_and_without_variation_nan_without_a_warning():
+    import warnings
+
+    a, b = [0.0, 0.0, 1.0, 1.0], [1.0, 2.0, 3.0, 5.0]
+    assert spearman(a, b) == pytest.approx(stats.spearmanr(a, b).statistic, abs=1e-12)
+    assert spearman(b, a) == pytest.approx(stats.spearmanr(b, a).statistic, abs=1e-12)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # decided here, not left to scipy's constant-input warning
+        assert math.isnan(spearman([1.0, 1.0, 1.0], [1.0, 2.0, 3.0]))
+        assert math.isnan(spearman([1.0, 2.0, 3.0], [4.0, 4.0, 4.0]))
+
+
+def test_mean_std_is_float64_whatever_the_values_type():
+    values = [np.float32(1e8), np.float32(1.0), np.float32(-1e8)]  # float32 sums 1e8 + 1 to 1e8
+    m, s, n = mean_std(values)
+    assert n == 3 and m == pytest.approx(1 / 3, rel=1e-12)
+    assert s == pytest.approx(statistics.stdev([1e8, 1.0, -1e8]), rel=1e-12)
+
+
+def test_group_runs_by_a_key_without_a_dot_and_select_past_unfinished_runs():
+    runs = [_run(None, "a", {"test_acc": 0.5}, arch="mlp"), _run(None, "b", {"test_acc": 0.7}, arch="mlp")]
+    rows = group_runs(runs, ["arch"], {"acc": lambda r: r.results["test_acc"]})
+    assert [(r["arch"], r["n"]) for r in rows] == [("mlp", 2)]
+    unfinished = RunRecord("sweep", "u", Path("u"), {"arch": "mlp"}, {}, None)
+    other = _run(None, "o", {"test_acc": 0.1}, arch="mlp")
+    other.sweep = "other"
+    assert select([unfinished, other, *runs], sweep="sweep", arch="mlp") == runs
+
+
+def test_a_percentage_below_two_is_a_percentage():
+    assert error_pct(_run(results={"test_acc": 1.5})) == pytest.approx(98.5)  # 1.5 % accuracy, not 150 %
+    r = RunRecord("s", "n", Path("n"), {}, {}, {"test_acc": 1.5, "test_examples": 100})
+    assert aggregate.test_error_sd(r) == pytest.approx(100 * math.sqrt(0.985 * 0.015 / 100), rel=1e-12)
+
+
+def test_loss_change_without_a_history_and_past_a_zero_loss():
+    assert math.isnan(loss_change(_run(None, results={"test_acc": 0.5})))
+    assert math.isnan(loss_change(RunRecord("s", "r", Path("r"), {}, {}, None)))
+    assert math.isnan(loss_change(_run([1.0, 0.0, 2.0]), last=1))  # the loss it is relative to is 0
