@@ -455,3 +455,70 @@ def test_an_image_folder_with_train_and_test_uses_test_for_the_test_split(tmp_pa
                                         r"val/<class>/<image> \(or test/\)") as e:
         load_dataset("imagefolder", "test", root=tmp_path, cache=False)
     assert isinstance(e.value, ValueError)  # the user's folder: bad input (exit 2), not a runtime failure
+
+
+@pytest.mark.parametrize("n,fraction,held", [(9, 0.3, 3), (7, 0.5, 4), (10, 0.25, 2), (5, 0.0, 0), (40, 0.99, 40)])
+def test_holdout_split_is_the_seeds_permutation_cut_at_the_rounded_fraction(n, fraction, held):
+    """The first round(n·f) of the seed's permutation are held out (Python's round: 2.5 → 2),
+    both parts in ascending order."""
+    perm = torch.randperm(n, generator=torch.Generator().manual_seed(6)).tolist()
+    tr, va = holdout_split(n, fraction, seed=6)
+    assert held == round(n * fraction) and va.tolist() == sorted(perm[:held]) and tr.tolist() == sorted(perm[held:])
+    for bad in (-0.1, 1.0):
+        with pytest.raises(ValueError, match=rf"^val_fraction must be in \[0, 1\), got {bad}$"):
+            holdout_split(n, bad, seed=6)
+
+
+def test_without_a_holdout_the_val_split_is_the_sets_own():
+    from mlplab.data.datasets import make_synthetic
+
+    own = make_synthetic("val", num_samples=20, image_size=8)
+    got = load_dataset("synthetic", "val", num_samples=20, image_size=8)
+    assert len(got) == 20 and torch.equal(got.images, own.images) and got.split == "val"
+    test = load_dataset("synthetic", "test", num_samples=20, image_size=8, val_fraction=0.5)
+    assert torch.equal(test.images, make_synthetic("test", num_samples=20, image_size=8).images)  # never cut
+
+
+def test_a_pack_loads_whole_resized_with_its_own_statistics(tmp_path):
+    """load_dataset of a pack: every image of the split (the test split is its val/), resized when
+    asked, with the pack's classes and per-channel statistics (its index.json, read here)."""
+    import json
+
+    from mlplab.data import pack
+    from mlplab.errors import BadInput
+
+    rng = np.random.default_rng(3)
+    for split, n in (("train", 3), ("val", 2)):
+        for c in ("a", "b"):
+            (tmp_path / "f" / split / c).mkdir(parents=True)
+            for i in range(n):
+                image = rng.integers(0, 256, (3, 8, 8), dtype=np.uint8)
+                (tmp_path / "f" / split / c / f"{i}.png").write_bytes(png_bytes(image))
+    pack(tmp_path / "f", tmp_path / "p", 8, workers=1, progress="none")
+    index = json.loads((tmp_path / "p" / "index.json").read_text())
+    full = load_dataset("packed", "train", root=tmp_path / "p")
+    small = load_dataset("packed", "train", root=tmp_path / "p", image_size=4)
+    for d, side in ((full, 8), (small, 4)):
+        assert d.images.shape == (6, 3, side, side) and d.info.image_size == (side, side) and d.split == "train"
+        assert d.info.mean == tuple(index["mean"]) and d.info.std == tuple(index["std"]) and d.info.in_chans == 3
+        assert d.classes == ["a", "b"] and d.info.classes == ("a", "b") and d.info.num_classes == 2
+        assert sorted(d.labels.tolist()) == [0, 0, 0, 1, 1, 1]
+    assert torch.equal(small.labels, full.labels) and torch.equal(small.images, resize_images(full.images, 4))
+    assert len(load_dataset("packed", "test", root=tmp_path / "p")) == 4
+    pack(tmp_path / "f", tmp_path / "grey", 8, workers=1, in_chans=1, progress="none")
+    grey = load_dataset("packed", "train", root=tmp_path / "grey", image_size=4)
+    assert grey.images.shape == (6, 1, 4, 4) and grey.info.in_chans == 1 and len(grey.info.mean) == 1
+    with pytest.raises(BadInput, match=r"^data.dataset=packed needs data.root=DIR, the folder written by "
+                                       r"`mlplab pack`$"):
+        load_dataset("packed", "train")
+
+
+def test_a_holdout_keeps_the_examples_of_its_rows_with_the_sets_info_and_classes():
+    from mlplab.data.datasets import make_synthetic
+
+    whole = make_synthetic("train", num_samples=40, image_size=8, seed=2)
+    perm = torch.randperm(40, generator=torch.Generator().manual_seed(2)).tolist()
+    for split, rows in (("train", sorted(perm[10:])), ("val", sorted(perm[:10]))):
+        got = load_dataset("synthetic", split, num_samples=40, image_size=8, val_fraction=0.25, seed=2)
+        assert torch.equal(got.images, whole.images[rows]) and torch.equal(got.labels, whole.labels[rows])
+        assert got.info == whole.info and got.classes == whole.classes and got.split == split

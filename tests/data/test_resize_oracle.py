@@ -63,3 +63,35 @@ def test_resized_crop_is_the_bilinear_reference_of_each_box():
     for k, (t, l, h, w) in enumerate(boxes):
         np.testing.assert_allclose(got[k], reference(x[k, :, t:t + h, l:l + w], (9, 12), antialias=False),
                                    rtol=0, atol=1e-9)
+
+
+def test_resize_images_keeps_black_and_white_where_the_reference_does():
+    """Blocks of 0 and 255 (not constant): where the filter sees one block only the reference is
+    exactly 0 or 255 and so is the resize, neither clipped nor lifted off the ends of the range."""
+    blocks = np.kron(np.random.default_rng(2).integers(0, 2, (2, 3, 4, 4)), np.ones((6, 6))) * 255  # 24x24
+    x = torch.from_numpy(blocks.astype(np.uint8))
+    for hw in ((12, 12), (8, 8), (36, 30)):
+        got = resize_images(x, hw).numpy().astype(np.float64)
+        want = reference(blocks, hw, antialias=True)
+        clear = np.abs(want - np.floor(want) - 0.5) > 0.01  # away from a rounding tie
+        np.testing.assert_array_equal(got[clear], np.rint(want[clear]))
+        assert (got == 0).any() and (got == 255).any()
+
+
+def test_resize_images_builds_its_output_where_the_images_are():
+    x = torch.zeros(2, 3, 12, 12, dtype=torch.uint8, device="meta")  # stands in for an accelerator
+    y = resize_images(x, (5, 7))
+    assert y.device == x.device and y.dtype == torch.uint8 and tuple(y.shape) == (2, 3, 5, 7)
+
+
+def test_resize_images_returns_images_already_at_the_size_and_resizes_2048_at_a_time(monkeypatch):
+    x = torch.randint(0, 256, (4, 3, 6, 6), dtype=torch.uint8, generator=torch.Generator().manual_seed(3))
+    assert resize_images(x, 6) is x and resize_images(x, (6, 6)) is x
+    calls = []
+    real = torch.nn.functional.interpolate
+    monkeypatch.setattr(torch.nn.functional, "interpolate", lambda t, **kw: calls.append(len(t)) or real(t, **kw))
+    resize_images(torch.zeros(2049, 1, 2, 2, dtype=torch.uint8), 1)
+    assert calls == [2048, 1]  # memory is bounded by the chunk
+    calls.clear()
+    resize_images(x, 3, chunk=3)
+    assert calls == [3, 1]

@@ -59,6 +59,7 @@ def test_loss_change_is_the_mean_relative_change_per_epoch(losses, last):
 
 def test_loss_change_worked_examples():
     assert loss_change(_run([4.0, 2.0, 1.0])) == pytest.approx(-50.0)  # halved every epoch
+    assert loss_change(_run([1.0, 9.0, 1.0, 2.0, 4.0])) == pytest.approx(100.0)  # by default the last two epochs
     assert loss_change(_run([9.0, 1.0, 2.0, 4.0]), last=2) == pytest.approx(100.0)  # the last two only
     assert loss_change(_run([8.0, 4.0, 1.0]), last=1) == pytest.approx(-75.0)
     assert loss_change(_run([1.0, 0.5, 2.0]), last=5) == pytest.approx(100 * (2.0 ** 0.5 - 1))
@@ -122,3 +123,56 @@ def test_spearman_worked_example():
     assert spearman([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
     assert spearman([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)
     assert spearman([1, 2, 3, 4, float("nan")], [1, 3, 2, 4, 0]) == pytest.approx(0.8)  # 1 - 6*2/(4*15)
+
+
+def test_group_runs_groups_equal_values_whatever_their_key_order_or_type():
+    runs = [_run(None, "a", {"test_acc": 0.5}, **{"model.kwargs": {"depth": 2, "width": 8}, "data.root": Path("d")}),
+            _run(None, "b", {"test_acc": 0.7}, **{"model.kwargs": {"width": 8, "depth": 2}, "data.root": Path("d")}),
+            _run(None, "c", {"test_acc": 0.9}, **{"model.kwargs": {"width": 8, "depth": 2}, "data.root": "e"})]
+    rows = group_runs(runs, {"kwargs": lambda r: r.get("model.kwargs"), "root": lambda r: r.get("data.root")},
+                      {"acc": lambda r: r.results["test_acc"]})
+    assert [(r["kwargs"], r["root"], r["n"]) for r in rows] == [({"depth": 2, "width": 8}, "d", 2),
+                                                                ({"depth": 2, "width": 8}, "e", 1)]
+    assert rows[0]["acc"] == pytest.approx(0.6, abs=1e-12)
+    assert rows[0]["acc_std"] == pytest.approx(statistics.stdev([0.5, 0.7]), abs=1e-12) and rows[1]["acc_std"] == 0
+
+
+def test_spearman_with_two_distinct_values_is_scipys_and_without_variation_nan_without_a_warning():
+    import warnings
+
+    a, b = [0.0, 0.0, 1.0, 1.0], [1.0, 2.0, 3.0, 5.0]
+    assert spearman(a, b) == pytest.approx(stats.spearmanr(a, b).statistic, abs=1e-12)
+    assert spearman(b, a) == pytest.approx(stats.spearmanr(b, a).statistic, abs=1e-12)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # decided here, not left to scipy's constant-input warning
+        assert math.isnan(spearman([1.0, 1.0, 1.0], [1.0, 2.0, 3.0]))
+        assert math.isnan(spearman([1.0, 2.0, 3.0], [4.0, 4.0, 4.0]))
+
+
+def test_mean_std_is_float64_whatever_the_values_type():
+    values = [np.float32(1e8), np.float32(1.0), np.float32(-1e8)]  # float32 sums 1e8 + 1 to 1e8
+    m, s, n = mean_std(values)
+    assert n == 3 and m == pytest.approx(1 / 3, rel=1e-12)
+    assert s == pytest.approx(statistics.stdev([1e8, 1.0, -1e8]), rel=1e-12)
+
+
+def test_group_runs_by_a_key_without_a_dot_and_select_past_unfinished_runs():
+    runs = [_run(None, "a", {"test_acc": 0.5}, arch="mlp"), _run(None, "b", {"test_acc": 0.7}, arch="mlp")]
+    rows = group_runs(runs, ["arch"], {"acc": lambda r: r.results["test_acc"]})
+    assert [(r["arch"], r["n"]) for r in rows] == [("mlp", 2)]
+    unfinished = RunRecord("sweep", "u", Path("u"), {"arch": "mlp"}, {}, None)
+    other = _run(None, "o", {"test_acc": 0.1}, arch="mlp")
+    other.sweep = "other"
+    assert select([unfinished, other, *runs], sweep="sweep", arch="mlp") == runs
+
+
+def test_a_percentage_below_two_is_a_percentage():
+    assert error_pct(_run(results={"test_acc": 1.5})) == pytest.approx(98.5)  # 1.5 % accuracy, not 150 %
+    r = RunRecord("s", "n", Path("n"), {}, {}, {"test_acc": 1.5, "test_examples": 100})
+    assert aggregate.test_error_sd(r) == pytest.approx(100 * math.sqrt(0.985 * 0.015 / 100), rel=1e-12)
+
+
+def test_loss_change_without_a_history_and_past_a_zero_loss():
+    assert math.isnan(loss_change(_run(None, results={"test_acc": 0.5})))
+    assert math.isnan(loss_change(RunRecord("s", "r", Path("r"), {}, {}, None)))
+    assert math.isnan(loss_change(_run([1.0, 0.0, 2.0]), last=1))  # the loss it is relative to is 0

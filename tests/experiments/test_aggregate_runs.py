@@ -116,3 +116,10 @@ def test_csv_cells_read_back_to_the_same_values():
     assert list(csv.reader(io.StringIO(rows_to_csv(rows, ["e", "b"])))) == [["e", "b"], ["", "0.30000000000000004"],
                                                                            ["", "3"], ["", "True"]]
     assert rows_to_csv([]) == "\n"
+
+
+def test_an_error_file_that_is_not_utf8_is_read_with_replacements(tmp_path):
+    run = _write(tmp_path / "s" / "r", spec_json={"sweep": "s", "name": "r"})
+    (run / "error.txt").write_bytes(b"Traceback\nOSError: disk \xff full\n")
+    (rec,) = load_runs(tmp_path)
+    assert rec.status == "failed" and rec.error == "OSError: disk \ufffd full"

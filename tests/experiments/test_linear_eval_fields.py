@@ -63,11 +63,13 @@ def test_every_field_is_the_librarys_on_eval_mode_features(checkpoint):
 def test_the_seed_and_draws_are_passed_on_and_nothing_is_fitted_unasked(checkpoint):
     setup = _setup(checkpoint)
     train, test = _features(setup, setup.data.train), _features(setup, setup.split)
-    got = linear_eval(setup, (2,), probe=True, draws=3, seed=7)
-    want = linear_few_shot(*train, *test, shots=(2,), draws=3, seed=7)[2]
+    got = linear_eval(setup, (2,), probe=True, draws=3, seed=11)
+    want = linear_few_shot(*train, *test, shots=(2,), draws=3, seed=11)[2]
     assert len(got["few_shot"]["2"]["accuracies"]) == 3 and got["few_shot"]["2"]["l2"] == list(want.l2)
     assert got["few_shot"]["2"]["accuracies"] == list(want.accuracies)
-    assert got["probe"]["l2"] == linear_probe(*train, *test, seed=7).l2
+    probe = linear_probe(*train, *test, seed=11)
+    assert probe.l2 != linear_probe(*train, *test, seed=0).l2  # a seed whose holdout chooses another λ
+    assert got["probe"] == {"acc": probe.acc, "l2": probe.l2, "holdout": probe.holdout, "train": probe.train}
     bare = linear_eval(setup)
     assert set(bare) == {"features", "train_examples", "test_examples"}
 

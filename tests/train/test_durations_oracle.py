@@ -98,3 +98,50 @@ def test_sizes_that_do_not_divide_are_refused():
         _run(100, 2, 32, 3, ("steps", 1), ("steps", None))
     with pytest.raises(BadInput, match="fewer than one batch"):
         _run(31, 2, 32, 1, ("steps", 1), ("steps", None))  # 15 per process, batches of 16
+
+
+def test_a_run_has_exactly_one_length_and_at_most_one_warmup_each_in_range():
+    """Each refusal of a duration, in its whole sentence: two lengths (or none), two warmups, a
+    length ≤ 0, a negative warmup, floor or start, and a floor above the peak."""
+    def refused(overrides, sentence):
+        with pytest.raises(ValueError) as e:
+            make_config(None, {"schedule.epochs": None, **overrides})
+        assert str(e.value) == sentence
+
+    refused({"schedule.steps": 5, "schedule.examples": 9},
+            "schedule: give exactly one training length of schedule.epochs, schedule.steps, schedule.examples "
+            "(got epochs=None, steps=5, examples=9); to switch units, null the other, e.g. schedule.epochs=null "
+            "schedule.steps=500")
+    refused({}, "schedule: give exactly one training length of schedule.epochs, schedule.steps, schedule.examples "
+                "(got epochs=None, steps=None, examples=None); to switch units, null the other, e.g. "
+                "schedule.epochs=null schedule.steps=500")
+    refused({"schedule.epochs": 1, "schedule.steps": 5, "schedule.examples": 9},
+            "schedule: give exactly one training length of schedule.epochs, schedule.steps, schedule.examples "
+            "(got epochs=1.0, steps=5, examples=9); to switch units, null the other, e.g. schedule.epochs=null "
+            "schedule.steps=500")
+    refused({"schedule.steps": 5, "schedule.warmup_epochs": 0.5, "schedule.warmup_steps": 0},
+            "schedule: give warmup in epochs or steps, not both (warmup_epochs=0.5, warmup_steps=0)")
+    for key, bad in (("epochs", 0.0), ("steps", 0), ("examples", -3)):
+        refused({f"schedule.{key}": bad}, f"schedule.{key} must be > 0, got {bad}")
+    for key in ("warmup_epochs", "warmup_steps", "min_lr", "warmup_start_lr"):
+        bad = -1 if key == "warmup_steps" else -0.5
+        refused({"schedule.steps": 5, f"schedule.{key}": bad}, f"schedule.{key} must be >= 0, got {bad}")
+    refused({"schedule.steps": 5, "schedule.min_lr": 0.2, "optim.lr": 0.1},
+            "schedule.min_lr=0.2 is above optim.lr=0.1")
+    ok = make_config(None, {"schedule.epochs": None, "schedule.steps": 5, "schedule.min_lr": 0.1, "optim.lr": 0.1,
+                            "schedule.warmup_steps": 0, "schedule.warmup_start_lr": 0.0})
+    assert (ok.schedule.min_lr, ok.schedule.warmup_steps) == (0.1, 0)  # a floor at the peak, no warmup: allowed
+
+
+@pytest.mark.parametrize("world,eval_batch,want", [(4, 3, 1), (2, 3, 1), (1, 1, 1), (4, 1, 1), (2, 1025, 512)])
+def test_the_evaluation_batch_per_process_is_at_least_one(world, eval_batch, want):
+    cfg = make_config(None, {"schedule.epochs": None, "schedule.steps": 1, "run.batch_size": 4 * world,
+                             "run.eval_batch_size": eval_batch})
+    assert durations(cfg, 64 * world, world).eval_batch_per_rank == want
+
+
+@pytest.mark.parametrize("batch,want", [(3, 12), (255, 1020), (256, 1024), (300, 1024)])
+def test_one_process_by_default_and_an_evaluation_batch_of_four_batches_up_to_1024(batch, want):
+    cfg = make_config(None, {"schedule.epochs": None, "schedule.steps": 1, "run.batch_size": batch})
+    d = durations(cfg, 2 * batch)  # one process unless told: an odd batch is not split
+    assert (d.batch_per_rank, d.steps_per_epoch, d.eval_batch_per_rank) == (batch, 2, want)

@@ -4,6 +4,8 @@ where the splits are stored, the loaders' shards and the data's identity, each a
 expectation written here. (Disjoint splits for every seed: test_splits_oracle.py.)"""
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -13,7 +15,8 @@ from mlplab.data.formats import png_bytes
 from mlplab.errors import BadInput
 from mlplab.train import data as D
 from mlplab.train import make_config
-from mlplab.train.distributed import DistInfo
+from mlplab.train.distributed import DistInfo, shard_indices
+from mlplab.utils.seeds import derive_seed
 
 CPU = torch.device("cpu")
 
@@ -73,6 +76,7 @@ def test_streamed_classes_and_subsets_are_rows_of_the_shared_images():
     assert again.rows.tolist() == [3]
     first = D._subset(kept, 2, "first", 0)
     assert first.rows.tolist() == [0, 2] and first.images is s.images and len(first) == 2
+    assert first.labels is kept.labels  # the labels of every example of the shared images
     assert D._subset(s, 3, "first", 0).rows.tolist() == [0, 1, 2]
     pick = sorted(torch.randperm(4, generator=torch.Generator().manual_seed(5))[:3].tolist())
     assert D._subset(kept, 3, "random", 5).rows.tolist() == [[0, 2, 3, 4][i] for i in pick]
@@ -84,10 +88,21 @@ def test_splits_are_stored_where_data_on_device_says(monkeypatch):
     assert D._on_device(True, split, CPU) and not D._on_device(False, split, CPU)
     assert D._on_device("auto", split, CPU)  # CPU: the data is where the run is anyway
     for memory, held in ((1001, True), (1000, False)):  # on a GPU: 300 bytes of images < 30% of its free memory
-        monkeypatch.setattr(D, "available_memory", lambda device, m=memory: m)
+        monkeypatch.setattr(D, "available_memory", lambda device, m=memory: m if device.type == "cuda" else 0)
         assert D._on_device("auto", split, torch.device("cuda")) == held, memory
+    host = D.load_run_data(_cfg(**{"data.train_subset": 300}), torch.device("cuda"))  # too big for its 1000 bytes
+    assert host.train.images.device == host.test.images.device == CPU and host.device == torch.device("cuda")
     kept = D.load_run_data(_cfg(**{"data.on_device": False, "data.val_fraction": 0.1}), CPU)
     assert kept.train.images.device == kept.val.images.device == kept.test.images.device == CPU
+    meta = torch.device("meta")  # stands in for an accelerator: where the splits and the batches go
+    for flag, home in ((True, meta), (False, CPU), ("auto", meta)):
+        data = D.load_run_data(_cfg(**{"data.on_device": flag, "data.val_fraction": 0.1, "data.num_workers": 3}),
+                               meta)
+        assert {s.images.device for s in (data.train, data.val, data.test)} == {home}, flag
+        assert {s.labels.device for s in (data.train, data.val, data.test)} == {home}, flag
+        assert data.device == meta and data.num_workers == 3
+        x, y = next(iter(D.eval_loader(data.test, data, 4, DistInfo())))
+        assert x.device == y.device == meta  # a split kept in host memory is staged to the run's device
 
 
 def test_an_eval_loader_gives_every_example_once_over_the_ranks_in_order():
@@ -141,15 +156,26 @@ def test_the_datas_identity_and_its_description(tmp_path):
     assert D.same_data({"dataset": "packed"}, {"dataset": "packed"})
 
 
+def test_same_data_compares_what_decides_each_datasets_content():
+    pack = {"dataset": "packed", "root": "/a", "index_sha256": "1"}
+    assert D.same_data(pack, {**pack, "root": "/moved"})  # the same index wherever it lies
+    assert not D.same_data(pack, {**pack, "index_sha256": "2"})  # packed again in place
+    folder = {"dataset": "imagefolder", "root": "/a"}
+    assert D.same_data(folder, dict(folder)) and not D.same_data(folder, {**folder, "root": "/b"})
+    assert D.same_data({"dataset": "cifar10", "root": "/a"}, {"dataset": "cifar10", "root": "/b"})  # checksummed
+    assert not D.same_data({"dataset": "cifar10"}, {"dataset": "cifar100"})
+
+
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory):
-    """An image folder: 3 classes of 6, 6 and 6 distinct 8x8 training images, 2 test images each."""
+    """An image folder: 3 classes of 6, 6 and 6 distinct 8x8 training images, 2 12x12 test images each."""
     root, rng = tmp_path_factory.mktemp("rundata") / "folder", np.random.default_rng(1)
     for split, n in (("train", 6), ("test", 2)):
         for c in range(3):
             (root / split / f"c{c}").mkdir(parents=True)
             for i in range(n):
-                (root / split / f"c{c}" / f"{i}.png").write_bytes(png_bytes(rng.integers(0, 256, (3, 8, 8),
+                side = 8 if split == "train" else 12
+                (root / split / f"c{c}" / f"{i}.png").write_bytes(png_bytes(rng.integers(0, 256, (3, side, side),
                                                                                          dtype=np.uint8)))
     return root
 
@@ -157,10 +183,18 @@ def folder(tmp_path_factory):
 def test_a_pack_streams_with_its_own_classes_size_and_statistics(folder, tmp_path, monkeypatch):
     pack(folder, tmp_path / "p", 8, workers=1, shard_size=7, progress="none")
     cfg = _cfg(**{"data.dataset": "packed", "data.root": str(tmp_path / "p"), "data.image_size": None,
-                  "data.stream": True, "data.val_fraction": 0.25, "data.classes": [2, 0]})
+                  "data.stream": True, "data.val_fraction": 0.25, "data.classes": [2, 0], "augment.hflip": True})
     data = D.load_run_data(cfg, CPU)
     assert data.train.streamed and data.info.num_classes == 2 and data.info.image_size == (8, 8)
     assert data.info.classes == ("c2", "c0") and len(data.test) == 4
+    index = json.loads((tmp_path / "p" / "index.json").read_text())  # the pack's own statistics, read here
+    assert data.info.mean == tuple(index["mean"]) and data.info.std == tuple(index["std"])
+    assert data.info.in_chans == 3 and data.num_workers == 0 and data.device == CPU
+    assert data.augment.cfg == cfg.augment and data.augment.num_classes == 2  # the run's, for its classes
+    pack(folder, tmp_path / "grey", 8, workers=1, in_chans=1, progress="none")
+    grey = D.load_run_data(_cfg(**{"data.dataset": "packed", "data.root": str(tmp_path / "grey"),
+                                   "data.image_size": None, "data.stream": True}), CPU)
+    assert grey.info.in_chans == 1 and len(grey.info.mean) == 1
     rows = sorted(data.train.rows.tolist() + data.val.rows.tolist())
     assert len(rows) == 12 and set(data.train.labels[rows].tolist()) == {0, 1}
     resized = D.load_run_data(_cfg(**{"data.dataset": "packed", "data.root": str(tmp_path / "p"),
@@ -181,7 +215,25 @@ def test_an_image_folder_streams_its_test_split_with_the_training_classes(folder
     data = D.load_run_data(cfg, CPU)
     assert data.train.streamed and len(data.train) == 18 and data.val is None
     assert data.test.rows.tolist() == [0, 1, 2, 3] and data.info.classes == ("c0", "c1", "c2")
-    assert data.info.image_size == (8, 8) and data.info.num_classes == 3
+    assert data.info.image_size == (8, 8) and data.info.num_classes == 3 and data.device == CPU
+    assert data.test.images.shape == (6, 3, 8, 8) and data.test.images.classes == ["c0", "c1", "c2"]  # train's size
+    x, _ = next(iter(D.eval_loader(data.test, data, 2, DistInfo())))
+    assert x.shape == (2, 3, 8, 8)
+    sized = D.load_run_data(_cfg(**{"data.dataset": "imagefolder", "data.root": str(folder), "data.image_size": 4,
+                                    "data.stream": True}), CPU)
+    assert sized.info.image_size == (4, 4) and sized.train.images.image_size == sized.test.images.image_size == 4
+
+
+def test_an_image_folder_streams_when_auto_finds_it_large_and_a_folder_without_train_is_named(folder, tmp_path,
+                                                                                            monkeypatch):
+    monkeypatch.setattr(D, "STREAM_BYTES", 18 * 3 * 8 * 8 - 1)
+    data = D.load_run_data(_cfg(**{"data.dataset": "imagefolder", "data.root": str(folder), "data.image_size": None,
+                                   "data.stream": "auto"}), CPU)
+    assert data.train.streamed and data.train.images.shape == (18, 3, 8, 8)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(BadInput, match=r"has no train/ folder"):  # load_dataset's sentence: where it looked
+        D.load_run_data(_cfg(**{"data.dataset": "imagefolder", "data.root": str(tmp_path / "empty"),
+                                "data.stream": True}), CPU)
 
 
 def test_a_streamed_source_needs_an_existing_root(tmp_path):
@@ -196,3 +248,130 @@ def test_a_streamed_source_needs_an_existing_root(tmp_path):
         D.load_run_data(_cfg(**{"data.dataset": "packed", "data.stream": True}), CPU)
     with pytest.raises(BadInput, match=r"a folder holding train/<class>/<image>"):
         D.load_run_data(_cfg(**{"data.dataset": "imagefolder", "data.stream": True}), CPU)
+
+
+def test_streamed_random_subsets_are_the_run_seeds_rows(folder, tmp_path):
+    pack(folder, tmp_path / "p", 8, workers=1, shard_size=7, progress="none")
+    data = D.load_run_data(_cfg(**{"data.dataset": "packed", "data.root": str(tmp_path / "p"), "data.image_size": None,
+                                   "data.stream": True, "data.subset": "random", "data.train_subset": 5,
+                                   "data.test_subset": 4, "run.seed": 5}), CPU)
+    for split, n, got in ((18, 5, data.train), (6, 4, data.test)):
+        want = sorted(torch.randperm(split, generator=torch.Generator().manual_seed(5))[:n].tolist())
+        assert got.rows.tolist() == want
+    first = D.load_run_data(_cfg(**{"data.dataset": "packed", "data.root": str(tmp_path / "p"), "data.image_size": None,
+                                    "data.stream": True, "data.train_subset": 5, "data.classes": [1, 2]}), CPU)
+    ones = [i for i, c in enumerate(first.train.labels.tolist()) if c >= 0]
+    assert first.train.rows.tolist() == ones[:5]
+
+
+class _Recorded:
+    """Replaces the three loader classes in train.data: what each is built with, then the real one."""
+
+    def __init__(self, monkeypatch):
+        self.calls = []
+        for name in ("DeviceLoader", "PackedLoader", "StreamingLoader"):
+            real = getattr(D, name)
+
+            def build(*args, _real=real, _name=name, **kw):
+                self.calls.append((_name, args, kw))
+                return _real(*args, **kw)
+            monkeypatch.setattr(D, name, build)
+
+    def last(self):
+        return self.calls[-1]
+
+
+def _same(kw, want):
+    """The recorded keyword arguments against the ones expected (tensors by value)."""
+    assert set(kw) == set(want), set(kw) ^ set(want)
+    for k, v in want.items():
+        got = kw[k]
+        assert (torch.equal(got, v) if isinstance(v, torch.Tensor) else got == v), (k, got, v)
+
+
+def test_each_loader_is_built_with_the_splits_rows_statistics_and_the_documented_seeds(folder, tmp_path,
+                                                                                       monkeypatch):
+    """The augmentation of (run.seed, epoch, rank) is drawn from derive_seed(run.seed, "augment",
+    epoch, rank) (docs/training.md), the epoch's order from its shard; evaluation neither shuffles
+    nor augments nor drops; a pack is read by data.num_workers threads (0: 2), an image folder by
+    data.num_workers processes."""
+    rec = _Recorded(monkeypatch)
+    data = D.load_run_data(_cfg(**{"data.train_subset": 40, "data.test_subset": 10, "augment.hflip": True,
+                                   "data.num_workers": 3}), CPU)
+    stats = dict(mean=data.info.mean, std=data.info.std)
+    dist = DistInfo(rank=1, world_size=2)
+    D.train_loader(data, 3, 4, 7, dist, micro_batches=2)
+    name, (images, labels, batch), kw = rec.last()
+    assert name == "DeviceLoader" and images is data.train.images and labels is data.train.labels and batch == 4
+    _same(kw, dict(shuffle=False, drop_last=True, augment=data.augment, seed=derive_seed(7, "augment", 3, 1),
+                   micro_batches=2, device=CPU, indices=shard_indices(40, 3, 7, dist), **stats))
+    assert data.augment.cfg.hflip and data.augment.cfg == make_config(None, {"augment.hflip": True}).augment
+    D.eval_loader(data.test, data, 5, dist)
+    _same(rec.last()[2], dict(shuffle=False, drop_last=False, augment=None, seed=0, micro_batches=1, device=CPU,
+                              indices=torch.tensor([1, 3, 5, 7, 9]), **stats))
+    assert rec.last()[2]["indices"].dtype == torch.int64
+    D.eval_loader(data.test, data, 5, DistInfo())
+    assert rec.last()[2]["indices"] is None  # one process: every example, in order
+    meta = torch.device("meta")  # splits held on an accelerator: their rows are chosen there, not copied over
+    held = D.load_run_data(_cfg(**{"data.train_subset": 40, "data.test_subset": 10}), meta)
+    D.train_loader(held, 0, 4, 7, dist)
+    assert rec.last()[2]["indices"].device == rec.last()[2]["device"] == meta
+    D.eval_loader(held.test, held, 5, dist)
+    assert rec.last()[2]["indices"].device == rec.last()[2]["device"] == meta
+
+    pack(folder, tmp_path / "p", 8, workers=1, shard_size=7, progress="none")
+    for workers, threads in ((0, 2), (3, 3)):
+        packed = D.load_run_data(_cfg(**{"data.dataset": "packed", "data.root": str(tmp_path / "p"),
+                                         "data.image_size": 4, "data.stream": True, "data.num_workers": workers,
+                                         "data.classes": [1, 2]}), CPU)
+        rows = packed.train.rows
+        stats = dict(mean=packed.info.mean, std=packed.info.std)
+        loader = D.train_loader(packed, 1, 3, 7, DistInfo(), start=2)
+        name, (images, labels, batch), kw = rec.last()
+        assert name == "PackedLoader" and images is packed.train.images and labels is packed.train.labels
+        _same(kw, dict(shuffle=False, drop_last=True, augment=packed.augment, seed=derive_seed(7, "augment", 1, 0),
+                       micro_batches=1, device=CPU, indices=rows[shard_indices(12, 1, 7, DistInfo())],
+                       threads=threads, image_size=(4, 4), **stats))
+        assert loader.state_dict()["position"] == 2 and loader.state_dict()["epoch"] == loader.epoch
+        x, _ = next(iter(loader))
+        assert x.shape == (3, 3, 4, 4)  # the pack's 8x8 images resized as read
+        D.eval_loader(packed.test, packed, 5, DistInfo(rank=0, world_size=3))
+        _same(rec.last()[2], dict(shuffle=False, drop_last=False, augment=None, seed=0, micro_batches=1, device=CPU,
+                                  indices=packed.test.rows[[0, 3]], threads=threads, image_size=(4, 4), **stats))
+
+    D.eval_loader(packed.test, packed, 5, DistInfo())
+    assert torch.equal(rec.last()[2]["indices"], packed.test.rows) and len(packed.test.rows) == 4
+
+    streamed = D.load_run_data(_cfg(**{"data.dataset": "imagefolder", "data.root": str(folder),
+                                       "data.image_size": None, "data.stream": True, "data.num_workers": 0}), CPU)
+    D.eval_loader(streamed.test, streamed, 2, DistInfo())
+    name, (dataset, batch), kw = rec.last()
+    assert name == "StreamingLoader" and dataset is streamed.test.images and batch == 2
+    _same(kw, dict(shuffle=False, drop_last=False, augment=None, seed=0, micro_batches=1, device=CPU, indices=None,
+                   num_workers=0, mean=streamed.info.mean, std=streamed.info.std))
+    streamed.num_workers, streamed.device = 2, meta
+    D.train_loader(streamed, 0, 2, 1, DistInfo())
+    assert rec.last()[2]["device"] == meta and rec.last()[2]["indices"].device == CPU  # read on the host
+    assert rec.last()[2]["num_workers"] == 2 and rec.last()[2]["indices"].tolist() == \
+        shard_indices(18, 0, 1, DistInfo()).tolist()
+    streamed.device = None  # RunData built without a device: batches stay on the host
+    D.eval_loader(streamed.test, streamed, 2, DistInfo())
+    assert rec.last()[2]["device"] == CPU
+
+
+def test_the_datasets_are_read_as_the_data_section_says(monkeypatch):
+    """Every split is loaded from data.root, downloading where data.download says, at data.image_size;
+    the training and validation splits cut with the split seed."""
+    calls = []
+    real = D.load_dataset
+
+    def recorded(*args, **kw):
+        calls.append((args, kw))
+        return real(*args, **{k: v for k, v in kw.items() if k not in ("root", "download")})
+    monkeypatch.setattr(D, "load_dataset", recorded)
+    D.load_run_data(_cfg(**{"data.root": "/nowhere", "data.download": True, "data.val_fraction": 0.5}), CPU)
+    assert [a for a, _ in calls] == [("synthetic", "train"), ("synthetic", "test"), ("synthetic", "val")]
+    for (_, split), kw in calls:
+        assert {k: kw[k] for k in ("root", "download", "image_size")} == {"root": "/nowhere", "download": True,
+                                                                          "image_size": 8}
+        assert kw.get("seed") == (D.SPLIT_SEED if split != "test" else None) and kw.get("val_fraction") in (0.5, None)

@@ -148,3 +148,29 @@ def test_the_probes_lambda_holdout_is_disjoint_from_its_fit_for_every_seed(monke
         assert not set(choose["fit"]) & choose["held"] and len(choose["held"]) == res.holdout == 10
         assert set(choose["fit"]) | choose["held"] == set(range(40)) and not choose["tested"]
         assert sorted(final["fit"]) == list(range(40)) and final["tested"]  # refitted on every example
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_the_holdout_is_drawn_with_the_split_seed_not_the_runs(folder, monkeypatch, stream):
+    """The validation examples are the first round(N·f) of the split seed's permutation of the
+    training split (written out here), whatever ``run.seed`` is: with the split seed moved to 4,
+    the holdout moves with it."""
+    import mlplab.train.data as D
+
+    monkeypatch.setattr(D, "SPLIT_SEED", 4)
+    want = np.sort(torch.randperm(20, generator=torch.Generator().manual_seed(4)).numpy()[:6])
+    images = load_dataset("imagefolder", "train", root=folder).images
+    for seed in (0, 3):
+        cfg = _cfg(seed, **{"data.dataset": "imagefolder", "data.root": str(folder), "data.stream": stream,
+                            "data.val_fraction": 0.3})
+        data = load_run_data(cfg, torch.device("cpu"))
+        if stream:
+            assert data.val.rows.tolist() == want.tolist()
+            assert data.train.rows.tolist() == sorted(set(range(20)) - set(want.tolist()))
+        else:
+            assert _keys(data.val.images) == _keys(images[want])
+            assert _keys(data.train.images) == _keys(images[sorted(set(range(20)) - set(want.tolist()))])
+    synthetic = load_run_data(_cfg(3), torch.device("cpu"))
+    full = load_dataset("synthetic", "train", image_size=8, seed=4)  # (the synthetic set's own seed is the split's)
+    pick = np.sort(torch.randperm(1024, generator=torch.Generator().manual_seed(4)).numpy()[:256])
+    assert torch.equal(synthetic.val.images, full.images[pick]) and torch.equal(synthetic.val.labels, full.labels[pick])

@@ -134,15 +134,3 @@ def test_image_folders_and_packs_are_named_by_their_folder_and_the_table_by_its_
     cfg = make_config("synthetic_tiny", ["data.dataset=packed", "data.root=packs/in21k"])
     assert cfg.run.name == f"synthetic_tiny,data=in21k-{tag},dataset=packed"
     assert make_config("synthetic_tiny", ["data.dataset=packed", "data.root=packs/in21k", "run.name=x"]).run.name == "x"
-
-
-def test_same_data_compares_what_decides_each_datasets_content():
-    from mlplab.train.data import same_data
-
-    pack = {"dataset": "packed", "root": "/a", "index_sha256": "1"}
-    assert same_data(pack, {**pack, "root": "/moved"})  # the same index wherever it lies
-    assert not same_data(pack, {**pack, "index_sha256": "2"})  # packed again in place
-    folder = {"dataset": "imagefolder", "root": "/a"}
-    assert same_data(folder, dict(folder)) and not same_data(folder, {**folder, "root": "/b"})
-    assert same_data({"dataset": "cifar10", "root": "/a"}, {"dataset": "cifar10", "root": "/b"})  # checksummed
-    assert not same_data({"dataset": "cifar10"}, {"dataset": "cifar100"})
