@@ -107,29 +107,36 @@ def test_near_claim_outside_its_window_is_not_testable(pairs):
 
 # --------------------------------------------------------------------------------------- fig5
 
-FIG5_POINTS = {  # family → (Ω, [(S, C, m)]) — the S-Mixer with a swapped pair (8, 16) / (16, 8) at m = 128
-    "sw_mlp": (2**14, [(None, None, 100), (None, None, 200), (None, None, 400)]),
-    "s_mixer": (2**18, [(8, 16, 128), (16, 8, 128), (16, 16, 256), (16, 32, 512)]),
-    "rp_s_mixer": (2**18, [(8, 16, 128), (16, 16, 256), (16, 32, 512)]),
+# (family, Ω) → its points (S, C, m), written in no order of m; the S-Mixer at Ω = 2^18 with a
+# swapped pair (8, 16) / (16, 8) at m = 128, and at Ω = 2^14 too (each Ω a claim of its own)
+FIG5_POINTS = {
+    ("sw_mlp", 2**14): [(None, None, 400), (None, None, 100), (None, None, 200)],
+    ("s_mixer", 2**18): [(16, 32, 512), (8, 16, 128), (16, 8, 128), (16, 16, 256)],
+    ("rp_s_mixer", 2**18): [(8, 16, 128), (16, 32, 512), (16, 16, 256)],
+    ("s_mixer", 2**14): [(8, 8, 64), (4, 8, 32), (8, 16, 128)],
 }
 BASE = {"sw_mlp": 20.0, "s_mixer": 10.0, "rp_s_mixer": 30.0}
-SLOPE = {"sw_mlp": -2.0, "s_mixer": -1.0, "rp_s_mixer": 1.5}  # points per doubling of m
+SLOPE = {("sw_mlp", 2**14): -2.0, ("s_mixer", 2**18): -1.0, ("rp_s_mixer", 2**18): 1.5, ("s_mixer", 2**14): 0.5}
 SWAP = 0.4  # the swapped pair's error above its twin
+LABEL = {"s_mixer": "S-Mixer", "rp_s_mixer": "RP S-Mixer", "sw_mlp": "SW-MLP"}
+TRAIN_KEYS = {"test_error", "test_error_std", "n", "train_error", "train_error_std", "loss_change", "loss_change_std",
+              "params", "params_std", "connections", "connections_std"}
 
 
-def _fig5_error(f: str, S, m: int, s: int) -> float:
-    d = math.log2(m / FIG5_POINTS[f][1][0][2])
-    return BASE[f] + SLOPE[f] * d + (SWAP if (f, S) == ("s_mixer", 16) and m == 128 else 0.0) + 0.5 * s + TILT[s] * d
+def _fig5_error(f: str, om: int, S, m: int, s: int) -> float:
+    d = math.log2(m / 32)
+    swap = SWAP if (f, om, S, m) == ("s_mixer", 2**18, 16, 128) else 0.0
+    return BASE[f] + SLOPE[f, om] * d + swap + 0.5 * s + TILT[s] * d
 
 
 def _fig5_runs() -> list[RunRecord]:
     runs = []
-    for f, (om, pts) in FIG5_POINTS.items():
+    for (f, om), pts in FIG5_POINTS.items():
         for S, C, m in pts:
             lab = {"meta.omega": om, "meta.family": f, "meta.m": m, "meta.p": 0.5}
             if S:
                 lab.update({"meta.S": S, "meta.C": C})
-            runs += [rec("width", {**lab, "run.seed": s}, _fig5_error(f, S, m, s)) for s in SEEDS]
+            runs += [rec("width", {**lab, "run.seed": s}, _fig5_error(f, om, S, m, s)) for s in SEEDS]
     runs.append(rec("width", {"meta.omega": 2**14, "meta.family": "sw_mlp", "meta.m": 800, "meta.p": 0.5,
                               "run.seed": 0}, None))  # unfinished: no point
     runs.append(rec("other", {"meta.omega": 2**14, "meta.family": "sw_mlp", "meta.m": 800, "meta.p": 0.5,
@@ -142,43 +149,42 @@ def test_fig5_analysis_table_panels_and_claims(monkeypatch):
     monkeypatch.setattr(fig5_spec, "draw", lambda panels, title: drawn.append((panels, title)) or "figure")
     runs = _fig5_runs()
     an = fig5_spec._analyse_fig5(runs, {"scale": {"scale": "cpu", "dataset": "made-up"}})
-    mean_err = {(f, S, m): np.mean([_fig5_error(f, S, m, s) for s in SEEDS])
-                for f, (_, pts) in FIG5_POINTS.items() for S, _, m in pts}
+    mean_err = {(f, om, S, m): np.mean([_fig5_error(f, om, S, m, s) for s in SEEDS])
+                for (f, om), pts in FIG5_POINTS.items() for S, _, m in pts}
     # the table: one row per point, by Ω, family, m (the swapped pair's rows in the order seen)
-    order = [("sw_mlp", S, C, m) for S, C, m in FIG5_POINTS["sw_mlp"][1]] + \
-            [("rp_s_mixer", S, C, m) for S, C, m in FIG5_POINTS["rp_s_mixer"][1]] + \
-            [("s_mixer", S, C, m) for S, C, m in FIG5_POINTS["s_mixer"][1]]
-    assert [(r["family"], r["S"], r["C"], r["m"]) for r in an.table] == order
-    assert [r["omega"] for r in an.table] == [2**14] * 3 + [2**18] * 7
-    assert [r["test_error"] for r in an.table] == pytest.approx([mean_err[f, S, m] for f, S, _, m in order])
+    order = sorted([(om, f, m, S, C) for (f, om), pts in FIG5_POINTS.items() for S, C, m in pts],
+                   key=lambda k: k[:3])
+    assert [(r["omega"], r["family"], r["m"], r["S"], r["C"]) for r in an.table] == order
+    assert [r["test_error"] for r in an.table] == pytest.approx([mean_err[f, om, S, m] for om, f, m, S, _ in order])
+    assert all(set(r) == {"omega", "family", "S", "C", "m", "p"} | TRAIN_KEYS for r in an.table)
     assert an.columns == ["omega", "family", "S", "C", "m", "p", "test_error", "test_error_std", "train_error",
                           "loss_change", "params", "connections", "n"]
     # the figure: a panel per Ω, a line per family over its distinct m (the swapped pair's mean)
     assert an.figures == {"fig5": "figure"}
     axis = ("effective width m = S·C (SW-MLP: m)", "test error (%)")
-    s128 = (mean_err["s_mixer", 8, 128] + mean_err["s_mixer", 16, 128]) / 2
-    assert drawn == [([Panel("made-up, Ω = 2^14", *axis, [Series("SW-MLP", [100, 200, 400], pytest.approx(
-                           [mean_err["sw_mlp", None, m] for m in (100, 200, 400)]))], xscale="log"),
-                       Panel("made-up, Ω = 2^18", *axis,
-                             [Series("S-Mixer", [128, 256, 512], pytest.approx(
-                                 [s128, mean_err["s_mixer", 16, 256], mean_err["s_mixer", 16, 512]])),
-                              Series("RP S-Mixer", [128, 256, 512], pytest.approx(
-                                  [mean_err["rp_s_mixer", S, m] for S, _, m in FIG5_POINTS["rp_s_mixer"][1]]))],
-                             xscale="log")],
+
+    def line(f, om):
+        ms = sorted({m for _, _, m in FIG5_POINTS[f, om]})
+        ys = [np.mean([mean_err[f, om, S, m] for S, _, m2 in FIG5_POINTS[f, om] if m2 == m]) for m in ms]
+        return Series(LABEL[f], ms, pytest.approx(ys))
+
+    families = ("s_mixer", "rp_s_mixer", "sw_mlp")
+    claims_order = [(f, om) for om in (2**14, 2**18) for f in families if (f, om) in FIG5_POINTS]
+    assert drawn == [([Panel(f"made-up, Ω = 2^{k}", *axis, [line(f, om) for f, om2 in claims_order if om2 == om],
+                             xscale="log") for k, om in ((14, 2**14), (18, 2**18))],
                       "Fig. 5: test error vs effective width at fixed Ω")]
     # the claims: one per family and Ω, labelled, decided on that family's runs at that Ω only
     assert [c.claim for c in an.claims] == [
-        "Ω = 2^14: SW-MLP: test error falls as the effective width m grows at fixed Ω",
-        "Ω = 2^18: S-Mixer: test error falls as the effective width m grows at fixed Ω",
-        "Ω = 2^18: RP S-Mixer: test error falls as the effective width m grows at fixed Ω"]
-    assert [c.verdict for c in an.claims] == ["HELD", "HELD", "DID NOT HOLD"]
-    for c, f in zip(an.claims, ("sw_mlp", "s_mixer", "rp_s_mixer")):
+        f"Ω = 2^{int(math.log2(om))}: {LABEL[f]}: test error falls as the effective width m grows at fixed Ω"
+        for f, om in claims_order]
+    assert [c.verdict for c in an.claims] == ["DID NOT HOLD", "HELD", "HELD", "DID NOT HOLD"]
+    for c, (f, om) in zip(an.claims, claims_order):
         assert c.key == f"width-{f}"
-        assert {r.name for r in c.runs} == {r.name for r in runs if r.sweep == "width" and r.results is not None
-                                            and r.get("meta.family") == f}
-        pts = FIG5_POINTS[f][1]
+        assert c.runs == [r for r in runs if r.sweep == "width" and r.results is not None
+                          and r.get("meta.family") == f and r.get("meta.omega") == om]
+        pts = FIG5_POINTS[f, om]
         x = [math.log2(m) for _, _, m in pts]
-        ys = {s: [_fig5_error(f, S, m, s) for S, _, m in pts] for s in SEEDS}
+        ys = {s: [_fig5_error(f, om, S, m, s) for S, _, m in pts] for s in SEEDS}
         assert c.stats.effect == pytest.approx(np.mean(slopes_per_seed(x, ys)), abs=1e-9)
 
 
@@ -263,6 +269,7 @@ def test_fig2d_analysis_table_panel_and_one_claim_per_width_with_both_models(mon
     order = [("kronecker_mlp", 16), ("kronecker_mlp", 64), ("monarch_mlp", 16), ("monarch_mlp", 64),
              ("monarch_mlp", 256)]
     assert [(r["model"], r["width"]) for r in an.table] == order
+    assert all(set(r) == {"model", "width"} | TRAIN_KEYS for r in an.table)
     assert [r["test_error"] for r in an.table] == pytest.approx([mean_err[k] for k in order])
     assert [r["test_error_std"] for r in an.table] == pytest.approx(
         [np.std([_fig2d_error(*k, s) for s in SEEDS], ddof=1) for k in order])
@@ -314,6 +321,7 @@ def test_figS5_analysis_table_panel_and_the_intermediate_patch_claim(monkeypatch
     mean = [np.mean([_figS5_error(P, s) for s in SEEDS]) for P in Ps]
     std = [np.std([_figS5_error(P, s) for s in SEEDS], ddof=1) for P in Ps]
     assert [(r["P"], r["S0"]) for r in an.table] == [(P, (28 // P) ** 2) for P in Ps]
+    assert all(set(r) == {"P", "S0"} | TRAIN_KEYS for r in an.table)
     assert [r["test_error"] for r in an.table] == pytest.approx(mean)
     assert an.columns == ["P", "S0", "test_error", "test_error_std", "train_error", "loss_change", "params",
                           "connections", "n"]
@@ -425,6 +433,8 @@ def test_figS2_S3_analysis_tables_panels_and_claims(monkeypatch):
     s3_std = [np.std([_s3_error(S, s) for s in SEEDS], ddof=1) for S in s3]
     assert [(r["omega"], r["S"], r["C"], r["m"], r.get("gamma")) for r in an.table] == \
         [(om, S, C, S * C, None) for om, S, C in s2] + [(2**14, S, 256 // S, 256, GAMMA[S]) for S in s3]
+    by = {"omega", "family", "S", "C", "m", "p"}
+    assert [set(r) for r in an.table] == [by | TRAIN_KEYS] * 6 + [by | {"gamma"} | TRAIN_KEYS] * 5
     assert [r["test_error"] for r in an.table] == pytest.approx([s2_mean[om, S * C] for om, S, C in s2] + s3_mean)
     assert an.columns == ["omega", "S", "C", "m", "gamma", "test_error", "test_error_std", "train_error",
                           "loss_change", "params", "connections", "n"]
@@ -495,6 +505,7 @@ def test_fig6_analysis_panels_mark_the_pairs_nearest_s_eq_c_and_decide_each_budg
            for S, C in pairs}
     assert [(r["omega"], r["family"], r["S"], r["C"], r["m"]) for r in an.table] == \
         [(om, FIG6[om][0], S, C, S * C) for om in sorted(FIG6) for S, C in by_c[om]]
+    assert all(set(r) == {"omega", "family", "S", "C", "m", "p"} | TRAIN_KEYS for r in an.table)
     assert an.columns == ["omega", "family", "S", "C", "m", "test_error", "test_error_std", "train_error",
                           "loss_change", "params", "connections", "n"]
     assert an.figures == {"fig6": "fig"}
@@ -521,7 +532,7 @@ def test_fig6_analysis_panels_mark_the_pairs_nearest_s_eq_c_and_decide_each_budg
 
 F4_MIXER = {(64, 64): 10.0, (32, 32): 14.0, (64, 32): 12.0}  # (S, C) → error, m = 1024 … 4096
 F4_SW = {8232: 9.0, 1029: 13.0, 4116: 16.0, 2058: 14.0}  # m → error; 4116 is the nearest to the Mixer's 4096
-SPEC_M = (4096, 256, 16384, 1024)  # λ_max widths, in no order
+SPEC_M = (4096, 256, 65536, 16384, 1024)  # λ_max widths, in no order
 CG = 1 + math.sqrt(2.0)
 
 
@@ -546,11 +557,16 @@ def _lam_mx(m: int, s: int) -> float:
     return CG + 0.01 * (s + 1) * (1 if m > 1000 else -1)
 
 
+def _has(s: int, m: int) -> bool:
+    """Whether the spectra run of seed 10 + s has width m: seed 13 lacks 1024, only seed 10 has 65536."""
+    return not (s == 3 and m == 1024) and (m != 65536 or s == 0)
+
+
 def _spectra(seeds=(10, 11, 12, 13)) -> list[RunRecord]:
-    """λ_max per seed; seed 13 lacks m = 1024; the run of seed 11 is there twice (counted once)."""
+    """λ_max per seed (its widths: ``_has``); the run of seed 11 is there twice (counted once)."""
     out = []
     for s in seeds:
-        ms = [m for m in SPEC_M if not (s == 13 and m == 1024)]
+        ms = [m for m in SPEC_M if _has(s - 10, m)]
         out.append(RunRecord("spectra", f"seed={s}", Path("/nonexistent"), {"seed": s, "omega": 2**19}, results={
             "rows": [{"m": m, "S": m // 64, "C": 64, "p": 64 / m, "c_gamma": CG, "gamma": 2.0,
                       "sw_theory": 1.5 + m / 1e4, "lambda_sw": _lam_sw(m, s - 10), "lambda_mixer": _lam_mx(m, s - 10)}
@@ -570,13 +586,14 @@ def test_fig4_analysis_tables_panels_and_its_four_claims(monkeypatch):
     mx_err = {S * C: np.mean([r.get("test_acc") for r in train if r.get("meta.m") == S * C]) for S, C in mixer}
     assert [(r["family"], r["S"], r["C"], r["m"]) for r in an.table] == \
         [("mlp_mixer", S, C, S * C) for S, C in mixer] + [("sw_mlp", None, None, m) for m in sorted(F4_SW)]
+    assert all(set(r) == {"omega", "family", "S", "C", "m", "p"} | TRAIN_KEYS for r in an.table)
     assert [r["test_error"] for r in an.table][:3] == pytest.approx([100 * (1 - mx_err[S * C]) for S, C in mixer])
     assert an.columns == ["family", "S", "C", "m", "p", "test_error", "test_error_std", "train_error",
                           "loss_change", "params", "connections", "n"]
     assert an.figures == {"fig4": "fig"}
     # λ_max per width over the five spectra runs (seed 11's twice)
     ms = sorted(SPEC_M)
-    per = {m: [s - 10 for s in (10, 11, 12, 13, 11) if not (s == 13 and m == 1024)] for m in ms}
+    per = {m: [s - 10 for s in (10, 11, 12, 13, 11) if _has(s - 10, m)] for m in ms}
     srows = [{"m": m, "S": m // 64, "C": 64, "p": 64 / m, "c_gamma": CG,
               "lambda_mixer": pytest.approx(np.mean([_lam_mx(m, s) for s in per[m]])),
               "lambda_mixer_std": pytest.approx(np.std([_lam_mx(m, s) for s in per[m]])),
@@ -601,8 +618,8 @@ def test_fig4_analysis_tables_panels_and_its_four_claims(monkeypatch):
     lam_sw, lam_mx, width, beats = an.claims
     assert [c.key for c in an.claims] == ["lambda-sw", "lambda-mixer", "mixer-width", "mixer-beats-sw"]
     # λ_sw: per seed (each once) the slope against log2(m) over the widths it has
-    slopes = [np.polyfit([math.log2(m) for m in ms if not (s == 3 and m == 1024)],
-                         [_lam_sw(m, s) for m in ms if not (s == 3 and m == 1024)], 1)[0] for s in range(4)]
+    slopes = [np.polyfit([math.log2(m) for m in ms if _has(s, m)], [_lam_sw(m, s) for m in ms if _has(s, m)], 1)[0]
+              for s in range(4)]
     assert (lam_sw.verdict, lam_sw.stats.n) == ("HELD", 4)
     assert lam_sw.stats.effect == pytest.approx(np.mean(slopes), abs=1e-9)
     assert lam_sw.stats.effect_name == "mean Δ λ_max per doubling"
@@ -653,6 +670,8 @@ def _figS1_runs(points=S1_POINTS) -> list[RunRecord]:
         runs.append(RunRecord("spectrum", f"a={a}", Path("/nonexistent"), {"a": a}, results={
             "a": a, "omega": 1000.0, "trials": len(largest), "largest": largest, "largest_mean": sigma,
             "largest_std": 0.1 * a, "edges": edges, "hist": [3] * max(len(edges) - 1, 0)}))
+    runs.append(RunRecord("spectrum", "a=2", Path("/nonexistent"), {"a": 2.0}, results={  # no per-trial values
+        "a": 2.0, "omega": 1000.0, "trials": 4, "largest_mean": 3.2, "largest_std": 0.2, "edges": [], "hist": []}))
     return runs
 
 
@@ -667,11 +686,12 @@ def test_figS1_analysis_panels_spectra_and_both_claims(monkeypatch):
     ps = sorted(S1_POINTS, reverse=True)  # densest first
     err = {p: [S1_POINTS[p][1] + 0.5 * s + 0.1 * TILT[s] * S1_POINTS[p][0] / 98 for s in SEEDS] for p in ps}
     assert [(r["omega"], r["m"], r["p"]) for r in an.table] == [(2**13, S1_POINTS[p][0], p) for p in ps]
+    assert all(set(r) == {"omega", "family", "S", "C", "m", "p"} | TRAIN_KEYS for r in an.table)
     assert [r["test_error"] for r in an.table] == pytest.approx([np.mean(err[p]) for p in ps])
     assert an.columns == ["omega", "m", "p", "test_error", "test_error_std", "train_error", "loss_change", "params",
                           "connections", "n"]
     assert an.figures == {"figS1": "fig"}
-    spec = [runs[-3 + i].results for i in (1, 2, 0)]  # by a: 0.5, 1.0, 1.5
+    spec = sorted([r.results for r in runs if r.sweep == "spectrum"], key=lambda d: d["a"])
     assert an.tables == {"spectrum": [{k: v for k, v in d.items() if k not in ("hist", "edges")} for d in spec]}
     ((panels, title),) = drawn
     assert title == "Fig. S.1: SW-MLP trainability and spectra vs sparsity"
@@ -680,7 +700,8 @@ def test_figS1_analysis_panels_spectra_and_both_claims(monkeypatch):
               [Series("SW-MLP", [1 - p for p in ps], pytest.approx([np.mean(err[p]) for p in ps]),
                       pytest.approx([np.std(err[p], ddof=1) for p in ps]))]),
         Panel("normalised spectrum: largest singular value", "a (m = Ω^((1+a)/2), p = Ω^-a)", "σ_max (normalised)",
-              [Series("mean over trials", [0.5, 1.0, 1.5], [2.0, 2.5, 3.0], [0.05, 0.1, pytest.approx(0.15)])])]
+              [Series("mean over trials", [0.5, 1.0, 1.5, 2.0], [2.0, 2.5, 3.0, 3.2],
+                      [0.05, 0.1, pytest.approx(0.15), 0.2])])]
     # a histogram panel for each spectrum with edges (a = 1 and 1.5; a = 0.5 has none), at the bins' centres
     assert [(p.title, p.xlabel, p.ylabel) for p in panels[2:]] == [("spectrum, a = 1, Ω = 1000", "singular value",
                                                                     "count"),
@@ -696,7 +717,7 @@ def test_figS1_analysis_panels_spectra_and_both_claims(monkeypatch):
     assert (spectrum.key, spectrum.verdict, spectrum.stats.n, spectrum.stats.n_of) == ("spectrum", "HELD", 3, "trial")
     assert spectrum.stats.effect == pytest.approx(np.mean(slopes), abs=1e-9)
     assert spectrum.stats.effect_name == "mean Δ σ_max per unit of a"
-    assert spectrum.detail == "a=0.5: 2.00, a=1: 2.50, a=1.5: 3.00"
+    assert spectrum.detail == "a=0.5: 2.00, a=1: 2.50, a=1.5: 3.00, a=2: 3.20"
     # the sparsest (p = 1/64) against the next denser (1/16) only: 12 − 14.5 per seed, plus the tilt
     assert (sparse.key, sparse.verdict) == ("sparse-worse", "HELD")
     assert sparse.stats.effect == pytest.approx(np.mean(err[1 / 16]) - np.mean(err[1 / 64]))
@@ -758,6 +779,8 @@ def test_fig2abc_analysis_curves_heatmaps_and_claims_per_size(monkeypatch):
     assert an.columns == ["S=C", "log2(1/p)", "p", "cka_diag", "cka_diag_std", "n"]
     assert [(r["family"], r["S"], r["p"], pytest.approx(r["test_error"])) for r in an.tables["test_error"]] == \
         [(f, S, p, 10.0 + S + 1.5) for S in (4, 8, 16) for f, p in (("mlp_mixer", 1.0), ("sw_mlp", 1 / S))]
+    assert all(set(r) == {"family", "S", "p"} | TRAIN_KEYS for r in an.tables["test_error"])
+    assert all(set(r) == {"S=C", "p", "log2(1/p)", "cka_diag", "cka_diag_std", "n"} for r in an.table)
     assert an.figures == {"fig2a-c": "fig"}
     ((panels, title),) = drawn
     assert title == "Fig. 2a-c: CKA between a Mixer and SW-MLPs over sparsity"
