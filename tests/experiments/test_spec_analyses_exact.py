@@ -811,3 +811,192 @@ def test_fig2abc_analysis_curves_heatmaps_and_claims_per_size(monkeypatch):
             assert c.stats.effect_name == "mean diagonal CKA, slope at log2(1/p) = 0 (claim > 0)"
             assert c.detail == ", ".join(f"p={2.0 ** -n:.3g}: {mean[S, n]:.3f}" for n in ns)
     assert [c.verdict for c in an.claims] == ["HELD", "DID NOT HOLD", "HELD", "HELD", "HELD"]
+
+
+# ------------------------------------------------------------------------- fig7, figS4, figS6-S8
+
+F7_DEPTHS = (8, 2, 4)  # in no order
+F7_GAP = {2: 3.0, 4: 2.0, 8: 1.0}  # RP − normal test error at each depth
+
+
+def _f7_normal(L: int, s: int) -> float:
+    return 10 + 0.5 * s - math.log2(L)
+
+
+def _f7_rp(L: int, s: int) -> float:
+    return _f7_normal(L, s) + F7_GAP[L] + TILT[s] * math.log2(L)
+
+
+def _fig7_runs() -> list[RunRecord]:
+    runs = []
+    for s in SEEDS:
+        for L in F7_DEPTHS:
+            runs.append(rec("depth", {"model.name": "s_mixer", "model.kwargs.depth": L, "run.seed": s},
+                            _f7_normal(L, s)))
+            if not (s == 3 and L == 8):  # seed 3's deepest RP run is missing
+                runs.append(rec("depth", {"model.name": "rp_s_mixer", "model.kwargs.depth": L, "run.seed": s},
+                                _f7_rp(L, s)))
+    return runs
+
+
+def test_fig7_analysis_gaps_panel_and_the_catch_up_claim(monkeypatch):
+    from mlplab.experiments.claims import Check
+    from mlplab.experiments.specs import rp
+
+    drawn = []
+    monkeypatch.setattr(rp, "draw", lambda panels, title: drawn.append((panels, title)) or "fig")
+    runs = _fig7_runs()
+    an = rp._analyse_fig7(runs + [rec("other", {"model.name": "s_mixer", "model.kwargs.depth": 16}, 1.0)],
+                          {"scale": {"dataset": "made-up"}})
+    Ls = sorted(F7_DEPTHS)
+    seeds_of = {("s_mixer", L): list(SEEDS) for L in Ls} | {("rp_s_mixer", L): [s for s in SEEDS if (s, L) != (3, 8)]
+                                                          for L in Ls}
+    err = {("s_mixer", L): [_f7_normal(L, s) for s in SEEDS] for L in Ls} | {
+        ("rp_s_mixer", L): [_f7_rp(L, s) for s in seeds_of["rp_s_mixer", L]] for L in Ls}
+    gaps = {L: [_f7_rp(L, s) - _f7_normal(L, s) for s in seeds_of["rp_s_mixer", L]] for L in Ls}
+    order = [(f, L) for f in ("rp_s_mixer", "s_mixer") for L in Ls]
+    assert [(r["family"], r["depth"]) for r in an.table] == order + [("gap RP − normal", L) for L in Ls]
+    assert [r["test_error"] for r in an.table] == pytest.approx([np.mean(err[k]) for k in order]
+                                                                + [np.mean(gaps[L]) for L in Ls])
+    assert all(set(r) == {"family", "depth"} | TRAIN_KEYS for r in an.table[:6])
+    assert an.columns == ["family", "depth", "test_error", "test_error_std", "train_error", "loss_change", "params",
+                          "connections", "n"]
+    assert an.figures == {"fig7": "fig"}
+    assert drawn == [([Panel("made-up: S-Mixer vs RP S-Mixer", "depth L", "test error (%)", [
+        Series(lab, Ls, pytest.approx([np.mean(err[f, L]) for L in Ls]),
+               pytest.approx([np.std(err[f, L], ddof=1) for L in Ls]))
+        for f, lab in (("s_mixer", "S-Mixer"), ("rp_s_mixer", "RP S-Mixer"))], xticks=Ls)],
+        "Fig. 7: RP vs normal over depth")]
+    (c,) = an.claims
+    assert (c.key, c.verdict, c.runs) == ("catch-up", "HELD", runs)
+    assert c.checks == [Check(rp.CATCH_UP.needs[0], 1.0, True)]
+    assert c.detail == "mean gaps " + "; ".join(f"L={L}: {np.mean(gaps[L]):+.2f}" for L in Ls)
+    # per seed with all three depths, the slope of its gap against log2(L)
+    slopes = [np.polyfit([1, 2, 3], [_f7_rp(L, s) - _f7_normal(L, s) for L in Ls], 1)[0] for s in (0, 1, 2)]
+    assert c.stats.effect == pytest.approx(np.mean(slopes), abs=1e-9) and c.stats.n == 3
+    assert (c.stats.effect_name, c.stats.unit) == ("mean Δ gap per doubling", "points")
+
+
+def test_fig7_without_runs_or_a_shallow_gap_is_not_testable(monkeypatch):
+    from mlplab.experiments.specs import rp
+
+    monkeypatch.setattr(rp, "draw", lambda panels, title: "fig")
+    (c,) = rp._analyse_fig7([], {"scale": {"dataset": "x"}}).claims
+    assert c.verdict == "NOT TESTABLE" and c.checks[0].value == 0.0 and c.detail == "mean gaps "
+    same = [r for r in _fig7_runs() if r.get("model.kwargs.depth") != 2]  # no gap at the shallowest (L = 4) …
+    flat = [rec("depth", {"model.name": "rp_s_mixer", "model.kwargs.depth": 2, "run.seed": s}, _f7_normal(2, s))
+            for s in SEEDS] + [rec("depth", {"model.name": "s_mixer", "model.kwargs.depth": 2, "run.seed": s},
+                                   _f7_normal(2, s) + 0.1 * TILT[s]) for s in SEEDS]  # … once L = 2 is level
+    (c,) = rp._analyse_fig7(same + flat, {"scale": {"dataset": "x"}}).claims
+    assert c.checks[0].value == 0.0 and c.verdict == "NOT TESTABLE"
+
+
+def test_rp_labels():
+    assert [rp_label(v) for v in (None, "none", "all", [0], [1, 3])] == [
+        "none (S-Mixer)", "none (S-Mixer)", "all (RP S-Mixer)", "block 0", "block 1,3"]
+
+
+def rp_label(v):
+    from mlplab.experiments.specs.rp import _rp_label
+
+    return _rp_label(v)
+
+
+S4 = {"none": 10.0, (0,): 14.0, (1,): 11.0, (2,): 11.5, (3,): 11.0, "all": 18.0}  # rp_blocks → error
+
+
+def _figS4_runs(blocks=S4) -> list[RunRecord]:
+    runs = []
+    for b, e in blocks.items():
+        for s in SEEDS:
+            o = {"run.seed": s} if b == "none" else {"model.kwargs.rp_blocks": list(b) if isinstance(b, tuple) else b,
+                                                     "run.seed": s}
+            runs.append(RunRecord("blocks", f"b={b},s={s}", Path("/nonexistent"), o,
+                                  results={"test_acc": 1 - (e + 0.5 * s + 0.2 * TILT[s]) / 100}))
+    return runs
+
+
+def test_figS4_analysis_bars_and_the_first_block_claim(monkeypatch):
+    from mlplab.experiments.specs import rp
+
+    drawn = []
+    monkeypatch.setattr(rp, "draw", lambda panels, title: drawn.append((panels, title)) or "fig")
+    runs = _figS4_runs()
+    an = rp._analyse_figS4(runs + [rec("other", {"model.kwargs.rp_blocks": [0]}, 50.0)],
+                           {"scale": {"dataset": "made-up"}})
+    labels = ["none (S-Mixer)", "block 0", "block 1", "block 2", "block 3", "all (RP S-Mixer)"]
+    err = {lab: [e + 0.5 * s + 0.2 * TILT[s] for s in SEEDS] for lab, e in zip(labels, S4.values())}
+    assert [r["rp_blocks"] for r in an.table] == labels
+    assert [r["test_error"] for r in an.table] == pytest.approx([np.mean(err[k]) for k in labels])
+    assert all(set(r) == {"rp_blocks"} | TRAIN_KEYS for r in an.table)
+    assert an.columns == ["rp_blocks", "test_error", "test_error_std", "train_error", "loss_change", "params",
+                          "connections", "n"]
+    assert an.figures == {"figS4": "fig"}
+    ((bars,), title) = drawn[0]
+    assert title == "Fig. S.4: replacing one block with an RP block"
+    assert (bars.title, bars.ylabel) == ("made-up: 4-block S-Mixer, one block RP", "test error (%)")
+    assert bars.labels == labels
+    assert bars.values == pytest.approx([np.mean(err[k]) for k in labels])
+    assert bars.errors == pytest.approx([np.std(err[k], ddof=1) for k in labels])
+    (c,) = an.claims
+    assert (c.key, c.verdict) == ("first-block", "HELD")
+    assert c.runs == [r for r in runs if r.get("model.kwargs.rp_blocks") in ([0], [1], [2], [3])]
+    assert c.detail == ", ".join(f"{k}: {np.mean(err[k]):.2f}%" for k in labels)
+
+
+@pytest.mark.parametrize("blocks, claims", [(("none", (0,), (1,)), 1), (("none", (0,), "all"), 0),
+                                            (("none", (1,), (2,)), 0)])
+def test_figS4_needs_block_0_and_another_single_block(blocks, claims):
+    from mlplab.experiments.specs.rp import _analyse_figS4
+
+    assert len(_analyse_figS4(_figS4_runs({b: S4[b] for b in blocks}), {"scale": {"dataset": "x"}}).claims) == claims
+
+
+def _s6_run(part: str, rp_: bool, s: int, gap: float, history: bool = True) -> RunRecord:
+    hist = [{"train_loss": 1.0 - 0.1 * e, "test_loss": 1.0 - 0.1 * e + gap * e / 2 + 0.01 * s} for e in range(3)]
+    return RunRecord(part, f"rp={rp_},s={s}", Path("/nonexistent"), {"meta.rp": rp_, "run.seed": s}, results={
+        "test_acc": 0.9 - 0.01 * s - (0.02 if rp_ else 0.0), "train_loss": 0.8, "test_loss": 0.8 + gap + 0.01 * s,
+        **({"history": hist[: 3 - (s == 1 and rp_)]} if history else {})})
+
+
+def test_figS6_S8_analysis_curves_gaps_and_the_overfitting_claims(monkeypatch):
+    from mlplab.experiments.claims import Check
+    from mlplab.experiments.specs import rp
+
+    drawn = []
+    monkeypatch.setattr(rp, "draw", lambda panels, title: drawn.append((panels, title)) or "fig")
+    # S6: the normal Mixer overfits (gap 0.6), RP less (0.2); S7 absent; S8: normal runs only, no history
+    s6 = [_s6_run("S6", r, s, g + 0.02 * TILT[s]) for s in SEEDS for r, g in ((False, 0.6), (True, 0.2))]
+    s8 = [_s6_run("S8", False, s, 0.05, history=False) for s in SEEDS]
+    an = rp._analyse_figS6(s6 + s8 + [RunRecord("S7", "x", Path("/nonexistent"), {})], {})
+    gap = {(p, r): [0.8 + g + 0.02 * TILT[s] * (p == "S6") + 0.01 * s - 0.8 for s in SEEDS]
+           for p, r, g in (("S6", "normal", 0.6), ("S6", "RP", 0.2), ("S8", "normal", 0.05))}
+    acc = {(p, r): [100 * (1 - (0.9 - 0.01 * s - (0.02 if r == "RP" else 0.0))) for s in SEEDS]
+           for p, r in gap}
+    assert [(r["part"], r["setting"], r["model"], r["n"]) for r in an.table] == [
+        ("S6", rp._S678["S6"], "normal", 4), ("S6", rp._S678["S6"], "RP", 4), ("S8", rp._S678["S8"], "normal", 4)]
+    for r in an.table:
+        k = (r["part"], r["model"])
+        assert (r["gap"], r["test_error"]) == (pytest.approx(np.mean(gap[k])), pytest.approx(np.mean(acc[k])))
+        assert (r["gap_std"], r["test_error_std"]) == (pytest.approx(np.std(gap[k], ddof=1)),
+                                                       pytest.approx(np.std(acc[k], ddof=1)))
+    assert an.columns == ["part", "setting", "model", "test_error", "test_error_std", "gap", "gap_std", "n"]
+    assert an.figures == {"figS6-S8": "fig"}
+    ((panels, title),) = drawn
+    assert title == "Figs. S.6–S.8: RP Mixers overfit less"
+    # the curves: the mean over runs of each epoch the runs all have (seed 1's RP run has 2 epochs)
+    curve = {(r, k): [np.mean([h[k] for h in hs]) for hs in zip(*[run.results["history"] for run in s6
+                                                                   if run.overrides["meta.rp"] == (r == "RP")])]
+             for r in ("normal", "RP") for k in ("test_loss", "train_loss")}
+    assert panels == [
+        Panel("Fig. S.6: " + rp._S678["S6"], "epoch", "loss", [
+            Series(f"{r}: {k.replace('_', ' ')}", list(range(1, len(curve[r, k]) + 1)), pytest.approx(curve[r, k]),
+                   style=st) for r in ("normal", "RP") for k, st in (("test_loss", "-"), ("train_loss", "--"))]),
+        Panel("Fig. S.8: " + rp._S678["S8"], "epoch", "loss", [])]
+    c6, c8 = an.claims
+    assert c6.claim.startswith(f"S6 ({rp._S678['S6']}): ") and c6.runs == s6 and c6.verdict == "HELD"
+    assert c6.checks == [Check(rp.LESS_OVERFIT.needs[0], pytest.approx(np.mean(gap["S6", "normal"])), True)]
+    assert c6.stats.effect == pytest.approx(np.mean(gap["S6", "RP"]) - np.mean(gap["S6", "normal"]))
+    assert (c6.stats.effect_name, c6.stats.unit) == ("mean RP − normal generalisation gap", "nats")
+    # S8: the normal Mixer's gap 0.05 + 0.015 < 0.1: nothing to reduce (and no RP runs to compare)
+    assert c8.runs == s8 and c8.verdict == "NOT TESTABLE" and c8.checks[0].met is False
