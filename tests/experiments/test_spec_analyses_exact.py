@@ -1000,3 +1000,67 @@ def test_figS6_S8_analysis_curves_gaps_and_the_overfitting_claims(monkeypatch):
     assert (c6.stats.effect_name, c6.stats.unit) == ("mean RP − normal generalisation gap", "nats")
     # S8: the normal Mixer's gap 0.05 + 0.015 < 0.1: nothing to reduce (and no RP runs to compare)
     assert c8.runs == s8 and c8.verdict == "NOT TESTABLE" and c8.checks[0].met is False
+
+
+# -------------------------------------------------------------------------------------- table1
+
+T1 = {  # label → (P, S, C, {lr: error}); each model's best lr is another one
+    "Mixer-SS/7 narrow": (7, 16, 128, {0.04: 16.0, 0.05: 14.0}),
+    "Mixer-SS-W wide": (4, 64, 43, {0.04: 12.0, 0.05: 13.0}),
+    "Mixer-B/16": (16, 196, 8, {0.04: 20.0, 0.05: 20.0}),  # a tie: the first lr seen stays the best
+}
+
+
+def _t1_error(lab: str, lr: float, s: int) -> float:
+    return T1[lab][3][lr] + 0.5 * s + (TILT[s] if lab.endswith("wide") else 0.0)
+
+
+def _table1_runs() -> list[RunRecord]:
+    return [rec("models", {"meta.label": lab, "meta.P": P, "meta.S": S, "meta.C": C, "optim.lr": lr, "run.seed": s},
+                _t1_error(lab, lr, s)) for lab, (P, S, C, errs) in T1.items() for lr in errs for s in SEEDS]
+
+
+@pytest.mark.parametrize("id", ["table1", "table1-imagenet"])
+def test_table1_analysis_best_lrs_published_rows_and_the_claim(monkeypatch, id):
+    from mlplab.experiments.specs import table1
+
+    drawn = []
+    monkeypatch.setattr(table1, "draw", lambda panels, title: drawn.append((panels, title)) or "fig")
+    runs = _table1_runs()
+    an = table1._analyse_table1(runs + [rec("other", {"meta.label": "Mixer-SS-W wide", "optim.lr": 0.04}, 1.0)],
+                                {"experiment": id, "scale": {"dataset": "made-up"}})
+    mean = {(lab, lr): np.mean([_t1_error(lab, lr, s) for s in SEEDS]) for lab in T1 for lr in T1[lab][3]}
+    std = {(lab, lr): np.std([_t1_error(lab, lr, s) for s in SEEDS], ddof=1) for lab in T1 for lr in T1[lab][3]}
+    order = [(lab, lr) for lab in T1 for lr in T1[lab][3]]
+    assert [(r["model"], r["P"], r["S"], r["C"], r["lr"]) for r in an.table] == [
+        (lab, *T1[lab][:3], lr) for lab, lr in order]
+    assert [r["test_error"] for r in an.table] == pytest.approx([mean[k] for k in order])
+    assert all(set(r) == {"model", "S", "C", "P", "lr"} | TRAIN_KEYS for r in an.table)
+    assert an.columns == ["model", "P", "S", "C", "lr", "test_error", "test_error_std", "train_error", "loss_change",
+                          "params", "connections", "n"]
+    assert an.figures == {"table1": "fig"}
+    assert drawn == [([Panel("made-up: test error per lr", "lr", "test error (%)", [
+        Series(lab, [0.04, 0.05], pytest.approx([mean[lab, lr] for lr in (0.04, 0.05)]),
+               pytest.approx([std[lab, lr] for lr in (0.04, 0.05)])) for lab in T1], xscale="log")],
+        "Table 1: wide vs narrow MLP-Mixer at equal connections")]
+    best = {"Mixer-SS/7 narrow": 0.05, "Mixer-SS-W wide": 0.04, "Mixer-B/16": 0.04}
+    ours = {lab: f"{mean[lab, lr]:.2f} ± {std[lab, lr]:.2f} (lr {lr:g}, n=4)" for lab, lr in best.items()}
+    assert an.published == [{**row, "ours (made-up)": o} for row, o in zip(
+        table1.TABLE1_PUBLISHED, ["", ours["Mixer-SS/7 narrow"], ours["Mixer-SS-W wide"], ours["Mixer-B/16"], ""])]
+    (c,) = an.claims
+    assert (c.key, c.verdict, c.runs) == ("wider-beats-narrower", "HELD", runs)
+    assert c.effect == (table1.WIDER_IN if id == "table1-imagenet" else table1.WIDER).effect
+    # the wide model at its best lr (0.04) against the narrow one at its best (0.05), per seed
+    assert c.stats.effect == pytest.approx(mean["Mixer-SS-W wide", 0.04] - mean["Mixer-SS/7 narrow", 0.05])
+    assert (c.stats.effect_name, c.stats.unit) == ("mean wide − narrow test error", "points")
+    assert c.detail == (f"wide {mean['Mixer-SS-W wide', 0.04]:.2f}% (S=64, C=43) vs "
+                        f"narrow {mean['Mixer-SS/7 narrow', 0.05]:.2f}% (S=16, C=128)")
+
+
+def test_table1_without_both_models_has_no_claim(monkeypatch):
+    from mlplab.experiments.specs import table1
+
+    monkeypatch.setattr(table1, "draw", lambda panels, title: "fig")
+    for lab in ("Mixer-SS/7 narrow", "Mixer-SS-W wide"):
+        only = [r for r in _table1_runs() if r.get("meta.label") == lab]
+        assert table1._analyse_table1(only, {}).claims == []
