@@ -477,7 +477,8 @@ def test_figS2_without_the_expansion_sweep_has_the_width_claims_only(monkeypatch
 
 # ---------------------------------------------------------------------------------------- fig6
 
-FIG6 = {2**15: ("s_mixer", ((64, 4), (8, 32), (32, 8), (4, 64), (16, 16))),  # twins (8, 32) / (32, 8) and S = C
+# S = C, its neighbour (12, 24) within a factor e of it (not marked), twins (8, 32) / (32, 8)
+FIG6 = {2**15: ("s_mixer", ((64, 4), (8, 32), (32, 8), (4, 64), (16, 16), (12, 24))),
         2**17: ("mlp_mixer", ((128, 2), (32, 8), (8, 32), (2, 128)))}  # twins nearest S = C, none equal
 
 
@@ -512,7 +513,7 @@ def test_fig6_analysis_panels_mark_the_pairs_nearest_s_eq_c_and_decide_each_budg
     ((panels, title),) = drawn
     assert title == "Fig. 6: test error vs (S, C) at fixed Ω (circle: S ≈ C)"
     # S = C is C* = Ω^(1/3) = 32 for the S-Mixer, (Ω/γ)^(1/3) = 32 at γ = 4 for the MLP-Mixer
-    marks = {2**15: [2], 2**17: [1, 2]}  # by C: (64, 4), (32, 8), (16, 16) …; (128, 2), (32, 8), (8, 32), …
+    marks = {2**15: [2], 2**17: [1, 2]}  # by C: (64, 4), (32, 8), (16, 16), (12, 24) …; (128, 2), (32, 8), (8, 32) …
     assert panels == [Panel(f"made-up, Ω = 2^{int(math.log2(om))}", "channels C", "test error (%)",
                             [Series({"s_mixer": "S-Mixer", "mlp_mixer": "MLP-Mixer"}[FIG6[om][0]],
                                     [C for _, C in by_c[om]], pytest.approx([mean[p] for p in by_c[om]]),
