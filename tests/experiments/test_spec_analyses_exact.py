@@ -1065,3 +1065,17 @@ def test_table1_without_both_models_has_no_claim(monkeypatch):
     for lab in ("Mixer-SS/7 narrow", "Mixer-SS-W wide"):
         only = [r for r in _table1_runs() if r.get("meta.label") == lab]
         assert table1._analyse_table1(only, {}).claims == []
+
+
+def test_figS3_with_one_finished_expansion_run_is_not_testable(monkeypatch):
+    """A single S.3 point (the others not yet run): its panel and claim are named by its m, and
+    one S/C reaches past neither bound."""
+    from mlplab.experiments.specs import figS2_S3
+
+    drawn = []
+    monkeypatch.setattr(figS2_S3, "draw", lambda panels, title: drawn.append(panels) or "fig")
+    one = [r for r in _figS2_runs() if r.sweep != "expansion" or (r.get("meta.S"), r.get("run.seed")) == (16, 0)]
+    an = figS2_S3._analyse_figS2(one, {})
+    assert [p.title for p in drawn[0]] == ["?: width sweep (Fig. S.2)", "fixed m = 256 (Fig. S.3)"]
+    near = an.claims[-1]
+    assert near.claim.startswith("m = 256: ") and near.verdict == "NOT TESTABLE"
