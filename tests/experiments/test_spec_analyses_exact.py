@@ -581,7 +581,8 @@ def test_fig4_analysis_tables_panels_and_its_four_claims(monkeypatch):
     drawn = []
     monkeypatch.setattr(fig4, "draw", lambda panels, title: drawn.append((panels, title)) or "fig")
     train, spectra = _f4_runs(), _spectra()
-    an = fig4._analyse_fig4(train + spectra + [rec("other", {"meta.family": "sw_mlp", "meta.m": 64}, 5.0)],
+    empty = RunRecord("spectra", "x", Path("/nonexistent"), {}, results={})  # no rows and no seed: adds nothing
+    an = fig4._analyse_fig4(train + spectra + [empty, rec("other", {"meta.family": "sw_mlp", "meta.m": 64}, 5.0)],
                             {"scale": {"dataset": "made-up"}})
     mixer = sorted(F4_MIXER, key=lambda p: p[0] * p[1])
     mx_err = {S * C: np.mean([r.get("test_acc") for r in train if r.get("meta.m") == S * C]) for S, C in mixer}
@@ -628,6 +629,7 @@ def test_fig4_analysis_tables_panels_and_its_four_claims(monkeypatch):
     assert lam_mx.claim.startswith("c_γ = 2.414: ") and lam_mx.verdict == "HELD"
     assert lam_mx.stats.effect == pytest.approx(np.mean([0.01 * (s + 1) for s in range(4)]))
     assert lam_mx.stats.extra["margin"] == pytest.approx(0.05 * CG) and lam_mx.stats.n == 4
+    assert lam_mx.stats.effect_name == f"mean mean over widths |λ_max(Mixer) − c_γ| (margin {0.05 * CG:g})"
     dev = max(abs(np.mean([_lam_mx(m, s) for s in per[m]]) - CG) for m in ms)
     assert lam_mx.detail == f"largest seed-mean departure {dev:.3f}"
     assert width.verdict == "HELD" and width.claim == fig4.MIXER_WIDTH.text
@@ -637,6 +639,7 @@ def test_fig4_analysis_tables_panels_and_its_four_claims(monkeypatch):
     assert beats.checks[0].value == 2.0 * 4096
     assert beats.stats.effect == pytest.approx(10.0 - 16.0) and beats.stats.effect_name == \
         "mean Mixer − SW-MLP test error"
+    assert beats.stats.unit == "points"
     assert beats.runs == [r for r in train if r.get("meta.m") in (4096, 4116)]
 
 
@@ -651,6 +654,13 @@ def test_fig4_without_spectra_or_sw_mlps_decides_what_it_has(monkeypatch):
     assert [p.title for p in drawn[0]] == ["?: test error"] and [s.label for s in drawn[0][0].series] == ["MLP-Mixer"]
     an = fig4._analyse_fig4(_spectra(), {})
     assert [c.key for c in an.claims] == ["lambda-sw", "lambda-mixer"] and an.table == []
+    # one spectra run at one width: a panel and both claims (too few widths and seeds to decide)
+    one = RunRecord("spectra", "seed=10", Path("/nonexistent"), {"seed": 10, "omega": 2**19}, results={"rows": [
+        {"m": 256, "S": 4, "C": 64, "p": 0.25, "c_gamma": CG, "gamma": 2.0, "sw_theory": 1.5, "lambda_sw": 2.0,
+         "lambda_mixer": CG}]})
+    an = fig4._analyse_fig4([one], {})
+    assert [(c.key, c.verdict) for c in an.claims] == [("lambda-sw", "UNDECIDED"), ("lambda-mixer", "UNDECIDED")]
+    assert drawn[-1][1].title == "λ_max at Ω = 2^19, γ = 2" and drawn[-1][1].hlines == [(CG, "c_γ = 1 + √γ = 2.414")]
 
 
 # --------------------------------------------------------------------------------------- figS1
