@@ -952,6 +952,7 @@ def test_figS4_analysis_bars_and_the_first_block_claim(monkeypatch):
     assert bars.errors == pytest.approx([np.std(err[k], ddof=1) for k in labels])
     (c,) = an.claims
     assert (c.key, c.verdict) == ("first-block", "HELD")
+    assert (c.stats.effect_name, c.stats.unit) == ("margin of block 0, vs block 1", "points")
     assert c.runs == [r for r in runs if r.get("model.kwargs.rp_blocks") in ([0], [1], [2], [3])]
     assert c.detail == ", ".join(f"{k}: {np.mean(err[k]):.2f}%" for k in labels)
 
@@ -1090,3 +1091,39 @@ def test_figS3_with_one_finished_expansion_run_is_not_testable(monkeypatch):
     assert [p.title for p in drawn[0]] == ["?: width sweep (Fig. S.2)", "fixed m = 256 (Fig. S.3)"]
     near = an.claims[-1]
     assert near.claim.startswith("m = 256: ") and near.verdict == "NOT TESTABLE"
+
+
+def test_fig7_a_depth_with_one_model_only_has_no_gap_there(monkeypatch):
+    """The shallowest depth (1) with only the normal S-Mixer: no gap there and so no premise
+    (NOT TESTABLE); the deepest (16) with only the RP one: no gap there either. And the other
+    way round at the shallowest: still no premise."""
+    from mlplab.experiments.specs import rp
+
+    monkeypatch.setattr(rp, "draw", lambda panels, title: "fig")
+    normal_1 = [rec("depth", {"model.name": "s_mixer", "model.kwargs.depth": 1, "run.seed": s}, 12.0) for s in SEEDS]
+    rp_16 = [rec("depth", {"model.name": "rp_s_mixer", "model.kwargs.depth": 16, "run.seed": s}, 5.0) for s in SEEDS]
+    (c,) = rp._analyse_fig7(_fig7_runs() + normal_1 + rp_16, {"scale": {"dataset": "x"}}).claims
+    gaps = {L: np.mean([_f7_rp(L, s) - _f7_normal(L, s) for s in SEEDS if (s, L) != (3, 8)]) for L in (2, 4, 8)}
+    assert c.detail == "mean gaps L=1: +nan; " + "; ".join(f"L={L}: {gaps[L]:+.2f}" for L in (2, 4, 8)) + "; L=16: +nan"
+    assert c.checks[0].value == 0.0 and c.verdict == "NOT TESTABLE"
+    rp_1 = [rec("depth", {"model.name": "rp_s_mixer", "model.kwargs.depth": 1, "run.seed": s}, 20.0) for s in SEEDS]
+    (c,) = rp._analyse_fig7(_fig7_runs() + rp_1, {"scale": {"dataset": "x"}}).claims
+    assert c.checks[0].value == 0.0 and c.verdict == "NOT TESTABLE"
+
+
+def test_figS6_S8_a_part_with_rp_runs_only_and_a_run_without_losses(monkeypatch):
+    """S7 with RP runs only (one of them without its final losses): its row, its curves and an
+    UNDECIDED claim (nothing to compare with, the premise unmeasured)."""
+    from mlplab.experiments.specs import rp
+
+    drawn = []
+    monkeypatch.setattr(rp, "draw", lambda panels, title: drawn.append(panels) or "fig")
+    s7 = [_s6_run("S7", True, s, 0.3) for s in SEEDS]
+    del s7[0].results["test_loss"], s7[1].results["train_loss"]
+    an = rp._analyse_figS6(s7, {})
+    gaps = [0.8 + 0.3 + 0.01 * s - 0.8 for s in (2, 3)]  # seeds 0 and 1 lack a loss: no gap
+    ((part, model, n),) = [(r["part"], r["model"], r["n"]) for r in an.table]
+    assert (part, model, n) == ("S7", "RP", 2) and an.table[0]["gap"] == pytest.approx(np.mean(gaps))
+    assert [sr.label for sr in drawn[0][0].series] == ["RP: test loss", "RP: train loss"]
+    (c,) = an.claims
+    assert c.verdict == "UNDECIDED" and c.checks[0].value is None
