@@ -226,7 +226,7 @@ def condition_key(run: Any) -> str:
     only in the seed."""
     sweep = str(getattr(run, "sweep", "")).removesuffix(LONGER_SUFFIX)
     parts = [p for p in str(getattr(run, "name", "")).split(",")
-             if not (p.split("=", 1)[0] == "seed" or p.split("=", 1)[0].endswith((".seed", "_seed")))]
+             if not (p.partition("=")[0] == "seed" or p.partition("=")[0].endswith((".seed", "_seed")))]
     return f"{sweep}/{','.join(parts)}"
 
 
@@ -260,7 +260,7 @@ def require_convergence(claims: Sequence[Claim], runs: Sequence[Any], longer: Se
         if c.cls != "trained" or c.verdict == "NOT TESTABLE":
             continue
         conds = sorted({condition_key(r) for r in (c.runs or runs)})
-        bad = [f"{k} {plateau[k]:.1f}%/epoch" for k in conds if plateau.get(k, 0.0) > PLATEAU_MAX]
+        bad = [f"{k} {plateau[k]:.1f}%/epoch" for k in conds if k in plateau and plateau[k] > PLATEAU_MAX]
         slow = [f"{k} {gain[k][0]:.2f} → {gain[k][1]:.2f}% ({LONGER:g}× longer)" for k in conds
                 if k in gain and gain[k][0] - gain[k][1] > LONGER_TOL + 0.05 * gain[k][0]]
         unchecked = [k for k in conds if k not in gain]
