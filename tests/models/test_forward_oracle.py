@@ -151,7 +151,7 @@ def test_mixer_intermediate_features_are_the_sublayer_outputs_before_their_skips
     ("mlp_mixer", dict(hidden_dim=6, token_hidden=5, channel_hidden=7)),
     ("mlp_mixer", dict(hidden_dim=6, num_tokens=10, token_hidden=5, channel_hidden=7, act="relu")),  # S ≠ S0: W̃
     ("s_mixer", dict(hidden_dim=6)),
-    ("s_mixer", dict(hidden_dim=5, num_tokens=12)),
+    ("s_mixer", dict(hidden_dim=5, num_tokens=12, act="relu")),
     ("s_mixer", dict(hidden_dim=6, norm=False, skip=False)),  # the theory form H = φ(φ(W X) V)
 ])
 def test_mixers_are_their_block_equations(name, kw):

@@ -76,7 +76,7 @@ def test_the_first_block_has_the_skip_layer_when_tokens_change():
 
 def test_a_block_that_changes_the_token_count_needs_its_skip_layer():
     cfg = MixerConfig(hidden_dim=3)
-    with pytest.raises(ValueError, match="a block that changes the token count needs the skip layer"):
+    with pytest.raises(ValueError, match="^a block that changes the token count needs the skip layer$"):
         MixerBlock(16, 5, 3, cfg, rp=False, index=0, drop_path=0.0, skip_layer=False)
     assert MixerBlock(16, 16, 3, cfg, rp=False, index=0, drop_path=0.0, skip_layer=False).skip_proj is None
     free = MixerConfig(hidden_dim=3, skip=False)
@@ -87,14 +87,15 @@ def test_hooks_on_the_skip_layer_fire():
     """The skip layer's left GEMM bypasses the module: a hook on it makes the block call it."""
     m = create_model("s_mixer", image_size=32, patch_size=4, hidden_dim=32, num_tokens=8, depth=1).eval()
     m.impl = "module"
+    x = torch.randn(2, 3, 32, 32)
+    h = m.stem(x)  # (2, 64, 32): 32 columns, fp32 -> W̃ X as one left GEMM
+    want = torch.einsum("st,btc->bsc", m.blocks[0].skip_proj.weight, h)
+    torch.testing.assert_close(m.blocks[0].skip(h), want)
     calls = []
     m.blocks[0].skip_proj.register_forward_hook(lambda mod, i, o: calls.append(o.shape))
-    x = torch.randn(2, 3, 32, 32)
     y = m(x)
     assert calls == [(2, 32, 8)]  # W̃ on the transpose: (B, C, S0) -> (B, C, S)
-    w = m.blocks[0].skip_proj.weight
-    h = m.stem(x)
-    torch.testing.assert_close(m.blocks[0].skip(h), torch.einsum("st,btc->bsc", w, h))
+    torch.testing.assert_close(m.blocks[0].skip(h), want)
     assert y.shape == (2, 10)
 
 
@@ -159,7 +160,8 @@ def test_the_smallest_model_builds_and_zero_sizes_are_refused():
     (dict(drop_rate=1.0), r"drop_rate must be in \[0, 1\), got 1.0"),
     (dict(drop_rate=-0.1), r"drop_rate must be in \[0, 1\)"),
     (dict(token_mixing="views", token_groups=3, rp_blocks="all"), "variant of the MLP-Mixer block"),
-    (dict(token_mixing="untied", rp_blocks=(1,)), "use block='mlp' and rp_blocks='none'"),
+    (dict(token_mixing="untied", rp_blocks=(1,)), "^token_mixing='untied' is a variant of the MLP-Mixer block: use "
+                                                  "block='mlp' and rp_blocks='none', or token_mixing='shared'$"),
 ])
 def test_refused_settings_at_their_edges(kw, message):
     with pytest.raises(ValueError, match=message):
@@ -238,7 +240,13 @@ def test_unknown_token_mixing_and_groups_are_refused_in_one_sentence():
 
 
 def test_what_keeps_a_mixer_off_the_fused_seams(monkeypatch):
+    for kw in (dict(norm=False), dict(skip=False)):
+        bare = create_model("s_mixer", image_size=8, patch_size=2, hidden_dim=4, depth=1, **kw)
+        assert bare.fusable("cpu") == (False, "a Mixer without LayerNorms or skips has no seams")
+    views = create_model("mlp_mixer_views", image_size=8, patch_size=2, hidden_dim=4, depth=1, token_groups=2)
+    assert views.fusable() == (False, "token_mixing='views' (the kernels compute the shared token MLP)")
     m = create_model("s_mixer", image_size=8, patch_size=2, hidden_dim=4, depth=1, drop_path_rate=0.2)
+    assert m.fusable() == (True, "")  # on the CPU by default
     assert m.train().fusable("cpu").ok  # one block: no stochastic depth (its only rate is 0)
     m.impl = "module"
     assert m.fusable("cpu") == (False, "impl=module")
@@ -255,3 +263,50 @@ def test_what_keeps_a_mixer_off_the_fused_seams(monkeypatch):
     assert m.fusable(None).ok  # a plan for a machine not known yet: the kernels are not asked
     assert m.fusable("cpu") == (False, "the fused kernels are unavailable: no C compiler")
     assert m.fusable("meta") == (False, "the fused kernels run on CPU, not meta")
+
+
+def test_the_forward_asks_about_its_inputs_device(monkeypatch):
+    """Without the kernels on this machine the forward takes the module path, though a plan
+    for an unknown machine (device None) would fuse."""
+    from mlplab.models import mixer_fused
+
+    m = create_model("s_mixer", image_size=8, patch_size=2, hidden_dim=4, depth=1).eval()
+    x = torch.randn(2, 3, 8, 8)
+    fused_calls = []
+    real = mixer_fused.forward_features
+    monkeypatch.setattr(mixer_fused, "forward_features", lambda *a: fused_calls.append(1) or real(*a))
+    y = m(x)
+    assert fused_calls == [1]
+    monkeypatch.setattr(fused, "available", lambda: False)
+    monkeypatch.setattr(fused, "status", lambda: {"available": False, "reason": "no C compiler", "library": None})
+    torch.testing.assert_close(m(x), y, rtol=1e-5, atol=1e-6)
+    assert fused_calls == [1]
+
+
+def test_variants_take_the_explicit_token_hidden_width_and_count_in_ints():
+    for variant, groups in (("untied", 1), ("views", 3), ("grouped", 3)):
+        m = create_model(f"mlp_mixer_{variant}", image_size=8, patch_size=2, hidden_dim=3, depth=1,
+                         token_groups=groups, token_hidden=7, expansion=3.0)
+        tm = m.blocks[0].token_mixing
+        fc1 = tm.fn.fc1 if variant == "grouped" else tm.fc1
+        assert fc1.out_features == 7, variant
+    for variant in ("shared", "untied", "views", "grouped"):
+        assert all(type(v) is int for v in token_mlp_shape(variant, 3, 9, 5, 6, None, 1.3)), variant
+
+
+def test_a_variants_token_width_is_checked_where_it_is_made():
+    """A block built directly (not through Mixer, which refuses variants of the S-Mixer block)
+    checks the variant's own width."""
+    cfg = MixerConfig(hidden_dim=4, block="s", token_mixing="views", token_groups=2, expansion=0.01)
+    with pytest.raises(ValueError, match="^token-MLP hidden width is 0; raise expansion or set it explicitly$"):
+        MixerBlock(16, 16, 4, cfg, rp=False, index=0, drop_path=0.0, skip_layer=False)
+
+
+def test_the_variants_modules_default_to_exact_gelu_without_dropout():
+    from mlplab.models.mixer_variants import GroupedTokenMlp, TokenMlpBank
+
+    for tm in (TokenMlpBank(2, 4, 3, 5), GroupedTokenMlp(2, 4, 3, 5)):
+        acts = [mod for mod in tm.modules() if isinstance(mod, nn.GELU)]
+        assert len(acts) == 1 and acts[0].approximate == "none"
+        assert not any(isinstance(mod, nn.Dropout) for mod in tm.modules())
+        assert tm.groups == 2
