@@ -69,7 +69,7 @@ def test_each_layer_draws_its_mask_and_values_from_its_own_stream():
                     assert type(layer) is cls and (layer.in_features, layer.out_features) == (n_in, n_out)
                     torch.testing.assert_close(layer.effective_weight(), want.effective_weight(), rtol=0, atol=0)
                     assert float(layer.scale) == pytest.approx(0.3 ** -0.5)
-            assert (blk.fc2 is None) == (block == "fc")
+            assert (blk.fc2 is None) == (block == "fc") and [b.index for b in m.blocks] == [0, 1]
 
 
 def test_unscaled_and_bias_free_layers():
@@ -88,6 +88,7 @@ def test_a_meta_build_is_sized_not_drawn(storage):
     assert fc1.bias is None
     if storage == "masked":
         assert fc1.mask.shape == (24, 16) and fc1.weight.shape == (24, 16)
+        assert fc1.mask.is_meta and fc1.mask.dtype == torch.bool  # not drawn on the CPU
     else:
         assert fc1.values.shape == (round(0.3 * 16 * 24),) and fc2.values.shape == (round(0.3 * 24 * 16),)
     with torch.device("meta"):
@@ -98,6 +99,7 @@ def test_a_meta_build_is_sized_not_drawn(storage):
 def test_stem_choice_and_the_width_it_suggests():
     patch = create_model("sw_mlp", width=32, density=0.5, **TINY)  # 32 = 16 patches · C = 2
     assert patch.stem_kind == "patch" and patch.stem.proj.out_features == 2 and patch.stem.proj.in_features == 12
+    assert patch.num_patches == 16 and patch.stem.num_patches == 16
     dense = create_model("sw_mlp", width=24, density=0.5, **TINY)
     assert dense.stem_kind == "dense" and (dense.stem.in_features, dense.stem.out_features) == (192, 24)
     forced = create_model("sw_mlp", width=32, density=0.5, stem="dense", **TINY)
@@ -145,8 +147,8 @@ def test_smallest_settings_build_and_zero_sizes_are_refused():
     one = create_model("sw_mlp", width=1, density=1.0, image_size=2, patch_size=2, in_chans=1, num_classes=1,
                        depth=1)
     assert one(torch.randn(3, 1, 2, 2)).shape == (3, 1)
-    for key in ("depth", "num_classes", "in_chans"):
-        with pytest.raises(ValueError, match=rf"^{key}.* must be >= 1, got 0$"):
+    for key, what in (("depth", r"depth \(L\)"), ("num_classes", "num_classes"), ("in_chans", "in_chans")):
+        with pytest.raises(ValueError, match=rf"^{what} must be >= 1, got 0$"):
             create_model("sw_mlp", width=16, density=0.5, **{**TINY, key: 0})
 
 
@@ -155,8 +157,8 @@ def test_smallest_settings_build_and_zero_sizes_are_refused():
     (dict(block="mlp", expansion=-2.0), r"expansion \(gamma\) must be > 0"),
     (dict(drop_rate=1.0), r"^drop_rate must be in \[0, 1\), got 1.0$"),
     (dict(drop_rate=-0.5), r"drop_rate must be in \[0, 1\)"),
-    (dict(density=0.0), r"^density p must be in \(0, 1\], got 0.0"),
-    (dict(density=1.5), r"density p must be in \(0, 1\]"),
+    (dict(density=0.0), r"^density p must be in \(0, 1\], got 0.0; pass e.g. density=0.1$"),
+    (dict(density=1.5), r"^density p must be in \(0, 1\], got 1.5; pass e.g. density=0.1$"),
     (dict(expansion=0.5), r"^expansion=0.5 only applies to block='mlp'; use block='mlp' or expansion=1$"),
 ])
 def test_refused_settings_at_their_edges(kw, message):
