@@ -107,3 +107,17 @@ def test_images_of_another_shape_are_refused():
     for shape in [(2, 2, 4, 5), (2, 3, 4, 4), (2, 2, 4), (2, 2, 5, 4)]:
         with pytest.raises(ValueError, match=r"^expected images of shape \(N, 2, 4, 4\), got"):
             m(torch.zeros(shape))
+
+
+def test_a_standard_block_is_post_norm_unless_asked():
+    from mlplab.models.mlp import StandardBlock
+
+    blk = StandardBlock(4, "relu", 0.0, 1e-5)
+    assert not blk.pre_norm and blk.norm.eps == 1e-5 and (blk.fc.in_features, blk.fc.out_features) == (4, 4)
+    assert StandardBlock(4, "relu", 0.0, 1e-5, pre_norm=True).pre_norm
+
+
+def test_a_post_norm_bottleneck_is_refused_in_one_sentence():
+    with pytest.raises(ValueError, match=r"^norm_position='post' exists for standard blocks only; bottleneck blocks "
+                                         r"are pre-norm \(drop norm_position or use block='standard'\)$"):
+        create_model("bottleneck_mlp", norm_position="post", **TINY)
