@@ -129,3 +129,64 @@ def test_activations_are_the_leaf_outputs_of_one_forward():
     b = create_model("bottleneck_mlp", image_size=4, in_chans=2, width=3, depth=1, num_classes=5, expansion=2.0,
                      final_norm=True).eval()
     assert count_activations(b, (1, 2, 4, 4)) == 3 + (3 + 6 + 6 + 3) + 3 + 5 and not b.training
+
+
+def test_rows_multiply_every_rule_and_counts_stay_integers():
+    from types import SimpleNamespace
+
+    from mlplab.models import counting
+    from mlplab.models.mixer import build_mixer, MixerConfig
+
+    sparse = SparseLinear(4, 3, torch.tensor([[0, 2, 2], [1, 0, 3]]))
+    mon = MonarchLinear(12, 6, nblocks=3, mid_block=2)
+    assert counting._walk(sparse, 3) == 18 and counting._walk(mon, 3) == 3 * mon.flops_per_example()
+    views = create_model("mlp_mixer_views", image_size=8, patch_size=2, in_chans=1, hidden_dim=6, depth=1,
+                         token_groups=3, token_hidden=5, channel_hidden=4, num_classes=2)
+    assert type(counting._walk(views, 1)) is int
+    raw = build_mixer(MixerConfig(image_size=8, patch_size=2, in_chans=1, hidden_dim=3, depth=1))  # .cfg only
+    assert not hasattr(raw, "config") and model_input_shape(raw) == (1, 8, 8)
+    for cfg in (SimpleNamespace(in_chans=3), SimpleNamespace(image_size=8), SimpleNamespace()):
+        m = nn.Linear(2, 2)
+        m.config = cfg
+        assert model_input_shape(m) is None
+    m = create_model("mlp", image_size=4, in_chans=2, width=3, depth=1, num_classes=5)
+    m.head.weight.requires_grad_(False)
+    assert count_params(m) == sum(p.numel() for p in m.parameters())  # trainable or not, by default
+    assert type(measured_flops(m)) is int
+    for fn in (count_activations, measured_flops):
+        with pytest.raises(ValueError, match="model expects inputs of shape"):
+            fn(m, (3, 4, 4))
+
+
+def test_state_bytes_count_a_tensor_held_twice_once():
+    a, b = nn.Linear(4, 3), nn.Module()
+    b.register_buffer("w", a.weight)  # the same tensor as a parameter of one and a buffer of the other
+    assert state_bytes(nn.Sequential(a, b)) == (12 + 3) * 4
+
+
+def test_counts_run_in_the_models_dtype_and_on_its_device():
+    m = create_model("mlp", image_size=4, in_chans=2, width=3, depth=2, num_classes=5).double()
+    assert count_activations(m) == 3 + 2 * 3 * 3 + 5
+    meta = create_model("mlp", image_size=4, in_chans=2, width=3, depth=2, num_classes=5).to("meta")
+    assert count_activations(meta) == 3 + 2 * 3 * 3 + 5
+    assert measured_flops(meta) == 2 * (32 * 3 + 2 * 3 * 3 + 3 * 5)
+
+
+def test_a_leaf_that_returns_several_tensors_counts_each():
+    from types import SimpleNamespace
+
+    class Pair(nn.Module):
+        def forward(self, x):
+            return x * 2, x[:, :1] * 3
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.cfg = SimpleNamespace(in_chans=1, image_size=2)
+            self.pair, self.lin = Pair(), nn.Linear(4, 2)
+
+        def forward(self, x):
+            a, b = self.pair(x)
+            return self.lin(a.flatten(1)) + b.flatten(1).sum()
+
+    assert count_activations(Net()) == 4 + 4 + 2  # both outputs of the pair (1·1·2·2 each), the Linear 2
