@@ -61,3 +61,38 @@ def test_bad_inputs():
     for bad in (0, 1.5, True):
         with pytest.raises(ValueError, match="whole number >= 1"):
             expand_resolution(m, bad)
+
+
+def test_the_copy_keeps_the_models_settings_and_leaves_the_caller_alone():
+    """Same name, mode, dtype and weights' settings (K× the input size); the original and the
+    caller's random stream untouched; S stays "the patches" when it was not set."""
+    model = mlplab.create_model("mlp_mixer", image_size=8, patch_size=4, hidden_dim=4, depth=1, token_hidden=3,
+                                channel_hidden=5).double().train()
+    model.pretrained_cfg["mean"] = (0.5, 0.5, 0.5)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    torch.manual_seed(3)
+    want_next = torch.rand(3)
+    torch.manual_seed(3)
+    big = expand_resolution(model, 3)
+    assert torch.equal(torch.rand(3), want_next)
+    assert all(torch.equal(v, model.state_dict()[k]) for k, v in before.items()) and model.cfg.image_size == 8
+    assert big.training and big.model_name == "mlp_mixer" and big.config is big.cfg
+    assert big.cfg.num_tokens is None and big.num_tokens == 9 * 4 and big.cfg.image_size == 24
+    assert big.cfg.token_hidden == 27 and big.cfg.channel_hidden == 5 and not big.cfg.skip_layer
+    assert big.stem.proj.weight.dtype == torch.float64
+    assert big.pretrained_cfg["input_size"] == (3, 24, 24) and big.pretrained_cfg["mean"] == (0.5, 0.5, 0.5)
+    assert model.pretrained_cfg["input_size"] == (3, 8, 8)
+    assert not expand_resolution(model.eval(), 2).training
+    s = mlplab.create_model("s_mixer", image_size=8, patch_size=4, hidden_dim=4, depth=1, num_tokens=3)
+    big_s = expand_resolution(s, 2)
+    assert big_s.cfg.num_tokens == 12 and big_s.cfg.skip_layer and big_s.cfg.token_hidden is None
+
+
+def test_variants_are_refused():
+    m = mlplab.create_model("mlp_mixer_untied", image_size=8, patch_size=4, hidden_dim=4, depth=1)
+    with pytest.raises(ValueError, match="^expand_resolution works on the shared token MLP, not token_mixing='untied'$"):
+        expand_resolution(m, 2)
+    with pytest.raises(ValueError, match="^expand_resolution works on Mixers .*, not PlainMLP$"):
+        expand_resolution(mlplab.create_model("mlp", width=8, depth=1), 2)
+    with pytest.raises(ValueError, match=r"^K must be a whole number >= 1 \(the resolution factor\), got -1$"):
+        expand_resolution(m, -1)

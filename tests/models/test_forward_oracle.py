@@ -51,9 +51,12 @@ def patches(x, p):
     return np.stack(rows, 1)  # (N, S0, ch·P²), patch s = i·(W/P) + j
 
 
-def mixer_reference(sd, x, cfg):
+def mixer_reference(sd, x, cfg, feats=None):
+    """Logits; ``feats`` collects the stem's output, each sublayer's output before its skip and
+    the pooled features (``forward_intermediates``)."""
+    feats = {} if feats is None else feats
     act = {"gelu": gelu, "relu": relu}[cfg.act]
-    z = linear(patches(x, cfg.patch_size), sd, "stem.proj")  # (N, S0, C)
+    z = feats["stem"] = linear(patches(x, cfg.patch_size), sd, "stem.proj")  # (N, S0, C)
     for i in range(cfg.depth):
         b = f"blocks.{i}"
         h = np.swapaxes(ln(z, sd, f"{b}.norm1", cfg.norm), 1, 2)  # (N, C, S_in): the columns of LN(X)
@@ -61,7 +64,7 @@ def mixer_reference(sd, x, cfg):
             t = linear(act(linear(h, sd, f"{b}.token_mixing.inner.fc1")), sd, f"{b}.token_mixing.inner.fc2")
         else:
             t = act(linear(h, sd, f"{b}.token_mixing.inner.0"))
-        t = np.swapaxes(t, 1, 2)  # (N, S, C)
+        t = feats[f"{b}.token"] = np.swapaxes(t, 1, 2)  # (N, S, C)
         skip = np.einsum("st,ntc->nsc", sd[f"{b}.skip_proj.weight"], z) if f"{b}.skip_proj.weight" in sd else z
         u = skip + t if cfg.skip else t
         v = ln(u, sd, f"{b}.norm2", cfg.norm)
@@ -69,8 +72,10 @@ def mixer_reference(sd, x, cfg):
             c = linear(act(linear(v, sd, f"{b}.channel_mixing.inner.fc1")), sd, f"{b}.channel_mixing.inner.fc2")
         else:
             c = act(linear(v, sd, f"{b}.channel_mixing.inner.0"))
+        feats[f"{b}.channel"] = c
         z = u + c if cfg.skip else c
-    return linear(ln(z, sd, "norm", cfg.norm).mean(1), sd, "head")
+    feats["pre_logits"] = ln(z, sd, "norm", cfg.norm).mean(1)
+    return linear(feats["pre_logits"], sd, "head")
 
 
 def mlp_reference(sd, x, cfg):
@@ -125,13 +130,28 @@ def compare(model, reference, impls=("module",)):
         with torch.no_grad():
             got = model(torch.from_numpy(x)).numpy()
         np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-9, err_msg=f"impl={impl}")
+    return sd, x
+
+
+def test_mixer_intermediate_features_are_the_sublayer_outputs_before_their_skips():
+    model = randomised("mlp_mixer", image_size=8, in_chans=2, patch_size=2, depth=2, num_classes=4, hidden_dim=6,
+                       num_tokens=10, token_hidden=5, channel_hidden=7)
+    sd, x = compare(model, mixer_reference)
+    want = {}
+    mixer_reference(sd, x, model.config, want)
+    with torch.no_grad():
+        logits, got = model.forward_intermediates(torch.from_numpy(x))
+    assert list(got) == ["stem", "blocks.0.token", "blocks.0.channel", "blocks.1.token", "blocks.1.channel",
+                         "pre_logits"]
+    for k, v in want.items():
+        np.testing.assert_allclose(got[k].numpy(), v, rtol=1e-9, atol=1e-9, err_msg=k)
 
 
 @pytest.mark.parametrize("name,kw", [
     ("mlp_mixer", dict(hidden_dim=6, token_hidden=5, channel_hidden=7)),
     ("mlp_mixer", dict(hidden_dim=6, num_tokens=10, token_hidden=5, channel_hidden=7, act="relu")),  # S ≠ S0: W̃
     ("s_mixer", dict(hidden_dim=6)),
-    ("s_mixer", dict(hidden_dim=5, num_tokens=12)),
+    ("s_mixer", dict(hidden_dim=5, num_tokens=12, act="relu")),
     ("s_mixer", dict(hidden_dim=6, norm=False, skip=False)),  # the theory form H = φ(φ(W X) V)
 ])
 def test_mixers_are_their_block_equations(name, kw):

@@ -89,7 +89,11 @@ def _layer_generator(seed: int, block: int, sub: int) -> torch.Generator:
 
 
 def _hidden(explicit: int | None, expansion: float, n: int, what: str) -> int:
-    h = explicit if explicit is not None else int(round(expansion * n))
+    """The hidden width: ``explicit``, else round(γ·n); refused below 1."""
+    return _positive_width(explicit if explicit is not None else int(round(expansion * n)), what)
+
+
+def _positive_width(h: int, what: str) -> int:
     if h < 1:
         raise ValueError(f"{what} hidden width is {h}; raise expansion or set it explicitly")
     return h
@@ -99,7 +103,7 @@ def _token_mixing_variant(cfg: MixerConfig, tokens_in: int, tokens: int, dim: in
     """The supplement's untied / grouped / views token mixing (:mod:`mlplab.models.mixer_variants`)."""
     mlps, _, _, d, _ = token_mlp_shape(cfg.token_mixing, cfg.token_groups, tokens_in, tokens, dim,
                                        cfg.token_hidden, cfg.expansion)
-    d = _hidden(d, cfg.expansion, tokens, "token-MLP")
+    d = _positive_width(d, "token-MLP")
     if cfg.token_mixing == "grouped":
         return GroupedTokenMlp(cfg.token_groups, tokens_in, d, tokens, cfg.act, cfg.drop_rate)
     return TokenMlpBank(mlps, tokens_in, d, tokens, cfg.act, cfg.drop_rate)
@@ -125,7 +129,6 @@ class MixerBlock(nn.Module):
         super().__init__()
         self.index = index
         self.rp = rp
-        self.use_norm = cfg.norm
         self.use_skip = cfg.skip
         self.tokens_in, self.tokens, self.dim = tokens_in, tokens, dim
         eps = cfg.norm_eps

@@ -1,0 +1,179 @@
+"""The shared model API at its edges (base.py, impl.py, registry.py, shallow.py): timm's block
+selection, a new classifier, how ``impl`` is named and refused, registering and looking up
+names and weights, a config's coercion, the seed's scope, and the shallow MLPs' factorisations
+and features. Tiny models."""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+import torch.nn as nn
+
+import mlplab
+from mlplab.layers.pk import PKMixing
+from mlplab.models import registry
+from mlplab.models.base import take_indices
+from mlplab.models.impl import Impl, compute_by_definition
+
+
+def test_take_indices_is_timms_selection():
+    assert take_indices(1, 4) == [3] and take_indices(4, 4) == [0, 1, 2, 3]
+    assert take_indices([3, -4, 3, 0], 4) == [0, 3] and take_indices((-1,), 4) == [3]
+    with pytest.raises(ValueError, match=r"^indices=5 asks for the last 5 blocks of a model with 4; use 1\.\.4$"):
+        take_indices(5, 4)
+    with pytest.raises(ValueError, match="indices=0 asks"):
+        take_indices(0, 4)
+    with pytest.raises(ValueError, match=r"^block indices \[4, -5\] are out of range for a model with 4 blocks; "
+                                         r"use -4\.\.3$"):
+        take_indices([4, -5, 1], 4)
+    with pytest.raises(ValueError, match=r"block indices \[True\]"):
+        take_indices([True], 4)
+    with pytest.raises(ValueError, match=r"block indices \[1\.0\]"):
+        take_indices([1.0], 4)
+    for bad in (True, "2", None, 2.0):
+        with pytest.raises(TypeError, match="^indices is an int"):
+            take_indices(bad, 4)
+
+
+def test_reset_classifier_follows_the_model():
+    m = mlplab.create_model("mlp_mixer", image_size=8, patch_size=2, hidden_dim=4, depth=1, num_classes=3).double()
+    m.reset_classifier(5, global_pool="avg")
+    assert (m.head.in_features, m.head.out_features) == (4, 5) and m.head.weight.dtype == torch.float64
+    assert not m.head.weight.any() and not m.head.bias.any()  # zero_head
+    assert m.config.num_classes == m.cfg.num_classes == 5 and m.pretrained_cfg["num_classes"] == 5
+    m.reset_classifier(0)
+    assert isinstance(m.head, nn.Identity) and m.num_features == 4 and m.config.num_classes == 0
+    m.reset_classifier(2)  # from no head: the features it remembered
+    assert m.head.in_features == 4 and m(torch.zeros(1, 3, 8, 8, dtype=torch.float64)).shape == (1, 2)
+    p = mlplab.create_model("mlp", image_size=4, width=6, depth=1)
+    torch.manual_seed(0)
+    p.reset_classifier(300)
+    assert p.head.weight.abs().max() > 0.9 / 6 ** 0.5  # torch's default: zero_head is not set
+    for bad, err in ((True, "num_classes must be an int >= 0, got True"), (-1, "got -1"), (2.0, "got 2.0")):
+        with pytest.raises(ValueError, match=err):
+            p.reset_classifier(bad)
+    with pytest.raises(ValueError, match=r"^global_pool='max': mlplab's models pool by averaging only \('avg'\)$"):
+        p.reset_classifier(3, global_pool="max")
+
+
+def test_impl_names_and_refusals():
+    assert Impl.parse("fused") is Impl.FUSED and Impl.parse(Impl.MODULE) is Impl.MODULE and str(Impl.AUTO) == "auto"
+    assert Impl.FUSED == "fused"
+    with pytest.raises(ValueError, match="^impl must be one of auto, module, fused, definition; got 'fast'$"):
+        Impl.parse("fast")
+    m = mlplab.create_model("mlp", image_size=4, width=6, depth=1)
+    assert m.impl is Impl.AUTO
+    m.impl = "module"
+    assert m.impl is Impl.MODULE
+    with pytest.raises(ValueError, match="^mlp has no 'definition' implementation; use impl=auto or module$"):
+        m.impl = "definition"
+    del m.model_name
+    with pytest.raises(ValueError, match="^PlainMLP has no 'fused' implementation"):
+        m.impl = "fused"
+    pk = PKMixing(nn.Linear(4, 4), (4, 3), (4, 3), "columns")
+    seq = compute_by_definition(nn.Sequential(pk, nn.ReLU()))
+    assert pk.by_definition and isinstance(seq, nn.Sequential)
+    mixer = mlplab.create_model("s_mixer", image_size=8, patch_size=2, hidden_dim=4, depth=1)
+    assert compute_by_definition(mixer) is mixer and mixer.impl is Impl.DEFINITION
+
+
+@dataclasses.dataclass
+class _Cfg:
+    width: float = 1.0
+    sizes: tuple[int, ...] = (1,)
+    seed: int = 0
+
+
+def test_register_and_look_up(monkeypatch):
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
+    monkeypatch.setattr(registry, "_PRETRAINED", dict(registry._PRETRAINED))
+    built = []
+
+    def build(cfg):
+        built.append((cfg, torch.rand(1)))
+        m = nn.Linear(1, 1)
+        return m
+
+    e = registry.register_model("toy_net", family="toy", config_cls=_Cfg, builder=build, description="d", width=2.0)
+    assert (e.name, e.family, e.defaults, e.description) == ("toy_net", "toy", {"width": 2.0}, "d")
+    with pytest.raises(ValueError, match="^model 'toy_net' is registered twice$"):
+        registry.register_model("toy_net", family="toy", config_cls=_Cfg, builder=build)
+    with pytest.raises(TypeError, match="^config_cls for 'toy2' must be a dataclass$"):
+        registry.register_model("toy2", family="toy", config_cls=dict, builder=build)
+    with pytest.raises(ValueError, match=r"^unknown override\(s\) \['widht'\] for model 'toy3'; did you mean 'width'"):
+        registry.register_model("toy3", family="toy", config_cls=_Cfg, builder=build, widht=1.0)
+    cfg = registry.model_config("toy_net", width=3, sizes=[2, 3])  # JSON's int and list: coerced
+    assert cfg == _Cfg(3.0, (2, 3), 0) and isinstance(cfg.width, float)
+    torch.manual_seed(5)
+    before = torch.rand(1)
+    torch.manual_seed(5)
+    m = registry.create_model("toy_net", seed=4)
+    assert torch.equal(torch.rand(1), before)  # the caller's stream is left alone
+    torch.manual_seed(4)
+    assert torch.equal(built[-1][1], torch.rand(1))  # the builder ran under manual_seed(seed)
+    assert m.model_name == "toy_net" and m.config == _Cfg(2.0, (1,), 4)
+    assert m.pretrained_cfg["architecture"] == "toy_net" and m.pretrained_cfg["input_size"] is None
+    assert registry.list_models(family="toy") == ["toy_net"] and registry.list_models(["toy*", ""]) == ["toy_net"]
+
+    registry.register_pretrained("toy_net.v1", hf_hub_id="org/toy", num_classes=7, mean=[0.1], std=[0.2])
+    registry.register_pretrained("toy_net.v2", hf_hub_id="org/toy2", num_classes=8, mean=(0.0,), std=(1.0,),
+                                 interpolation="bilinear", crop_pct=0.9, license="mit")
+    with pytest.raises(ValueError, match="^pretrained weights 'toy_net.v1' are registered twice$"):
+        registry.register_pretrained("toy_net.v1", hf_hub_id="x", num_classes=1, mean=(0,), std=(1,))
+    for bad in ("toy_net", "nope.v1"):
+        with pytest.raises(ValueError, match=f"^pretrained weights are named ARCH.TAG of a registered ARCH, not '{bad}'$"):
+            registry.register_pretrained(bad, hf_hub_id="x", num_classes=1, mean=(0,), std=(1,))
+    assert registry.get_pretrained("toy_net.v1") == {"tag": "v1", "hf_hub_id": "org/toy", "num_classes": 7,
+                                                     "mean": (0.1,), "std": (0.2,), "interpolation": "bicubic",
+                                                     "crop_pct": 1.0, "license": None}
+    assert registry.list_models("toy*", pretrained=True) == ["toy_net.v1", "toy_net.v2"]
+    assert registry.list_models(family="toy", pretrained=True) == ["toy_net.v1", "toy_net.v2"]
+    assert registry.default_pretrained_tag("toy_net") == "toy_net.v1"
+    assert registry.default_pretrained_tag("toy_net.v2") == "toy_net.v2"
+    with pytest.raises(ValueError, match="^no pretrained weights 'toy_net.v3'; toy_net has: toy_net.v1, toy_net.v2$"):
+        registry.get_pretrained("toy_net.v3")
+    cfg2 = registry.make_pretrained_cfg("toy_net.v2", _Cfg(), source="file.pt", extra=1)  # classes: the config's
+    assert cfg2 == {"architecture": "toy_net", "tag": "v2", "hf_hub_id": "org/toy2", "source": "file.pt",
+                    "input_size": None, "num_classes": None, "mean": (0.0,), "std": (1.0,),
+                    "interpolation": "bilinear", "crop_pct": 0.9, "license": "mit", "extra": 1}
+
+
+def test_unknown_names_and_weights_say_what_exists():
+    with pytest.raises(ValueError, match="^unknown model 's_mixr'; did you mean 's_mixer'"):
+        mlplab.create_model("s_mixr")
+    with pytest.raises(ValueError, match="^no pretrained weights 's_mixer.x'; s_mixer has none"):
+        registry.get_pretrained("s_mixer.x")
+    with pytest.raises(ValueError, match="^s_mixer has no published weights"):
+        registry.default_pretrained_tag("s_mixer")
+    assert registry.get_model_entry("mixer_b16_224.goog_in21k").name == "mixer_b16_224"
+    cfg = registry.model_config("mixer_b16_224.goog_in21k", num_classes=5)
+    assert cfg.num_classes == 5 and registry.model_config("mixer_b16_224.goog_in21k").num_classes == 21843
+    pc = registry.make_pretrained_cfg("mixer_b16_224.goog_in21k", registry.model_config("mixer_b16_224", num_classes=3))
+    assert pc["num_classes"] == 3 and pc["input_size"] == (3, 224, 224) and pc["mean"] == (0.5, 0.5, 0.5)
+
+
+def test_shallow_factorisations_and_features():
+    m = mlplab.create_model("monarch_mlp", image_size=6, in_chans=1, width=12)  # 36 = 6·6 -> 12: q = 6 divides 12
+    assert (m.fc1.nblocks, m.fc1.block_in, m.fc1.mid_block) == (6, 6, 6)
+    assert (m.fc2.nblocks, m.fc2.block_in, m.fc2.mid_block) == (3, 4, 4)  # 12 = 3·4; q = b = 4 divides 12
+    r = mlplab.create_model("monarch_mlp", image_size=6, in_chans=1, width=10, nblocks=4)  # b = 9; 9 ∤ 10 -> q = 2
+    assert (r.fc1.nblocks, r.fc1.block_in, r.fc1.mid_block) == (4, 9, 2)
+    assert m.in_features == 36 and m.width == m.effective_width == 12
+    full = mlplab.create_model("kronecker_mlp", image_size=4, in_chans=1)
+    assert full.width == 16 and full.fc1.out_features == 16 and full.head.in_features == 16
+    torch.manual_seed(0)
+    x = torch.randn(2, 1, 6, 6)
+    _, feats = m.forward_intermediates(x)
+    h1 = torch.relu(m.fc1(x.flatten(1)))
+    torch.testing.assert_close(feats["stem"], x.flatten(1))
+    torch.testing.assert_close(feats["blocks.0"], h1)
+    torch.testing.assert_close(feats["blocks.1"], m.fc2(h1))
+    assert type(mlplab.create_model("monarch_mlp", image_size=4, in_chans=1, act="gelu").act) is nn.GELU
+    nb = mlplab.create_model("kronecker_mlp", image_size=4, in_chans=1, bias=False)
+    assert nb.fc1.bias is None and nb.fc2.bias is None
+    for key in ("num_classes", "in_chans", "image_size"):
+        with pytest.raises(ValueError, match=f"^{key} must be >= 1, got 0$"):
+            mlplab.create_model("monarch_mlp", **{key: 0})
+    with pytest.raises(ValueError, match="^nblocks=0 must be >= 1 and divide the layer input size 784$"):
+        mlplab.create_model("monarch_mlp", nblocks=0)
