@@ -11,8 +11,14 @@ from mlplab import create_model
 from mlplab.layers.kronecker import KroneckerLinear
 from mlplab.layers.masked import MaskedLinear, SparseLinear
 from mlplab.layers.monarch import MonarchLinear
-from mlplab.models.counting import (count_activations, count_flops, count_params, measured_flops,
-                                    model_input_shape, state_bytes)
+from mlplab.models.counting import (
+    count_activations,
+    count_flops,
+    count_params,
+    measured_flops,
+    model_input_shape,
+    state_bytes,
+)
 from mlplab.models.mixer_variants import GroupLinear
 
 
@@ -135,7 +141,7 @@ def test_rows_multiply_every_rule_and_counts_stay_integers():
     from types import SimpleNamespace
 
     from mlplab.models import counting
-    from mlplab.models.mixer import build_mixer, MixerConfig
+    from mlplab.models.mixer import MixerConfig, build_mixer
 
     sparse = SparseLinear(4, 3, torch.tensor([[0, 2, 2], [1, 0, 3]]))
     mon = MonarchLinear(12, 6, nblocks=3, mid_block=2)
