@@ -90,7 +90,8 @@ def test_the_copy_keeps_the_models_settings_and_leaves_the_caller_alone():
 
 def test_variants_are_refused():
     m = mlplab.create_model("mlp_mixer_untied", image_size=8, patch_size=4, hidden_dim=4, depth=1)
-    with pytest.raises(ValueError, match="^expand_resolution works on the shared token MLP, not token_mixing='untied'$"):
+    msg = "^expand_resolution works on the shared token MLP, not token_mixing='untied'$"
+    with pytest.raises(ValueError, match=msg):
         expand_resolution(m, 2)
     with pytest.raises(ValueError, match="^expand_resolution works on Mixers .*, not PlainMLP$"):
         expand_resolution(mlplab.create_model("mlp", width=8, depth=1), 2)

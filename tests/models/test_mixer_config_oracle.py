@@ -70,7 +70,8 @@ def test_the_first_block_has_the_skip_layer_when_tokens_change():
     no_skips = create_model("mlp_mixer", num_tokens=5, skip=False, **TINY)  # the theory form: nothing to add
     assert all(b.skip_proj is None and not b.use_skip for b in no_skips.blocks)
     assert all(b.skip_proj is None for b in create_model("mlp_mixer", skip_layer=True, skip=False, **TINY).blocks)
-    with pytest.raises(ValueError, match="num_tokens=5 differs from the 16 patches: the first block needs skip_layer=True"):
+    msg = "num_tokens=5 differs from the 16 patches: the first block needs skip_layer=True"
+    with pytest.raises(ValueError, match=msg):
         create_model("mlp_mixer", num_tokens=5, skip_layer=False, **TINY)
 
 
@@ -130,7 +131,8 @@ def test_hidden_widths_round_gamma_times_the_width_or_take_the_explicit_one():
         assert blk.token_mixing.inner.fc2.out_features == 16 and blk.channel_mixing.inner.fc2.out_features == 6
     e = create_model("mlp_mixer", image_size=16, patch_size=4, hidden_dim=6, depth=1, expansion=1.3,
                      token_hidden=2, channel_hidden=1)
-    assert e.blocks[0].token_mixing.inner.fc1.out_features == 2 and e.blocks[0].channel_mixing.inner.fc1.out_features == 1
+    assert e.blocks[0].token_mixing.inner.fc1.out_features == 2
+    assert e.blocks[0].channel_mixing.inner.fc1.out_features == 1
     one = create_model("mlp_mixer", image_size=16, patch_size=4, hidden_dim=6, depth=1, expansion=1 / 16,
                        channel_hidden=2)
     assert one.blocks[0].token_mixing.inner.fc1.out_features == 1  # round(16/16) = 1 is allowed
@@ -251,7 +253,8 @@ def test_what_keeps_a_mixer_off_the_fused_seams(monkeypatch):
     m.impl = "module"
     assert m.fusable("cpu") == (False, "impl=module")
     m.impl = "auto"
-    assert m.to(torch.bfloat16).fusable("cpu") == (False, "torch.bfloat16 weights (the kernels take float32 and float64)")
+    why = "torch.bfloat16 weights (the kernels take float32 and float64)"
+    assert m.to(torch.bfloat16).fusable("cpu") == (False, why)
     m.float()
     with torch.autocast("cpu", dtype=torch.bfloat16):
         assert m.fusable("cpu").ok

@@ -122,7 +122,8 @@ def test_register_and_look_up(monkeypatch):
     with pytest.raises(ValueError, match="^pretrained weights 'toy_net.v1' are registered twice$"):
         registry.register_pretrained("toy_net.v1", hf_hub_id="x", num_classes=1, mean=(0,), std=(1,))
     for bad in ("toy_net", "nope.v1"):
-        with pytest.raises(ValueError, match=f"^pretrained weights are named ARCH.TAG of a registered ARCH, not '{bad}'$"):
+        msg = f"^pretrained weights are named ARCH.TAG of a registered ARCH, not '{bad}'$"
+        with pytest.raises(ValueError, match=msg):
             registry.register_pretrained(bad, hf_hub_id="x", num_classes=1, mean=(0,), std=(1,))
     assert registry.get_pretrained("toy_net.v1") == {"tag": "v1", "hf_hub_id": "org/toy", "num_classes": 7,
                                                      "mean": (0.1,), "std": (0.2,), "interpolation": "bicubic",
