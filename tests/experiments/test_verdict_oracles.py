@@ -261,7 +261,7 @@ def test_optimum_within_every_field(vertices, maximum):
     x, lo, hi = [-2.0, -1.0, 0.0, 1.0, 2.0], -1.0, 1.0
     curv = -1.0 if maximum else 1.0
     ys = parabolas(x, vertices, curv)
-    ys[9] = [5.0, NAN, NAN, NAN, -7.0]  # too few points: neither a slope nor part of the mean curve
+    ys[-1] = [5.0, NAN, NAN, NAN, -7.0]  # (seed -1, the first) too few points: neither a slope nor part of the mean curve
     s_lo = [2 * curv * (lo - v) for v in vertices]  # slope of c·(x − v)² at lo
     s_hi = [2 * curv * (hi - v) for v in vertices]
     up = -1.0 if maximum else 1.0
@@ -339,7 +339,7 @@ def test_optimum_within_a_line_has_no_vertex():
 @pytest.mark.parametrize("interval,published,held", [
     ((0.6, 0.8), 0.7, True), ((0.3, 0.45), 0.7, False), ((0.4, 0.8), 0.9, None), ((0.5, 0.8), 0.7, None),
     ((0.2, 0.4), 0.3, True), ((0.55, 0.7), 0.3, False), ((0.2, 0.5), 0.3, None), ((0.7, 0.8), 0.7, True),
-    ((0.3, 0.5), 0.3, None)])
+    ((0.3, 0.5), 0.3, None), ((0.5, 0.8), 0.3, None), ((0.2, 0.5), 0.7, None), ((0.55, 0.7), 0.7, True)])
 def test_exponent_vs_foil_every_field(interval, published, held):
     lo, hi = interval
     side = "below" if published < 0.5 else "above"
@@ -391,7 +391,7 @@ def test_median_interval_exactly_at_the_tail():
 
 
 def ratio_case(n, r0=2.5):
-    a = [r0 * (1 + 0.02 * ((5 * i) % 7 - 3)) * (1 + 0.1 * i) for i in range(n)]
+    a = [r0 * (1 + 0.02 * ((5 * i) % 7 - 3) + 0.0013 * i) * (1 + 0.1 * i) for i in range(n)]
     b = [1 + 0.1 * i for i in range(n)]
     return a, b
 
@@ -539,7 +539,7 @@ def ratio_verdict(r0, **kw):
     return V.paired_ratio(a, b, **kw)
 
 
-@pytest.mark.parametrize("r0s,held,dec", [((2.5, 2.6), True, "x"), ((2.5, 2.0), None, "y"), ((2.5, 1.5), False, "y"),
+@pytest.mark.parametrize("r0s,held,dec", [((2.5, 2.6), True, "x"), ((2.0, 1.5), False, "y"), ((2.5, 2.0), None, "y"), ((2.5, 1.5), False, "y"),
                                           ((1.5, 2.5), False, "x"), ((2.0, 2.5), None, "x")])
 def test_all_of_interval_parts_every_field(r0s, held, dec):
     parts = {"x": ratio_verdict(r0s[0], above=2.0), "y": ratio_verdict(r0s[1], above=2.0)}
@@ -714,3 +714,94 @@ def test_power_at_one_degree_of_freedom_keeps_the_tail_scipy_can_compute():
     assert V._power(2, 3.0, 0.5) > 0.49
     e = V.detectable_effect(1.0, 2, 0.5)
     assert power_oracle(2, e, 1.0) == pytest.approx(0.5, abs=1e-6)
+
+
+def test_paired_t_two_values():
+    t, pl, pg, ci = V.paired_t([1.0, 3.0])
+    et, epl, epg, eci = t_test([1.0, 3.0])
+    assert (t, pl, pg) == pytest.approx((et, epl, epg)) and ci == pytest.approx(eci)
+
+
+def test_median_interval_at_low_levels_reaches_the_middle():
+    for n, level in ((4, 0.2), (5, 0.0), (6, 0.3), (7, 0.0), (8, 0.1)):
+        x = [float(v) for v in range(n)]
+        assert V.median_interval(x, level) == order_interval(x, level), (n, level)
+
+
+def test_decisions_exactly_at_the_tail_do_not_decide():
+    def tv(pc, pa):
+        return V.Verdict(held=None, statistic="s", value=1.0, p_claim=pc, p_against=pa, effect=-1.0, effect_name="e",
+                         interval=(-2.0, 0.0), n=4, spread=1.0)
+    assert V.all_of({"a": tv(0.025, 0.5), "b": tv(0.001, 0.9)}).held is None
+    assert V.all_of({"a": tv(0.9, 0.0125), "b": tv(0.8, 0.3)}).held is None
+    assert V.all_of({"a": tv(0.9, 0.0124), "b": tv(0.8, 0.3)}).held is False
+
+
+def test_all_of_deciding_part_when_p_values_do_not_mirror():
+    def tv(pc, pa):
+        return V.Verdict(held=None, statistic="s", value=1.0, p_claim=pc, p_against=pa, effect=-1.0, effect_name="e",
+                         interval=(-2.0, 0.0), n=4, spread=1.0)
+    held = V.all_of({"a": tv(0.02, 0.9), "b": tv(0.01, 0.5)})
+    assert held.held is True and held.extra["deciding"] == "a" and held.p_claim == 0.02 and held.p_against == 1.0
+    rev = V.all_of({"b": tv(0.95, 0.05), "a": tv(0.9, 0.001)})
+    assert rev.held is False and rev.extra["deciding"] == "a" and rev.p_claim == 0.95 and rev.p_against == 0.002
+    none = V.all_of({"a": tv(0.3, 0.2), "b": tv(0.2, 0.1)})
+    assert none.held is None and none.extra["deciding"] == "a" and none.p_against == 0.2
+
+
+def test_all_of_mixed_parts_keep_the_deciding_t_parts_p_values():
+    t = tverdict([-1.0, 0.5, -0.2])
+    v = V.all_of({"t": t, "r": ratio_verdict(2.5, above=2.0)})
+    assert v.held is None and v.extra["deciding"] == "t"
+    assert v.p_claim == t.p_claim and v.p_against == t.p_against
+
+
+def test_lowest_of_a_tied_group_is_the_weakest_part():
+    """A group equal to the target on every seed (zero spread, zero mean: p = 1 both ways) is the
+    part the claim is weakest on, though another part is nearer to reversing."""
+    t = seeds([1.0, 2.0, 3.0])
+    g = {"t": t, "u": dict(t), "w": {s: v - d for (s, v), d in zip(t.items(), (0.1, 0.3, 0.2))}}
+    v = V.lowest_of(g, "t")
+    assert v.held is None and v.extra["deciding"] == "u" and v.p_claim == 1.0
+
+
+def test_defaults_name_and_unit():
+    a, b = seeds([1.0, 1.1, 0.9]), seeds([1.0, 1.05, 0.95])
+    assert V.equivalent(a, b, 0.5).unit == "" and V.lowest_of({"t": a, "u": b}, "t").unit == ""
+    w = V.worst_of(a, {"u": b})
+    assert w.statistic.startswith("target the highest: ") and w.unit == ""
+    assert V.worst_of(a, {"u": b}, unit="pts").unit == "pts"
+
+
+def test_optimum_within_vertex_of_a_three_point_mean_curve():
+    x = [0.0, 1.0, 2.0]
+    ys = {s: [(xi - v) ** 2 for xi in x] for s, v in enumerate((0.8, 1.1, 1.0))}
+    v = V.optimum_within(x, ys, 0.0, 2.0)
+    assert v.extra["vertex"] == pytest.approx(np.mean([0.8, 1.1, 1.0]))
+
+
+def test_power_with_only_the_upper_tail_failing_keeps_the_lower(monkeypatch):
+    import scipy.stats as ss
+
+    real = ss.nct
+
+    class UpperBroken:
+        @staticmethod
+        def sf(*a):
+            return NAN
+
+        cdf = staticmethod(real.cdf)
+
+    monkeypatch.setattr(ss, "nct", UpperBroken)
+    crit, nc = stats.t.ppf(0.975, 4), 0.3 * math.sqrt(5) / 1.0
+    want = stats.norm.sf(crit - nc) + real.cdf(-crit, 4, nc)
+    assert V._power(5, 0.3, 1.0) == pytest.approx(want, rel=1e-12)
+
+
+def test_benjamini_hochberg_of_one_and_of_ints():
+    assert V.benjamini_hochberg([0.3]) == [0.3] and V.benjamini_hochberg([]) == []
+    assert V.benjamini_hochberg([1, 0]) == [1.0, 0.0]
+
+
+def test_p_at_the_print_threshold():
+    assert V._p(1e-4) == "0.0001" and V._p(9.9e-5) == "< 1e-4"
