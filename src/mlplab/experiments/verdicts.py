@@ -562,12 +562,15 @@ def _power(n: int, effect: float, spread: float) -> float:
     nc = abs(effect) * math.sqrt(n) / spread
     if nc > crit + 40:  # the noncentral t's tail is numerically 1 here (scipy returns NaN far out)
         return 1.0
-    p = float(nct.sf(crit, n - 1, nc) + nct.cdf(-crit, n - 1, nc))
-    if not math.isfinite(p):  # scipy's noncentral t fails for some (df, nc): the normal approximation
+    upper, lower = float(nct.sf(crit, n - 1, nc)), float(nct.cdf(-crit, n - 1, nc))
+    if not (math.isfinite(upper) and math.isfinite(lower)):
+        # scipy's noncentral t fails for some (df, nc), often in one tail only (the far lower
+        # tail at df = 1): the normal approximation for the failed tail alone
         from scipy.stats import norm
 
-        p = float(norm.sf(crit - nc) + norm.cdf(-crit - nc))
-    return p
+        upper = upper if math.isfinite(upper) else float(norm.sf(crit - nc))
+        lower = lower if math.isfinite(lower) else float(norm.cdf(-crit - nc))
+    return upper + lower
 
 
 def detectable_effect(spread: float, n: int, power: float = POWER) -> float:
