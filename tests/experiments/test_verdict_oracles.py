@@ -601,8 +601,8 @@ def test_power_edges():
 
 
 def test_power_falls_back_to_the_normal_when_scipy_fails(monkeypatch):
-    from scipy.stats import norm
     import scipy.stats as ss
+    from scipy.stats import norm
 
     class Broken:
         @staticmethod
