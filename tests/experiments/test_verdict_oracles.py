@@ -261,7 +261,8 @@ def test_optimum_within_every_field(vertices, maximum):
     x, lo, hi = [-2.0, -1.0, 0.0, 1.0, 2.0], -1.0, 1.0
     curv = -1.0 if maximum else 1.0
     ys = parabolas(x, vertices, curv)
-    ys[-1] = [5.0, NAN, NAN, NAN, -7.0]  # (seed -1, the first) too few points: neither a slope nor part of the mean curve
+    # (seed -1, the first) too few points: neither a slope nor part of the mean curve
+    ys[-1] = [5.0, NAN, NAN, NAN, -7.0]
     s_lo = [2 * curv * (lo - v) for v in vertices]  # slope of c·(x − v)² at lo
     s_hi = [2 * curv * (hi - v) for v in vertices]
     up = -1.0 if maximum else 1.0
@@ -312,7 +313,8 @@ def test_optimum_within_on_three_points_with_ties_and_missing_values():
         s_lo.append(c1 + 2 * c2 * 0.0)
         s_hi.append(c1 + 2 * c2 * 2.0)
         used.append(y)
-    parts = {"lo": (s_lo, "slope at x = 0 (claim < 0)", 1.0), "hi": ([-v for v in s_hi], "slope at x = 2 (claim > 0)", -1.0)}
+    parts = {"lo": (s_lo, "slope at x = 0 (claim < 0)", 1.0),
+             "hi": ([-v for v in s_hi], "slope at x = 2 (claim > 0)", -1.0)}
     want, label = iut(parts)
     mean_curve = np.nanmean(np.array(used), axis=0)
     c2, c1, _ = np.polyfit(xs, mean_curve, 2)
@@ -539,8 +541,8 @@ def ratio_verdict(r0, **kw):
     return V.paired_ratio(a, b, **kw)
 
 
-@pytest.mark.parametrize("r0s,held,dec", [((2.5, 2.6), True, "x"), ((2.0, 1.5), False, "y"), ((2.5, 2.0), None, "y"), ((2.5, 1.5), False, "y"),
-                                          ((1.5, 2.5), False, "x"), ((2.0, 2.5), None, "x")])
+@pytest.mark.parametrize("r0s,held,dec", [((2.5, 2.6), True, "x"), ((2.0, 1.5), False, "y"), ((2.5, 2.0), None, "y"),
+                                          ((2.5, 1.5), False, "y"), ((1.5, 2.5), False, "x"), ((2.0, 2.5), None, "x")])
 def test_all_of_interval_parts_every_field(r0s, held, dec):
     parts = {"x": ratio_verdict(r0s[0], above=2.0), "y": ratio_verdict(r0s[1], above=2.0)}
     v0 = parts[dec]
@@ -672,8 +674,8 @@ def test_summary_spells_out_every_part():
                   effect_name="mean a − b", interval=(-2.0, -1.0), n=3, unit="pts", detail="note")
     assert v.summary() == ("paired t (df = 2) = -5; p = 0.01 one-sided (decides at 0.025 each way); "
                            "mean a − b -1.5 pts [95% CI -2, -1] pts; n = 3 seeds — note")
-    r = V.Verdict(held=None, statistic="median", value=2.0, effect=244.0, effect_name="median r", interval=(238.0, 1200.0),
-                  level=0.975, n=1, unit="×", kind="interval", n_of="pair")
+    r = V.Verdict(held=None, statistic="median", value=2.0, effect=244.0, effect_name="median r",
+                  interval=(238.0, 1200.0), level=0.975, n=1, unit="×", kind="interval", n_of="pair")
     assert r.summary() == "median; median r 244× [97.5% CI 238, 1200]; n = 1 pair"
     r2 = dataclasses.replace(r, interval=None, effect=-INF, p_against=0.001)
     assert r2.summary() == "median; median r −∞×; n = 1 pair"
