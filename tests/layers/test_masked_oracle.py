@@ -41,6 +41,15 @@ def test_mask_is_the_seeded_block_draw_row_major():
     np.testing.assert_array_equal(idx[1].numpy(), c)
     assert torch.equal(mask_from_indices(idx, 520, 7), torch.from_numpy(_mask_by_hand(520, 7, 0.3, 5)))
     assert bernoulli_mask_indices(0, 7, 0.3, seed=5).shape == (2, 0)
+    assert mask_from_indices(idx, 520, 7).dtype == torch.bool
+
+
+def test_an_entry_is_kept_only_when_its_uniform_is_strictly_below_p():
+    u = torch.rand(4, 6, generator=derive_generator(2, "mask", 0))
+    p = float(u[1, 3])  # a density equal to one of the drawn uniforms: that entry is dropped
+    idx = bernoulli_mask_indices(4, 6, p, seed=2)
+    assert torch.equal(mask_from_indices(idx, 4, 6), torch.from_numpy(_mask_by_hand(4, 6, p, 2)))
+    assert [1, 3] not in idx.T.tolist()
 
 
 def test_mask_density_is_bernoulli_p_and_its_bounds():
@@ -106,6 +115,7 @@ def test_masked_linear_is_scale_times_mask_times_weight_plus_bias():
     one = MaskedLinear(1, 1, torch.ones(1, 1, dtype=torch.bool), bias=False)
     assert one.density == 1.0 and one.bias is None
     assert MaskedLinear(1, 1, torch.tensor([[1]])).mask.dtype == torch.bool
+    assert float(MaskedLinear(1, 1, torch.tensor([[1]])).scale) == 1.0  # unscaled by default
     with pytest.raises(ValueError, match=r"mask has shape \(3, 2\), expected \(2, 3\)"):
         MaskedLinear(3, 2, torch.ones(3, 2, dtype=torch.bool))
 
@@ -124,6 +134,7 @@ def test_sparse_linear_stores_sorted_int32_indices_and_applies_scale():
     x = torch.tensor([[1.0, -1.0, 2.0], [0.0, 1.0, 0.0]], dtype=f64)
     torch.testing.assert_close(layer(x), x @ dense.T + layer.bias, rtol=0, atol=1e-12)
     assert layer.extra_repr() == "in=3, out=2, nnz=3, scale=3"
+    assert float(SparseLinear(3, 2, idx).scale) == 1.0  # unscaled by default
     nobias = SparseLinear(3, 2, idx, bias=False)
     assert nobias.bias is None and nobias(torch.ones(1, 3)).shape == (1, 2)
     assert SparseLinear(1, 1, torch.zeros(2, 0, dtype=torch.long)).density == 0.0
@@ -145,7 +156,7 @@ def test_sparse_linear_refusals():
     for bad in ([[2], [0]], [[0], [3]], [[-1], [0]], [[0], [-1]]):
         with pytest.raises(ValueError, match=r"indices out of range for a \(2, 3\) weight"):
             SparseLinear(3, 2, torch.tensor(bad))
-    with pytest.raises(ValueError, match="duplicate positions"):
+    with pytest.raises(ValueError, match="^indices contain duplicate positions$"):
         SparseLinear(3, 2, torch.tensor([[1, 0, 1], [2, 0, 2]]))
     SparseLinear(3, 2, torch.tensor([[1], [2]]))  # the last row and column are in range
 
@@ -160,6 +171,8 @@ def test_csr_pattern_of_w_and_its_transpose():
     W[idx[0], idx[1]] = v
     torch.testing.assert_close(pat.w(v).to_dense(), W, rtol=0, atol=0)
     torch.testing.assert_close(pat.w_t(v).to_dense(), W.T, rtol=0, atol=0)
+    empty_last = _CsrPattern(torch.tensor([[0, 1], [0, 1]]), 3, 4)  # the last row and column hold nothing
+    assert empty_last.w(v[:2]).shape == (3, 4) and empty_last.w_t(v[:2]).shape == (4, 3)
     rect = _CsrPattern(torch.tensor([[0, 1], [4, 0]]), 2, 5)
     assert rect.shape == (2, 5) and rect.w_t(v[:2]).shape == (5, 2)
     torch.testing.assert_close(rect.w_t(v[:2]).to_dense(), torch.tensor(
@@ -232,3 +245,79 @@ def test_a_saved_mask_of_another_size_loads_and_keeps_requires_grad():
     bad = dict(src.state_dict(), indices=torch.zeros(3, src.nnz, dtype=torch.int32))
     with pytest.raises(RuntimeError, match="size mismatch"):
         dst.load_state_dict(bad)
+
+
+def test_the_draws_stay_on_the_cpu_under_another_default_device():
+    """The mask and the values come from CPU generators whatever the default device, so a model
+    built under ``torch.device(...)`` draws the same weights as on the CPU."""
+    want = bernoulli_mask_indices(5, 4, 0.5, seed=1)
+    assert want.dtype == torch.long and bernoulli_mask_indices(0, 4, 0.5, seed=1).dtype == torch.long
+    with torch.device("meta"):
+        got = bernoulli_mask_indices(5, 4, 0.5, seed=1)
+        values = SparseLinear.random(4, 5, 0.5, seed=1).values
+    assert got.device.type == "cpu" and torch.equal(got, want)
+    assert values.device.type == "meta"  # the parameter lives on the default device
+    assert mask_from_indices(want.to("meta"), 5, 4).device.type == "meta"
+
+
+def test_one_by_one_layers_have_density_one():
+    assert SparseLinear(1, 1, torch.tensor([[0], [0]])).density == 1.0
+    assert MaskedLinear(1, 1, torch.ones(1, 1, dtype=torch.bool)).density == 1.0
+
+
+def test_a_resized_mask_is_made_on_the_layers_device():
+    src = SparseLinear.random(10, 8, 0.5, seed=1)
+    dst = SparseLinear.random(10, 8, 0.5, seed=2).to("meta")
+    with pytest.warns(UserWarning, match="no-op"):
+        dst.load_state_dict(src.state_dict())
+    assert dst.nnz == src.nnz and dst.indices.device.type == "meta" and dst.values.device.type == "meta"
+    assert dst.indices.dtype == torch.int32 and dst.values.dtype == torch.float32
+
+
+def test_csr_structures_are_trusted_not_revalidated_each_step(monkeypatch):
+    """The pattern is checked once (_checked_row_major); the per-step CSR tensors skip torch's
+    invariant check (a pass over every nonzero)."""
+    seen = []
+    csr = torch.sparse_csr_tensor
+    monkeypatch.setattr(torch, "sparse_csr_tensor", lambda *a, **k: seen.append(k) or csr(*a, **k))
+    layer = SparseLinear.random(6, 4, 0.5, seed=0)
+    x = torch.randn(2, 6, requires_grad=True)
+    layer(x).sum().backward()
+    assert len(seen) == 3 and all(k == {"check_invariants": False} for k in seen)  # W, Wᵀ, the sampled product
+
+
+def test_the_value_draw_is_on_the_cpu_under_another_default_device():
+    from mlplab.layers.masked import _random_values
+
+    want = _random_values(5, 2.0, 3)
+    with torch.device("meta"):
+        got = _random_values(5, 2.0, 3)
+    assert got.device.type == "cpu" and torch.equal(got, want)
+
+
+def test_effective_weight_and_from_masked_follow_the_weights_device_and_dtype():
+    assert SparseLinear.random(4, 3, 0.5, seed=0).to("meta").effective_weight().device.type == "meta"
+    a = MaskedLinear.random(4, 3, 0.5, seed=0)
+    a.weight = torch.nn.Parameter(a.weight.detach().to("meta", f64))  # the mask stays where it can be read
+    a.bias = torch.nn.Parameter(a.bias.detach().to("meta", f64))
+    s = SparseLinear.from_masked(a)
+    assert s.values.device.type == "meta" and s.values.dtype == f64 and s.bias.device.type == "meta"
+
+
+def test_a_resized_mask_keeps_the_layers_dtype():
+    src = SparseLinear.random(10, 8, 0.5, seed=1)
+    dst = SparseLinear.random(10, 8, 0.5, seed=2).to(f64)
+    dst.load_state_dict(src.state_dict())
+    assert dst.values.dtype == f64 and torch.equal(dst.values, src.values.double())
+
+
+def test_loading_reports_missing_and_unexpected_keys():
+    src = SparseLinear.random(10, 8, 0.5, seed=1)
+    dst = SparseLinear.random(10, 8, 0.5, seed=2)
+    extra = dict(src.state_dict(), extra=torch.zeros(1))
+    with pytest.raises(RuntimeError, match=r'Unexpected key\(s\) in state_dict: "extra"'):
+        dst.load_state_dict(extra)
+    partial = {k: v for k, v in src.state_dict().items() if k != "bias"}
+    result = dst.load_state_dict(dict(partial, extra=torch.zeros(1)), strict=False)
+    assert result.missing_keys == ["bias"] and result.unexpected_keys == ["extra"]
+    assert torch.equal(dst.indices, src.indices)
