@@ -148,6 +148,7 @@ def test_drop_path_refuses_rates_outside_0_1():
 
 def test_drop_path_rates_rise_linearly_from_zero():
     assert drop_path_rates(0.3, 1) == [0.0]
+    assert drop_path_rates(0.3, 0) == []  # no blocks, no rates
     assert drop_path_rates(0.3, 2) == [0.0, 0.3]
     assert drop_path_rates(0.2, 5) == pytest.approx([0.0, 0.05, 0.1, 0.15, 0.2], abs=1e-15)
     assert len(drop_path_rates(0.1, 8)) == 8 and drop_path_rates(0.1, 8)[-1] == 0.1

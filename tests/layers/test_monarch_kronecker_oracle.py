@@ -142,5 +142,21 @@ def test_kronecker_shapes_and_refusals():
     for bad in ((5, 3), (3, 4, 1), (12,), (0, 12), (-3, -4), (-1, 12), (12, 0), (12, -1)):
         with pytest.raises(ValueError, match="in shape .* must be two positive factors of 12"):
             KroneckerLinear(12, 12, in_shape=bad)
+    for bad in ((0, 5), (5, 0)):  # a zero factor is refused even where the product (0) matches
+        with pytest.raises(ValueError, match="in shape .* must be two positive factors of 0"):
+            KroneckerLinear(0, 4, in_shape=bad)
     with pytest.raises(ValueError, match="out shape .* must be two positive factors of 6"):
         KroneckerLinear(12, 6, out_shape=(4, 2))
+
+
+def test_dense_matrices_are_built_where_the_factors_live():
+    mon = MonarchLinear(6, 8, nblocks=2, mid_block=4)
+    assert mon.to(f64).dense().dtype == f64
+    assert mon.to("meta").dense().device.type == "meta" and mon.dense().shape == (8, 6)
+    kr = KroneckerLinear(6, 8).to("meta")
+    assert kr.dense().device.type == "meta" and kr.dense().shape == (8, 6)
+    cpu = MonarchLinear(6, 8, nblocks=2, mid_block=4).to(f64)
+    want = cpu.dense()
+    with torch.device("meta"):  # another default device: the identity is still made beside the factors
+        got = cpu.dense()
+    assert got.device.type == "cpu" and torch.equal(got, want)

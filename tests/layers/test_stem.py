@@ -31,6 +31,8 @@ def test_patchify_is_the_row_major_patch_grid_written_out():
 
 def test_check_patch_size_counts_patches_or_names_the_divisors():
     assert check_patch_size(32, 4) == 64 and check_patch_size(28, 28) == 1 and check_patch_size(7, 1) == 49
+    assert type(check_patch_size(32, 4)) is int  # a count of tokens: sizes of layers are built from it
+    assert check_patch_size(1, 1) == 1  # a one-pixel image is one patch
     with pytest.raises(ValueError, match=r"patch_size=5 does not divide image_size=12; choose one of "
                                          r"\[1, 2, 3, 4, 6, 12\]"):
         check_patch_size(12, 5)
@@ -54,6 +56,7 @@ def test_patch_embed_is_one_linear_map_shared_by_all_patches(bias):
 
 def test_patch_embed_refuses_images_of_another_shape():
     emb = PatchEmbed(4, 2, 3, 5)
+    assert emb.proj.bias is not None  # a bias by default
     msg = r"expected images of shape \(N, 3, 4, 4\), got {}; set image_size/in_chans to match the data"
     for shape in ((2, 1, 4, 4), (2, 3, 4, 6), (2, 3, 6, 4), (3, 4, 4)):
         with pytest.raises(ValueError, match=msg.format(str(shape).replace("(", r"\(").replace(")", r"\)"))):
