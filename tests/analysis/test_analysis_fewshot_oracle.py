@@ -139,3 +139,48 @@ def test_linear_probe_holds_out_a_seeded_fraction_and_refits_on_all(monkeypatch)
     assert res.l2 == max(lam for lam in grid if hold_acc[lam] == best)
     assert res == ProbeResult(_numpy_ridge_accuracy(x, y, 3, res.l2, x, y), res.l2, 15, 60)
     assert linear_probe(x[:3], y[:3], x, y, holdout_fraction=0.01).holdout == 1  # at least one held out
+
+
+def test_the_holdout_picks_a_small_lambda_when_a_large_one_is_worse():
+    x, y = _data(40, spread=1.0)
+    xt, yt = _data(20, spread=1.0, seed=4)
+    probe = linear_probe(x, y, xt, yt, l2_grid=(0.01, 1e6), holdout_fraction=0.25)  # λ = 10⁶: W ≈ 0, one class
+    assert probe.l2 == 0.01 and probe.acc > 0.6
+    xh, yh = _data(40, spread=3.0)
+    few = linear_few_shot(xh, yh, xt, yt, shots=(1,), draws=2, l2_grid=(0.01, 1e6), holdout_per_class=10)[1]
+    assert few.accuracies[0] != few.accuracies[1]
+    assert few.sd == pytest.approx(np.std(few.accuracies, ddof=1), abs=1e-15)  # two draws: their sd, not 0
+
+
+def test_defaults_are_the_documented_ones():
+    x, y = _data(40)
+    xt, yt = _data(5, seed=2)
+    assert linear_few_shot(x, y, xt, yt) == linear_few_shot(x, y, xt, yt, shots=(1, 5, 10, 25), draws=5,
+                                                            l2_grid=fewshot.DEFAULT_L2_GRID, holdout_per_class=10,
+                                                            seed=0)
+    assert fewshot.DEFAULT_L2_GRID == tuple(2.0 ** e for e in (-10, -8, -6, -4, -2, 0, 2, 4, 6, 8, 10))
+    assert linear_probe(x, y, xt, yt) == linear_probe(x, y, xt, yt, l2_grid=fewshot.DEFAULT_L2_GRID,
+                                                      holdout_fraction=0.1, seed=0)
+    for bad, msg in ((dict(l2_grid=()), r"^l2_grid must hold positive values, got \(\)$"),
+                     (dict(holdout_fraction=1.0), r"^holdout_fraction must be in \(0, 1\), got 1.0$")):
+        with pytest.raises(ValueError, match=msg):
+            linear_probe(x, y, xt, yt, **bad)
+
+
+@pytest.mark.parametrize("n,d", [(6, 9), (9, 9), (12, 9)])  # the dual form below d examples, the primal from d on
+def test_ridge_fit_is_the_closed_form_written_out(n, d):
+    rng = np.random.default_rng(n)
+    x, labels, lam = rng.normal(size=(n, d)).astype(np.float32), rng.integers(0, 3, n), 0.7
+    xd = x.astype(np.float64)  # float32 features are fitted in float64
+    mu = xd.mean(0)
+    xc = xd - mu
+    t = -np.ones((n, 3))
+    t[np.arange(n), labels] = 1.0
+    tc = t - t.mean(0)
+    if n < d:
+        w = xc.T @ np.linalg.solve(xc @ xc.T + lam * np.eye(n), tc)
+    else:
+        w = np.linalg.solve(xc.T @ xc + lam * np.eye(d), xc.T @ tc)
+    got = fewshot.ridge_fit(x, labels, 3, lam)
+    for a, b in zip(got, (mu, w, t.mean(0))):
+        np.testing.assert_array_equal(a, b)

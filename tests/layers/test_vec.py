@@ -74,3 +74,12 @@ def test_index_maps_written_out_and_built_on_the_given_device():
     assert commutation_matrix(2, 3).dtype == D and commutation_matrix(2, 3, torch.float16).dtype == torch.float16
     assert torch.equal(commutation_matrix(2, 3, torch.float32), perm_matrix(commutation_perm(2, 3), torch.float32))
     assert unvec(torch.arange(6.0), 2, 3).tolist() == [[0.0, 2.0, 4.0], [1.0, 3.0, 5.0]]
+
+
+def test_permutations_are_built_beside_their_index_under_another_default_device():
+    p = torch.tensor([1, 2, 0])
+    want_q, want_J = invert_perm(p), perm_matrix(p)
+    with torch.device("meta"):
+        q, J = invert_perm(p), perm_matrix(p)
+    assert q.device.type == "cpu" and torch.equal(q, want_q) and torch.equal(q, torch.tensor([2, 0, 1]))
+    assert J.device.type == "cpu" and torch.equal(J, want_J)

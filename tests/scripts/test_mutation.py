@@ -22,7 +22,9 @@ BEYOND = ["train/evaluation.py",
           "layers/monarch.py",
           "layers/kronecker.py",
           "layers/common.py",
-          "layers/stem.py"]
+          "layers/stem.py",
+          "layers/vec.py",
+          "analysis/fewshot.py"]
 MODULES = CORE + BEYOND
 
 
