@@ -153,7 +153,7 @@ def test_stem_filters_drawn_rgb_and_grey():
     want = image_grid(np.stack([np.array([[0.0, 0.25], [0.5, 1.0]]), np.zeros((2, 2))]), 2, fill=1.0)
     np.testing.assert_allclose(data, want, atol=1e-12)
     assert clim == (0.0, 1.0) and title == "stem filters (2×2×1)"
-    with pytest.raises(ValueError, match=r"model has no per-patch FC stem \(model.stem.proj\); pass the weight instead"):
+    with pytest.raises(ValueError, match=r"model has no per-patch FC stem \(model.stem.proj\); pass the weight"):
         stem_weight(nn.Linear(2, 2))
     with pytest.raises(ValueError, match="patch_size and in_chans are needed with a bare weight"):
         stem_filter_images(grey, patch_size=2)

@@ -230,7 +230,8 @@ def test_model_weight_spectra_read_masked_and_sparse_layers():
                                                                   ("sparse", "masked", (18, 6))]
     assert rows[0]["lambda_max"] == pytest.approx(_top(net.masked.effective_weight().detach()), rel=1e-6)
     assert rows[1]["lambda_max"] == pytest.approx(_top(net.sparse.effective_weight().detach()), rel=1e-6)
-    assert rows[0]["c_gamma"] == pytest.approx(1 + math.sqrt(2)) and rows[1]["c_gamma"] == pytest.approx(1 + math.sqrt(3))
+    assert rows[0]["c_gamma"] == pytest.approx(1 + math.sqrt(2))
+    assert rows[1]["c_gamma"] == pytest.approx(1 + math.sqrt(3))
     assert model_weight_spectra(net, include_other=True)[2]["c_gamma"] == 2.0
     assert model_weight_spectra(net, include_other=True)[2]["kind"] == "linear"
     leg = Legacy()
@@ -239,3 +240,268 @@ def test_model_weight_spectra_read_masked_and_sparse_layers():
     odd = Legacy()
     odd.mask = torch.ones(2, 2, dtype=torch.bool)  # a mask of another shape than the weight: not a layer
     assert model_weight_spectra(odd) == []
+
+
+# ------------------------------------------------------------------ the samplers, written out
+
+
+def _chunk_draw(m, p, gamma, g):
+    """The documented exact sampler: rows in chunks of 2^22 // m, each a float32 uniform mask
+    (kept below p) then the chunk's float64 normal values, scaled by 1/√(p m)."""
+    rows = max(1, int(round(gamma * m)))
+    r_all, c_all, v_all = [], [], []
+    chunk = max(1, (1 << 22) // m)
+    for r0 in range(0, rows, chunk):
+        keep = torch.rand(min(rows, r0 + chunk) - r0, m, generator=g, dtype=torch.float32) < p
+        nz = keep.nonzero()
+        r_all.append(nz[:, 0] + r0)
+        c_all.append(nz[:, 1])
+        v_all.append(torch.randn(nz.shape[0], generator=g, dtype=torch.float64) * (1.0 / math.sqrt(p * m)))
+    return _dense(rows, m, torch.cat(r_all), torch.cat(c_all), torch.cat(v_all))
+
+
+def _very_sparse_draw(m, p, gamma, g):
+    """The documented very sparse sampler: N ~ Binomial(rows·m, p) from numpy seeded by g, N
+    distinct positions drawn with replacement 16 spare at a time, shuffled, the first N sorted."""
+    rows = max(1, int(round(gamma * m)))
+    total = rows * m
+    n = int(np.random.default_rng(int(torch.randint(2 ** 62, (1,), generator=g))).binomial(total, p))
+    pos = torch.empty(0, dtype=torch.long)
+    while pos.numel() < n:
+        pos = torch.unique(torch.cat([pos, torch.randint(total, (n - pos.numel() + 16,), generator=g)]))
+    pos = pos[torch.randperm(pos.numel(), generator=g)[:n]].sort().values
+    vals = torch.randn(n, generator=g, dtype=torch.float64) * (1.0 / math.sqrt(p * m))
+    return _dense(rows, m, pos // m, pos % m, vals)
+
+
+class _Coo:
+    """(shape, rows, cols, values) of a draw, row-major, without a dense matrix."""
+
+    def __init__(self, shape, r, c, v):
+        self.shape = shape
+        order = np.lexsort((c, r))
+        self.r, self.c, self.v = r[order], c[order], v[order]
+
+    def __eq__(self, other):
+        return (self.shape == other.shape and np.array_equal(self.r, other.r) and np.array_equal(self.c, other.c)
+                and np.array_equal(self.v, other.v))
+
+
+def _dense(rows, m, r, c, v):
+    return _Coo((rows, m), r.numpy(), c.numpy(), v.numpy())
+
+
+def _coo(S):
+    S = S.tocoo()
+    return _Coo(S.shape, S.row.astype(np.int64), S.col.astype(np.int64), S.data)
+
+
+@pytest.mark.parametrize("m,p,gamma,very", [
+    (300, 9.99e-4, 1.0, True),  # total 90 000 > 2^16 and p < 10⁻³: the very sparse sampler
+    (256, 9.99e-4, 1.0, False),  # total exactly 2^16: exact
+    (300, 1e-3, 1.0, False),  # p exactly 10⁻³: exact
+    (100, 5e-4, 1.0, False),  # few entries: exact
+    (300, 0.2, 0.5, False),
+    (2048, 1e-3, 2.0, False),  # 2^23 entries: two chunks of 2048 rows
+])
+def test_sw_weight_is_the_documented_draw(m, p, gamma, very):
+    want = (_very_sparse_draw if very else _chunk_draw)(m, p, gamma, torch.Generator().manual_seed(7))
+    got = sample_sw_weight(m, p, gamma, seed=7, sparse=True)
+    assert sp.issparse(got) and _coo(got) == want
+    if m * m * gamma < 1e6:  # the dense storage holds the same draw
+        dense = sample_sw_weight(m, p, gamma, seed=7, sparse=False).numpy()
+        assert _coo(sp.coo_matrix(dense)) == want
+
+
+def test_sw_weight_at_a_drawn_uniform_and_under_a_float64_default():
+    u = torch.rand(3, 5, generator=torch.Generator().manual_seed(2), dtype=torch.float32)
+    p = float(u[1, 2])  # an entry whose uniform equals p is not kept
+    got = sample_sw_weight(5, p, 0.6, seed=2, sparse=False).numpy()
+    assert _coo(sp.coo_matrix(got)) == _chunk_draw(5, p, 0.6, torch.Generator().manual_seed(2))
+    assert got[1, 2] == 0.0
+    before = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:  # the mask's uniforms are float32 whatever the default dtype
+        got = sample_sw_weight(40, 0.3, 1.0, seed=3, sparse=True)
+    finally:
+        torch.set_default_dtype(before)
+    assert _coo(got) == _chunk_draw(40, 0.3, 1.0, torch.Generator().manual_seed(3))
+    assert sample_sw_weight(4, 0.5, 0.01).shape == (1, 4)  # at least one row
+
+
+def test_defaults_are_the_documented_ones():
+    assert mp_edge() == 2.0
+    assert torch.equal(sample_mixer_weight(5), sample_mixer_weight(5, 1.0, 0))
+    assert torch.equal(sample_sw_weight(6, 0.5), sample_sw_weight(6, 0.5, 1.0, 0))
+    a = normalised_spectrum(0.0)  # Ω = 10³: m = 32, dense; 50 trials from seed 0
+    b = normalised_spectrum(0.0, 1000.0, 50, 0)
+    assert a.m == 32 and a.singular_values.shape == (50, 32) and np.array_equal(a.singular_values, b.singular_values)
+    rows = spectrum_vs_width(2.0 ** 10, widths=[60], method="dense")
+    assert rows == spectrum_vs_width(2.0 ** 10, 1.0, widths=[60], seeds=range(10), method="dense")
+    A = np.diag([1.0, 0.9999])  # converging slowly: the power method uses all its iterations
+    assert largest_singular_value(A, "power", tol=0.0) == largest_singular_value(A, "power", tol=0.0, max_iter=5000,
+                                                                                 seed=0)
+    assert largest_singular_value(A, "power", tol=0.0) != largest_singular_value(A, "power", tol=0.0, max_iter=5001)
+
+
+def _power_by_hand(A, tol, max_iter, seed):
+    v = np.random.default_rng(seed).standard_normal(A.shape[1])
+    v /= np.linalg.norm(v)
+    lam = 0.0
+    for _ in range(max_iter):
+        w = A.T @ (A @ v)
+        new = float(np.linalg.norm(w))
+        if new == 0.0:
+            return 0.0
+        v = w / new
+        if abs(new - lam) <= tol * new:
+            return math.sqrt(new)
+        lam = new
+    return math.sqrt(lam)
+
+
+def test_power_iteration_is_the_loop_written_out():
+    A = np.array([[0.9, 0.2], [0.1, 0.6]])
+    for tol, iters in ((0.5, 10), (0.05, 10), (0.0, 1), (0.0, 3), (1e-3, 2)):
+        assert largest_singular_value(A, "power", tol=tol, max_iter=iters, seed=3) == _power_by_hand(A, tol, iters, 3)
+    assert largest_singular_value(np.eye(2), "power") == 1.0
+    # a tolerance met with equality stops the loop: |new − lam| = tol·new at the second step
+    v = np.random.default_rng(1).standard_normal(2)
+    v /= np.linalg.norm(v)
+    w1 = A.T @ (A @ v)
+    n1 = np.linalg.norm(w1)
+    n2 = float(np.linalg.norm(A.T @ (A @ (w1 / n1))))
+    tol = abs(n2 - n1) / n2
+    for _ in range(100):
+        if abs(n2 - n1) == tol * n2:
+            break
+        tol = np.nextafter(tol, 1.0 if abs(n2 - n1) > tol * n2 else 0.0)
+    assert abs(n2 - n1) == tol * n2
+    assert largest_singular_value(A, "power", tol=tol, seed=1) == math.sqrt(n2)
+
+
+def test_lanczos_is_arpack_from_the_seeded_start(monkeypatch):
+    import mlplab.analysis.spectra as spectra
+
+    seen = []
+    svds = spectra.spla.svds
+    monkeypatch.setattr(spectra.spla, "svds", lambda A, **kw: seen.append(kw) or svds(A, **kw))
+    A = np.random.default_rng(0).normal(size=(7, 5))
+    largest_singular_value(A, "lanczos", seed=4)
+    largest_singular_value(A, "lanczos", tol=1e-6, max_iter=77)
+    v4, v0 = np.random.default_rng(4).standard_normal(5), np.random.default_rng(0).standard_normal(5)
+    for kw, v, tol, it in zip(seen, (v4, v0), (1e-10, 1e-6), (5000, 77)):
+        np.testing.assert_array_equal(kw.pop("v0"), v)
+        assert kw == {"k": 1, "which": "LM", "return_singular_vectors": False, "tol": tol, "maxiter": it}
+    assert largest_singular_value(np.ones((3, 22000))) == pytest.approx(math.sqrt(66000))  # min side 3: Lanczos
+    assert len(seen) == 3
+    assert largest_singular_value(A.astype(np.float32), "dense") == \
+        largest_singular_value(A.astype(np.float32).astype(np.float64), "dense")  # read in float64
+
+
+def test_spectrum_vs_width_passes_its_method_and_sparse_weights(monkeypatch):
+    import mlplab.analysis.spectra as spectra
+
+    seen = []
+    lsv = spectra.largest_singular_value
+    monkeypatch.setattr(spectra, "largest_singular_value",
+                        lambda W, method="auto": seen.append((method, sp.issparse(W))) or lsv(W, "dense"))
+    spectrum_vs_width(2.0 ** 10, 1.0, widths=[60], seeds=[0], method="power")
+    assert seen == [("power", False), ("power", False), ("power", True)]
+    seen.clear()
+    net = nn.Sequential(nn.Linear(3, 3))
+    model_weight_spectra(net, method="lanczos", include_other=True)
+    assert seen == [("lanczos", False)]
+    # a budget whose only width rounds down to m = 1: p = Ω/(γ m²) = 1.4 is capped at 1
+    assert spectrum_vs_width(1.4, 1.0, widths=[1.248], seeds=[0])[0]["p"] == 1.0
+    with pytest.raises(ValueError, match="^give exactly one of s_list or widths$"):
+        spectrum_vs_width(2.0 ** 12)
+
+
+def test_budget_pairs_at_their_ends():
+    from mlplab.analysis.spectra import mixer_pair_for_tokens
+
+    assert mixer_pair_for_tokens(10.0, 1.0, 4) == (4, 1)  # Ω = γ(C S² + C² S)/2 with C = 1
+    omega, gamma = 300.0, 2.0
+    from mlplab.theory.budget import width_bounds
+
+    lo, hi = width_bounds(omega, gamma)
+    assert lo == pytest.approx((math.sqrt(1 + 8 * omega / gamma) - 1) / 2)
+    assert hi == pytest.approx((omega / gamma) ** (2 / 3))
+    assert mixer_pair_for_width(omega, gamma, lo)[0] == 1  # the narrowest Mixer has one token
+    assert mixer_pair_for_width(omega, gamma, lo * (1 - 1e-9)) and mixer_pair_for_width(omega, gamma, hi * (1 + 1e-9))
+    with pytest.raises(ValueError, match="has widths"):
+        mixer_pair_for_width(omega, gamma, hi * 1.01)  # γ = 2's bounds, not γ = 1's
+    assert mixer_pair_for_width(1.0, 1.0, 1.0) == (1, 1)
+    W = torch.ones(2, 2, dtype=torch.float64)
+    with torch.device("meta"):  # the identity is made beside W
+        K = kron_identity(W, 2)
+    assert K.device.type == "cpu"
+    assert kron_identity(torch.ones(2, 2, dtype=torch.float16), 3).dtype == torch.float16
+
+
+def test_masked_weights_of_modules_with_partial_attributes():
+    class Values(nn.Module):  # indices and values, no scale: scale 1
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("indices", torch.tensor([[0, 1], [1, 0]]))
+            self.values = nn.Parameter(torch.tensor([3.0, -2.0]))
+            self.in_features, self.out_features = 2, 2
+
+    class IndicesOnly(nn.Module):  # an index buffer alone is not a sparse weight
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("indices", torch.tensor([[0], [0]]))
+
+    class MaskOnly(nn.Module):  # a mask without a weight: nothing to read
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("mask", torch.ones(2, 2, dtype=torch.bool))
+
+    net = nn.Module()
+    net.a, net.b, net.c = Values(), IndicesOnly(), MaskOnly()
+    rows = model_weight_spectra(net)
+    assert [r["name"] for r in rows] == ["a"] and rows[0]["lambda_max"] == pytest.approx(3.0)
+
+
+def test_normalised_spectrum_at_the_smallest_budget_and_a_dense_cap():
+    one = normalised_spectrum(0.5, omega=1.0, trials=1)  # m = 1: a single entry
+    assert one.m == 1 and one.singular_values.shape == (1, 1) and one.singular_values[0, 0] == pytest.approx(1.0)
+    assert normalised_spectrum(-0.5, omega=4.0, trials=1).p == 1.0  # Ω^(−a) > 1: capped at a dense weight
+
+
+def test_sparse_singular_values_one_per_row_or_column_of_each_block():
+    Z = np.zeros((3, 4))
+    Z[0, 0] = 1.0  # a 1×1 block, then a 2×3 block: min(1, 1) + min(2, 3) singular values
+    Z[1:3, 1:4] = [[1.0, 2.0, 0.0], [0.0, 3.0, 4.0]]
+    sv = _sparse_singular_values(sp.csr_matrix(Z))
+    assert sv.size == 3
+    np.testing.assert_allclose(np.sort(sv), np.sort(np.r_[1.0, np.linalg.svd(Z[1:, 1:], compute_uv=False)]), atol=1e-12)
+    sv = _sparse_singular_values(sp.csr_matrix(Z.T))  # and a 3×2 block: min(3, 2)
+    assert sv.size == 3
+
+
+def test_a_torch_sparse_weight_keeps_its_shape(monkeypatch):
+    import mlplab.analysis.spectra as spectra
+
+    shapes = []
+    svds = spectra.spla.svds
+    monkeypatch.setattr(spectra.spla, "svds", lambda A, **kw: shapes.append(A.shape) or svds(A, **kw))
+    t = torch.zeros(5, 6, dtype=torch.float64)
+    t[0, 1], t[1, 0] = 2.0, -3.0  # nonzeros in two rows only: the shape is (5, 6), not (2, 2)
+    assert largest_singular_value(t.to_sparse_coo()) == pytest.approx(3.0)
+    assert shapes == [(5, 6)]
+
+
+def test_sw_weight_draws_of_many_collisions_huge_rows_and_none():
+    # 64 000 draws among 6.4·10⁷ entries collide ~32 times: the sampler draws again, n − |pos| + 16 more
+    g1, g2 = torch.Generator().manual_seed(1), torch.Generator().manual_seed(1)
+    assert _coo(sample_sw_weight(8000, 9.99e-4, 1.0, g1, sparse=True)) == _very_sparse_draw(8000, 9.99e-4, 1.0, g2)
+    m = (1 << 22) + 1  # wider than a chunk of 2^22 uniforms: one row per chunk
+    g1, g2 = torch.Generator().manual_seed(2), torch.Generator().manual_seed(2)
+    assert _coo(sample_sw_weight(m, 1e-3, 2 / m, g1, sparse=True)) == _chunk_draw(m, 1e-3, 2 / m, g2)
+    g1, g2 = torch.Generator().manual_seed(3), torch.Generator().manual_seed(3)
+    none = sample_sw_weight(300, 1e-9, 1.0, g1, sparse=True)  # no nonzero: no position is drawn
+    assert none.nnz == 0 and _coo(none) == _very_sparse_draw(300, 1e-9, 1.0, g2)
+    assert torch.equal(torch.rand(4, generator=g1), torch.rand(4, generator=g2))  # the generator used alike
+    assert normalised_spectrum(0.5, trials=1).p == 1000.0 ** -0.5  # Ω = 10³ by default

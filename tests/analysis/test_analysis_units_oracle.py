@@ -97,10 +97,17 @@ def test_paired_units_shows_each_unit_once_low_frequency_first():
 
 def test_weight_stats_pool_the_blocks_by_their_units():
     torch.manual_seed(0)
-    model = mlplab.create_model("mlp_mixer", image_size=8, patch_size=2, hidden_dim=6, depth=3, token_hidden=7,
+    model = mlplab.create_model("mlp_mixer", image_size=8, patch_size=2, hidden_dim=40, depth=3, token_hidden=64,
                                 num_classes=3)
     with torch.no_grad():  # a zero unit in block 1: blocks weigh by their nonzero units
         model.blocks[1].token_mixing.inner.fc1.weight[2].zero_()
+        stem = model.stem.proj.weight
+        c, v, h, k = (torch.tensor(p) for p in ([1.0, 1, 1, 1], [1.0, -1, 1, -1], [1.0, 1, -1, -1], [1.0, -1, -1, 1]))
+        groups = [[c, -c], [v, h, -v, -h], [k, -k]]  # frequencies exactly 0, 1/2 and √2/2
+        for i in range(40):  # three interleaved groups of distinct filters with tied frequencies
+            stem[i] = 2.0 ** ((i // 3) % 3 - 1) * groups[i % 3][(i // 3) % len(groups[i % 3])].repeat(3)
+        stem[35] = 0.0  # no energy: frequency NaN, sorted last
+        stem[31] = torch.tensor([1.0] * 4 + [-1.0] * 4 + [0.0] * 4)  # channels cancel: a zero mean image, shown as 0
     stats, arrays = weight_stats(model, blocks=2, tau=0.2)
     per = []
     for b in range(2):
@@ -112,17 +119,20 @@ def test_weight_stats_pool_the_blocks_by_their_units():
         imgs = token_mixing_unit_images(torch.from_numpy(W[rows]))
         assert stats[f"block{b}_token_frequency"] == pytest.approx(np.nanmean(mean_frequency(imgs)), abs=1e-12)
         np.testing.assert_array_equal(arrays[f"token_units_block{b}"],
-                                      paired_units(imgs, inverse_partners(W[rows], 0.2)["partner"], min(16, len(rows))))
-    assert [s["units"] for s in per] == [7, 6]
+                                      paired_units(imgs, inverse_partners(W[rows], 0.2)["partner"], 16))
+    assert [s["units"] for s in per] == [64, 63]
+    assert arrays["token_units_block0"].shape == (32, 4, 4)  # 16 pairs of 64 units
     for key in ("frac_inverse", "mean_min_cos", "frac_closest_is_inverse"):
-        assert stats[key] == pytest.approx((7 * per[0][key] + 6 * per[1][key]) / 13, abs=1e-12)
+        assert stats[key] == pytest.approx((64 * per[0][key] + 63 * per[1][key]) / 127, abs=1e-12)
     emb = stem_filter_images(model)
-    assert stats["embedding_frequency"] == pytest.approx(np.nanmean(mean_frequency(emb)), abs=1e-12)
     f = mean_frequency(emb)
-    first = emb[np.argsort(f, kind="stable")[:32]].mean(-1)
-    np.testing.assert_allclose(arrays["embedding_units"],
-                               first / np.abs(first).reshape(len(first), -1).max(1)[:, None, None], atol=1e-12)
-    assert "block2_frac_inverse" not in stats
+    assert stats["embedding_frequency"] == pytest.approx(np.nanmean(f), abs=1e-12)
+    first = emb[np.argsort(f, kind="stable")[:32]].mean(-1)  # numpy sorts NaN last; ties in index order
+    scale = np.abs(first).reshape(len(first), -1).max(1)
+    np.testing.assert_allclose(arrays["embedding_units"], first / np.where(scale > 0, scale, 1)[:, None, None],
+                               rtol=0, atol=1e-12)
+    assert arrays["embedding_units"].shape == (32, 2, 2) and "block2_frac_inverse" not in stats
+    assert not arrays["embedding_units"].reshape(32, -1).any(1).all()  # stem row 31 is among them, shown as 0
 
 
 def test_half_energy_radius_scans_every_radius():
@@ -140,3 +150,96 @@ def test_half_energy_radius_scans_every_radius():
     two = np.zeros((1, 1, 3))
     two[0, 0, 0], two[0, 0, 2] = 1.0, 1.0
     assert half_energy_radius(two)[0] == 1.0
+
+
+def test_half_energy_radius_edge_cases_and_precision():
+    # energies a², 1, a² in a row with a² chosen so that the centre pixel holds exactly the threshold
+    # ½·total·(1 − 10⁻¹²): "at least half" keeps the centre alone, r½ = 0
+    a = 0.7071067811872547
+    row = np.array([[[a, 1.0, a]]])
+    assert 1.0 == 0.5 * (row ** 2).sum() * (1 - 1e-12)
+    assert half_energy_radius(row)[0] == 0.0
+    small = np.zeros((1, 3, 3))
+    small[0, 2, 0] = 0.5  # total energy 1/4 (< 1): still a radius, not NaN
+    assert half_energy_radius(small)[0] == 0.0
+    rgb = np.zeros((1, 1, 3, 2))  # energy Σ_ch w² with values other than 0 and 1
+    rgb[0, 0, 0] = [3.0, 0.5]  # 9.25
+    rgb[0, 0, 2] = [-1.0, 2.0]  # 5: centre at x = 2·5/14.25; the heavier pixel is nearer
+    assert half_energy_radius(rgb)[0] == pytest.approx(2 * 5 / 14.25, abs=1e-12)
+    rng = np.random.default_rng(5)
+    x32 = rng.normal(size=(4, 5, 6)).astype(np.float32)  # float32 input: computed in float64
+    np.testing.assert_array_equal(half_energy_radius(x32), half_energy_radius(x32.astype(np.float64)))
+
+
+def test_no_warning_for_units_without_energy():
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert np.isnan(half_energy_radius(np.zeros((1, 3, 3)))[0])
+        assert np.isnan(mean_frequency(np.zeros((1, 3, 3)))[0])
+
+
+def test_mean_frequency_of_faint_and_float32_images():
+    checker = (-1.0) ** np.add.outer(np.arange(2), np.arange(2))
+    assert mean_frequency(0.1 * checker[None])[0] == pytest.approx(math.sqrt(2) / 2)  # total power 0.16 < 1
+    x32 = np.random.default_rng(6).normal(size=(3, 4, 5)).astype(np.float32)
+    np.testing.assert_array_equal(mean_frequency(x32), mean_frequency(x32.astype(np.float64)))
+
+
+def test_inverse_partners_of_float32_weights_and_the_refusal():
+    W = np.random.default_rng(7).normal(size=(6, 5)).astype(np.float32)
+    a, b = inverse_partners(W), inverse_partners(W.astype(np.float64))
+    np.testing.assert_array_equal(a["min_cos"], b["min_cos"])
+    with pytest.raises(ValueError, match="^inverse_partners needs at least two nonzero units$"):
+        inverse_partners(np.zeros((3, 2)))
+
+
+def test_paired_units_order_ties_by_unit_index():
+    """Units of equal frequency are shown in index order (a stable sort), whatever numpy's default sort does."""
+    n = 40
+    partner = (np.arange(n) + n // 2) % n
+    freq = np.stack([np.ones((2, 2)) * (i + 1) for i in range(n)])
+    freq[:, 0, 0] += np.arange(n) % 3 * 0.1  # three frequency groups, each with ties
+    f = mean_frequency(freq)
+    order = [int(u) for u in np.argsort(f, kind="stable")]
+    shown = []
+    for u in order:
+        if len(shown) >= 2 * 25:
+            break
+        if u not in shown:
+            shown += [u, int(partner[u])]
+    want = freq[shown] / np.abs(freq[shown]).reshape(len(shown), -1).max(1)[:, None, None]
+    np.testing.assert_array_equal(paired_units(freq, partner, 25), want)
+
+
+def test_unit_picture_scales_by_hand():
+    from mlplab.analysis.pictures import image_grid
+    from mlplab.analysis.units import unit_picture
+
+    rng = np.random.default_rng(8)
+    colour = rng.normal(size=(3, 2, 2, 3))
+    colour[1] = 0.7  # a constant unit: shown as 0, not NaN
+    image, symmetric = unit_picture(colour)
+    lo = colour.reshape(3, -1).min(1)[:, None, None, None]
+    span = colour.reshape(3, -1).max(1)[:, None, None, None] - lo
+    want = image_grid((colour - lo) / np.where(span > 0, span, 1.0), fill=1.0)  # white padding
+    assert not symmetric and not np.isnan(image).any()
+    np.testing.assert_allclose(image, want, rtol=0, atol=1e-15)
+    grey = np.zeros((2, 2, 2, 1))
+    grey[0, 0, 1, 0], grey[1, 1, 0, 0] = -0.5, 0.25  # faint units: each still reaches ±1
+    image, symmetric = unit_picture(grey)
+    np.testing.assert_array_equal(image, image_grid(np.stack([grey[0, ..., 0] / 0.5, grey[1, ..., 0] / 0.25])))
+    assert symmetric
+
+
+def test_half_energy_radius_names_the_axis_it_gathers_along(monkeypatch):
+    """np.take_along_axis has a default axis only since numpy 2.3: the axis is given explicitly."""
+    import mlplab.analysis.units as units
+
+    seen = []
+    take = np.take_along_axis
+    monkeypatch.setattr(units.np, "take_along_axis", lambda a, i, *args, **kw: seen.append(args + tuple(kw.values()))
+                        or take(a, i, *args, **kw))
+    half_energy_radius(np.ones((2, 3, 3)))
+    assert seen == [(1,), (1,)]

@@ -24,7 +24,9 @@ BEYOND = ["train/evaluation.py",
           "layers/common.py",
           "layers/stem.py",
           "layers/vec.py",
-          "analysis/fewshot.py"]
+          "analysis/fewshot.py",
+          "analysis/units.py",
+          "analysis/spectra.py"]
 MODULES = CORE + BEYOND
 
 
