@@ -50,6 +50,8 @@ def test_u_centre_entry_by_entry():
     with pytest.raises(ValueError, match="the unbiased HSIC estimator needs at least 4 examples, got 3"):
         u_centre(torch.eye(3))
     u_centre(torch.eye(4))  # four are enough
+    with pytest.raises(ValueError, match=r"^kernels must be square and of equal size, got \(3, 4\)"):
+        u_centre(torch.zeros(3, 4))
 
 
 def test_gram_and_cka_of_features_of_any_shape():
@@ -61,21 +63,46 @@ def test_gram_and_cka_of_features_of_any_shape():
     want = np.linalg.norm(Yc.T @ Xc) ** 2 / (np.linalg.norm(Xc.T @ Xc) * np.linalg.norm(Yc.T @ Yc))
     assert linear_cka(X, Y) == pytest.approx(want, rel=1e-12)
     with pytest.raises(ValueError, match="X and Y must hold the same examples, got 5 and 4 rows"):
-        linear_cka(X, Y[:4])
+        linear_cka(X, Y[:4, :3])
 
 
-def test_hsic1_refuses_kernels_of_other_shapes():
+def test_hsic_refuses_kernels_of_other_shapes():
     K = torch.eye(5)
-    for a, b in ((torch.zeros(5, 4), K), (K, torch.eye(6)), (K, torch.zeros(5, 4))):
-        with pytest.raises(ValueError, match="kernels must be square and of equal size, got"):
-            hsic1(a, b)
+    for a, b in ((torch.zeros(5, 4), K), (K, torch.eye(6)), (K, torch.zeros(5, 4)), (torch.zeros(4, 5), torch.eye(4))):
+        for hsic in (hsic0, hsic1):
+            with pytest.raises(ValueError, match=r"^kernels must be square and of equal size, got \("):
+                hsic(a, b)
+
+
+def test_hsic_of_four_examples_and_under_another_default_device():
+    X, Y = _x(4, 3, 11), _x(4, 2, 12)
+    K, L = torch.from_numpy(X @ X.T), torch.from_numpy(Y @ Y.T)
+    Kt, Lt = K.numpy().copy(), L.numpy().copy()
+    np.fill_diagonal(Kt, 0)
+    np.fill_diagonal(Lt, 0)
+    one = np.ones(4)  # Song et al.'s closed form at n = 4, the fewest it allows
+    want = (np.trace(Kt @ Lt) + one @ Kt @ one * (one @ Lt @ one) / 6 - 2 / 2 * one @ Kt @ Lt @ one) / 4
+    assert float(hsic1(K, L)) == pytest.approx(want, rel=1e-12)
+
+
+def test_the_estimators_helpers_are_made_on_the_kernels_device(monkeypatch):
+    """HSIC₀'s centring matrix and HSIC₁'s ones vector live where the kernels do (on a GPU, a CPU
+    helper would fail); the meta device stands in for an accelerator."""
+    K = torch.ones(4, 4, dtype=torch.float64, device="meta")
+    seen = []
+    for name in ("ones", "eye"):
+        made = getattr(torch, name)
+        monkeypatch.setattr(torch, name, lambda *a, _made=made, **kw: seen.append(str(kw.get("device"))) or
+                            _made(*a, **kw))
+    assert hsic0(K, K).device.type == "meta" and hsic1(K, K).device.type == "meta"
+    assert seen == ["meta", "meta"]
 
 
 def test_minibatch_accumulator_bookkeeping_and_refusals():
     a = [_x(6, 3, 5), _x(6, 2, 6)]
     acc = MinibatchCKA(2)  # self-similarity: B mirrors A
     assert acc.num_b == 2 and acc.self_similarity
-    with pytest.raises(RuntimeError, match=r"compute\(\) called before any update\(\)"):
+    with pytest.raises(RuntimeError, match=r"^MinibatchCKA.compute\(\) called before any update\(\)$"):
         acc.compute()
     acc.update(a)
     acc.update([_x(5, 3, 7), _x(5, 2, 8)])
@@ -85,13 +112,13 @@ def test_minibatch_accumulator_bookkeeping_and_refusals():
     one = MinibatchCKA(2)
     one.update(a)
     np.testing.assert_array_equal(same.compute(), one.compute())
-    with pytest.raises(ValueError, match="feats_b is required when the two sides have different layers"):
+    with pytest.raises(ValueError, match="^feats_b is required when the two sides have different layers$"):
         MinibatchCKA(2, 1).update(a)
     with pytest.raises(ValueError, match="expected 2 feature tensors for side A, got 1"):
         MinibatchCKA(2, 1).update(a[:1], a[:1])
     with pytest.raises(ValueError, match="expected 1 feature tensors for side B, got 2"):
         MinibatchCKA(2, 1).update(a, a)
-    with pytest.raises(ValueError, match="all features of one update must hold the same examples"):
+    with pytest.raises(ValueError, match="^all features of one update must hold the same examples$"):
         MinibatchCKA(2).update([a[0], a[1][:5]])
     with pytest.raises(ValueError, match="all features of one update must hold the same examples"):
         MinibatchCKA(1, 1).update([a[0]], [a[1][:5]])
@@ -103,7 +130,7 @@ def test_minibatch_accumulator_bookkeeping_and_refusals():
 
 
 def test_minibatch_value_is_the_ratio_of_summed_hsic1():
-    batches = [(_x(n, 3, 10 + n), _x(n, 4, 20 + n)) for n in (5, 8)]
+    batches = [(0.01 * _x(n, 3, 10 + n), 0.02 * _x(n, 4, 20 + n)) for n in (5, 8)]  # HSIC values ≪ 1
     acc = MinibatchCKA(1, 1)
     for x, y in batches:
         acc.update([x], [y])

@@ -26,7 +26,8 @@ BEYOND = ["train/evaluation.py",
           "layers/vec.py",
           "analysis/fewshot.py",
           "analysis/units.py",
-          "analysis/spectra.py"]
+          "analysis/spectra.py",
+          "analysis/cka.py"]
 MODULES = CORE + BEYOND
 
 
