@@ -27,7 +27,8 @@ BEYOND = ["train/evaluation.py",
           "analysis/fewshot.py",
           "analysis/units.py",
           "analysis/spectra.py",
-          "analysis/cka.py"]
+          "analysis/cka.py",
+          "analysis/throughput.py"]
 MODULES = CORE + BEYOND
 
 
