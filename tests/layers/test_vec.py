@@ -59,3 +59,27 @@ def test_commutation(S, C):
     assert torch.equal(Jc @ vec(X), vec(X.T))
     # J_c for X and for Xᵀ are inverse to each other
     assert torch.equal(commutation_perm(C, S), invert_perm(commutation_perm(S, C)))
+
+
+def test_index_maps_written_out_and_built_on_the_given_device():
+    S, C = 3, 4
+    assert rowmajor_index_of_vec(S, C).tolist() == [i * C + j for j in range(C) for i in range(S)]
+    assert vec_index_of_rowmajor(S, C).tolist() == [j * S + i for i in range(S) for j in range(C)]
+    for f in (rowmajor_index_of_vec, vec_index_of_rowmajor, commutation_perm):
+        assert f(S, C, device="meta").device.type == "meta"  # an accelerator's indices stay there
+        assert f(S, C).device.type == "cpu"
+    p = torch.tensor([1, 2, 0])
+    assert perm_matrix(p.to("meta")).device.type == "meta" and invert_perm(p.to("meta")).device.type == "meta"
+    assert perm_matrix(p).dtype == D and perm_matrix(p, torch.float32).dtype == torch.float32
+    assert commutation_matrix(2, 3).dtype == D and commutation_matrix(2, 3, torch.float16).dtype == torch.float16
+    assert torch.equal(commutation_matrix(2, 3, torch.float32), perm_matrix(commutation_perm(2, 3), torch.float32))
+    assert unvec(torch.arange(6.0), 2, 3).tolist() == [[0.0, 2.0, 4.0], [1.0, 3.0, 5.0]]
+
+
+def test_permutations_are_built_beside_their_index_under_another_default_device():
+    p = torch.tensor([1, 2, 0])
+    want_q, want_J = invert_perm(p), perm_matrix(p)
+    with torch.device("meta"):
+        q, J = invert_perm(p), perm_matrix(p)
+    assert q.device.type == "cpu" and torch.equal(q, want_q) and torch.equal(q, torch.tensor([2, 0, 1]))
+    assert J.device.type == "cpu" and torch.equal(J, want_J)

@@ -19,7 +19,10 @@ CORE = ["experiments/verdicts.py", "experiments/claims.py", "experiments/protoco
 # beyond the core (issue 40): what decides a reported number elsewhere
 BEYOND = ["train/evaluation.py", "train/data.py", "train/config.py", "experiments/aggregate.py",
           "experiments/linear_eval.py", "data/datasets.py",
-          "models/mixer.py", "models/sw_mlp.py", "models/mlp.py", "models/counting.py"]
+          "models/mixer.py", "models/sw_mlp.py", "models/mlp.py", "models/counting.py",
+          "layers/masked.py", "layers/monarch.py", "layers/kronecker.py", "layers/common.py", "layers/stem.py",
+          "layers/vec.py", "analysis/fewshot.py", "analysis/units.py", "analysis/spectra.py", "analysis/cka.py",
+          "analysis/throughput.py"]
 # beyond the core: the specs' claims (issue 40), one module per spec file
 SPECS = ["experiments/specs/budget.py", "experiments/specs/fig5.py", "experiments/specs/pictures.py",
          "experiments/specs/monarch.py", "experiments/specs/patch_size.py", "experiments/specs/implicit_bias.py",

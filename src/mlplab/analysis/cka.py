@@ -65,7 +65,7 @@ def gram_linear(x) -> torch.Tensor:
 def u_centre(K) -> torch.Tensor:
     """U-centred kernel (Székely & Rizzo 2014); HSIC₁(K, L) = ⟨U(K), U(L)⟩ / (n(n−3))."""
     K = _as_f64(K).clone()
-    n = K.shape[0]
+    n = _kernel_size(K, K)
     if n < 4:
         raise ValueError(f"the unbiased HSIC estimator needs at least 4 examples, got {n}")
     K.fill_diagonal_(0.0)
@@ -76,15 +76,21 @@ def u_centre(K) -> torch.Tensor:
     return U
 
 
+def _kernel_size(K: torch.Tensor, L: torch.Tensor) -> int:
+    """n of two (n, n) kernels of the same examples, or a ValueError."""
+    n = K.shape[0]
+    if K.shape != (n, n) or L.shape != (n, n):
+        raise ValueError(f"kernels must be square and of equal size, got {tuple(K.shape)} and {tuple(L.shape)}")
+    return n
+
+
 def hsic1(K, L) -> torch.Tensor:
     """Unbiased HSIC estimator of Song et al. (2012), written out term by term.
 
     ``K``, ``L``: (n, n) kernel matrices of the same n ≥ 4 examples. Returns a float64 scalar.
     """
     K, L = _as_f64(K).clone(), _as_f64(L).clone()
-    n = K.shape[0]
-    if K.shape != (n, n) or L.shape != (n, n):
-        raise ValueError(f"kernels must be square and of equal size, got {tuple(K.shape)} and {tuple(L.shape)}")
+    n = _kernel_size(K, L)
     if n < 4:
         raise ValueError(f"the unbiased HSIC estimator needs at least 4 examples, got {n}")
     K.fill_diagonal_(0.0)
@@ -99,7 +105,7 @@ def hsic1(K, L) -> torch.Tensor:
 def hsic0(K, L) -> torch.Tensor:
     """Biased HSIC estimator tr(KHLH)/(n−1)² (Gretton et al. 2005), H = I − 11ᵀ/n."""
     K, L = _as_f64(K), _as_f64(L)
-    n = K.shape[0]
+    n = _kernel_size(K, L)
     H = torch.eye(n, dtype=torch.float64, device=K.device) - 1.0 / n
     return torch.trace(K @ H @ L @ H) / (n - 1) ** 2
 

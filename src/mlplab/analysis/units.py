@@ -96,8 +96,9 @@ def weight_stats(model, blocks: int, tau: float) -> tuple[dict[str, float], dict
             stats[f"block{b}_{k}"] = ip[k]
             pooled[k] += n * ip[k]
         pooled["units"] += n
-        imgs = token_mixing_unit_images(torch.from_numpy(W[ip["kept"]]))
-        arrays[f"token_units_block{b}"] = paired_units(imgs, ip["partner"], min(16, n))
+        imgs = token_mixing_unit_images(torch.from_numpy(W[ip["kept"]]))  # the nonzero units only
+        local = np.searchsorted(ip["kept"], ip["partner"])  # each partner's place among them
+        arrays[f"token_units_block{b}"] = paired_units(imgs, local, min(16, n))
         stats[f"block{b}_token_frequency"] = float(np.nanmean(mean_frequency(imgs)))
     for k in ("frac_inverse", "mean_min_cos", "frac_closest_is_inverse"):
         stats[k] = pooled[k] / pooled["units"]
