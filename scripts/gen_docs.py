@@ -57,6 +57,8 @@ def load_result(folder: Path) -> dict[str, Any]:
     if minutes is None and manifest.get("wall_s") is not None:
         minutes = round(manifest["wall_s"] / 60, 1)
     link = folder / ("report.md" if (folder / "report.md").exists() else "verdicts.json")
+    run_walls = [json.loads(f.read_text()).get("wall_s") for f in sorted(folder.glob("runs/*/*/results.json"))]
+    run_minutes = round(sum(w for w in run_walls if w) / 60, 1) if run_walls else None
     where = json.loads((folder / "machine.json").read_text()) if (folder / "machine.json").exists() else {}
     protocol = v.get("protocol") or {}
     recovered = "source" in v
@@ -64,7 +66,7 @@ def load_result(folder: Path) -> dict[str, Any]:
                "class": c.get("class") or ("trained" if c.get("trained", True) else "measurement"),
                "reason": c.get("reason", ""), "p_two_sided": (c.get("stats") or {}).get("p_two_sided")}
               for c in v["verdicts"]]
-    return {"id": exp, "scale": scale, "machine": machine, "minutes": minutes,
+    return {"id": exp, "scale": scale, "machine": machine, "minutes": minutes, "run_minutes": run_minutes,
             "load": v.get("loadavg") or where.get("loadavg"),
             "measured": v.get("measured") or manifest.get("finished", "")[:10], "claims": claims,
             "verdicts": [c["verdict"] for c in claims], "link": link.relative_to(REPO).as_posix(),
@@ -198,13 +200,15 @@ def bh(p_sorted: list[float]) -> list[float]:
 
 def all_results_table(results: list[dict[str, Any]]) -> str:
     """docs/experiments.md: every committed reproduction, one row each."""
-    lines = ["| id | scale | machine | role | seeds | verdicts, by class | minutes (load) | files |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = ["| id | scale | machine | role | seeds | verdicts, by class | last invocation, min (load) | "
+             "training, run-min | files |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in sorted(results, key=lambda r: (r["id"], -SCALE_RANK.get(r["scale"], 0), r["role"], r["machine"])):
         minutes = "–" if r["minutes"] is None else f"{r['minutes']:g}" + (f" ({r['load']})" if r.get("load") else "")
         kind = "recorded from an earlier report, no run data" if r["recovered"] else "report, figure, per-run data"
+        trained = "–" if r.get("run_minutes") is None else f"{r['run_minutes']:g}"
         lines.append(f"| `{r['id']}` | {r['scale']} | {r['machine']} | {r['role']} | {_seeds(r['seeds'])} | "
-                     f"{by_class(r['claims'])} | {minutes} | [{kind}]({r['link'].removeprefix('docs/')}) |")
+                     f"{by_class(r['claims'])} | {minutes} | {trained} | [{kind}]({r['link'].removeprefix('docs/')}) |")
     return "\n".join(lines) + "\n"
 
 

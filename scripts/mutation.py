@@ -24,6 +24,7 @@ import ast
 import copy
 import difflib
 import fnmatch
+import hashlib
 import json
 import os
 import resource
@@ -127,6 +128,22 @@ def key_globs(target: Target) -> list[str]:
             local = f"xǁ{cls}ǁ{meth}" if cls else f"x_{fn}"
             globs.append(f"{dotted(f)}.{local}__mutmut_*")
     return globs
+
+
+def fingerprint(target: Target) -> str:
+    """The code a row was measured on: a hash of the module's files (names and bytes). Tests are
+    left out (a test added later can only kill more), so a row goes stale only when the code does."""
+    h = hashlib.sha256()
+    for f in sorted(target.files):
+        h.update(f.encode() + b"\0" + (ROOT / "src" / PACKAGE / f).read_bytes() + b"\0")
+    return h.hexdigest()[:16]
+
+
+def stale_rows(record: dict, targets: dict[str, Target]) -> list[str]:
+    """The recorded modules whose code has changed since their run (or whose row predates the
+    fingerprint): their counts are of older code."""
+    return [name for name, t in targets.items()
+            if name in record["rows"] and record["rows"][name].get("source") != fingerprint(t)]
 
 
 def mutmut_config(target: Target) -> str:
@@ -368,13 +385,14 @@ def num(x: float | None) -> str:
     return "–" if x is None else f"{x:.1f}"
 
 
-def summary_table(rows: dict[str, dict]) -> str:
+def summary_table(rows: dict[str, dict], stale: frozenset[str] = frozenset()) -> str:
     head = "| module | mutants | killed | timeout | crashed | equivalent | survived | kill rate | wall (load) | CPU |"
     lines = [head, "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|"]
     for name, r in rows.items():
         survived = r["survived"] + r["no tests"] + r["other"]
         rate = "–" if r["kill_rate"] is None else f"{r['kill_rate']:.1f} %"
-        lines.append(f"| `{name}` | {r['mutants']} | {r['killed']} | {r['timeout']} | {r.get('crashed', 0)} | "
+        mark = " †" if name in stale else ""
+        lines.append(f"| `{name}`{mark} | {r['mutants']} | {r['killed']} | {r['timeout']} | {r.get('crashed', 0)} | "
                      f"{r['equivalent']} | "
                      f"{survived} | {rate} | {minutes(r['wall_s'])} ({num(r.get('load'))}) | "
                      f"{minutes(r.get('cpu_s'))} |")
@@ -386,7 +404,10 @@ def docs_block(record: dict, targets: dict[str, Target]) -> str:
     the CPU time of all of them and the number of equivalents written down."""
     rows = {name: record["rows"][name] for name in targets if name in record["rows"]}
     cpu = sum(r["cpu_s"] or 0 for r in rows.values())
-    return (summary_table(rows) + f"\nThe CPU time of every module in all: {cpu / 60:.1f} min "
+    stale = stale_rows(record, targets)
+    note = (f"\n† {len(stale)} module(s) changed since their run (`scripts/mutation.sh --stale` lists them): "
+            "their counts are of the older code until they are run again with `--record`.\n" if stale else "")
+    return (summary_table(rows, frozenset(stale)) + note + f"\nThe CPU time of every module in all: {cpu / 60:.1f} min "
             f"(about {cpu / 120:.1f} min of wall time on a quiet 2-core machine); equivalent mutants written down: "
             f"{len(load_equivalents())} (`tests/mutation_equivalent.toml`).\n")
 
@@ -403,6 +424,18 @@ def record_rows(rows: dict[str, dict], targets: dict[str, Target]) -> None:
     record["rows"].update(rows)
     write_atomic(RECORD, json.dumps(record, indent=1, ensure_ascii=False) + "\n")
     write_atomic(DOC, with_docs_block(DOC.read_text(), docs_block(record, targets)))
+
+
+def record_refusal(target: Target, c: dict, source: str | None) -> str | None:
+    """Why a run may not be recorded (None: it may): mutants left unchecked (an interrupted run), or
+    code that is not the code of the workspace's last full run (a --survivors run after an edit)."""
+    if c["other"]:
+        return (f"{target.name}: {c['other']} of {c['mutants']} mutants were not checked (an interrupted run?): "
+                "run the module in full before --record")
+    if source != fingerprint(target):
+        return (f"{target.name}: the code changed since the workspace's last full run: run it in full "
+                "(without --survivors) before --record")
+    return None
 
 
 def write_atomic(path: Path, text: str) -> None:
@@ -422,11 +455,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--report-only", action="store_true", help="rewrite the report from the last run")
     ap.add_argument("--record", action="store_true",
                     help=f"write these modules' rows into {RECORD.relative_to(ROOT)} and docs/testing.md's table")
+    ap.add_argument("--stale", action="store_true",
+                    help="list the recorded modules whose code changed since their run, and run nothing")
     args = ap.parse_args(argv)
     unknown = [m for m in args.modules if m not in targets]
     if unknown:
         print(f"unknown module {', '.join(unknown)}: give one of {', '.join(targets)}", file=sys.stderr)
         return 2
+    if args.stale:
+        record = json.loads(RECORD.read_text()) if RECORD.exists() else {"rows": {}}
+        stale = [m for m in stale_rows(record, targets) if not args.modules or m in args.modules]
+        print("\n".join(stale) if stale else "no recorded module has changed since its run")
+        return 0
     entries = load_equivalents()
     REPORT.mkdir(exist_ok=True)
     summary_path = REPORT / "summary.json"
@@ -453,18 +493,25 @@ def main(argv: list[str] | None = None) -> int:
             took, used = run_mutmut(t, ws, args.jobs, names)
             if not args.survivors:  # the table keeps the full run's times
                 wall, cpu, load = took, used, os.getloadavg()[1]
+                write_atomic(ws / "fingerprint", fingerprint(t))
         ws = WORK / t.slug
         mutants = collect(t, ws)
         stale = mark_equivalent(t, mutants, entries)
         write_atomic(ws / "survivors.json",
                      json.dumps([m.key for m in mutants if m.status in ("survived", "no tests", "other")]))
         c = counts(mutants)
+        source = (ws / "fingerprint").read_text() if (ws / "fingerprint").exists() else None
         rows = read_rows()
-        rows[name] = {**c, "wall_s": round(wall, 1), "cpu_s": None if cpu is None else round(cpu, 1), "load": load}
+        rows[name] = {**c, "wall_s": round(wall, 1), "cpu_s": None if cpu is None else round(cpu, 1), "load": load,
+                      "source": source}
         write_atomic(summary_path, json.dumps(rows, indent=1) + "\n")
         write_atomic(REPORT / "summary.md", summary_table(rows))
         write_atomic(REPORT / f"{t.slug}.md", module_report(t, mutants, stale, c, wall))
         if args.record:
+            refusal = record_refusal(t, c, source)
+            if refusal:
+                print(refusal, file=sys.stderr)
+                return 2
             record_rows({name: rows[name]}, targets)
         print(f"{name}: {c['mutants']} mutants, {c['killed']} killed, {c['timeout']} timeout, {c['crashed']} crashed, "
               f"{c['equivalent']} equivalent, {c['survived'] + c['no tests'] + c['other']} survived "

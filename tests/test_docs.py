@@ -182,3 +182,21 @@ def test_committed_per_run_results_are_not_ignored_by_git():
     for path in ("docs/results/fig5-cpu-m/runs/width/r0/results.json", "docs/results/explore/x/runs/s/r/spec.json"):
         assert subprocess.run(["git", "check-ignore", "-q", path], cwd=REPO).returncode == 1, path
     assert subprocess.run(["git", "check-ignore", "-q", "runs/experiments/fig5-cpu/x"], cwd=REPO).returncode == 0
+
+
+def test_the_results_table_sums_the_committed_runs_training_time(tmp_path, monkeypatch):
+    """A campaign resumed over sessions: the report's wall time is its last invocation's; the table
+    also gives the sum of every committed run's wall time (run-minutes)."""
+    folder = tmp_path / "docs" / "results" / "fig5-cpu-a"
+    for name, wall in (("r0", 600.0), ("r1", 1200.0), ("r2", None)):
+        (folder / "runs" / "width" / name).mkdir(parents=True)
+        (folder / "runs" / "width" / name / "results.json").write_text(json.dumps({"wall_s": wall} if wall else {}))
+    (folder / "verdicts.json").write_text(json.dumps({"experiment": "fig5", "scale": "cpu", "verdicts": [],
+                                                      "protocol": {"role": "confirmatory", "seeds": [3]}}))
+    (folder / "experiment.json").write_text(json.dumps({"wall_s": 120.0, "finished": "2026-01-01 00:00:00"}))
+    monkeypatch.setattr(gen_docs, "REPO", tmp_path)
+    r = gen_docs.load_result(folder)
+    assert (r["minutes"], r["run_minutes"]) == (2.0, 30.0)
+    assert "| 2 | 30 | [report, figure, per-run data]" in gen_docs.all_results_table([r])
+    (folder / "runs" / "width" / "r0" / "results.json").unlink()
+    assert gen_docs.load_result(folder)["run_minutes"] == 20.0

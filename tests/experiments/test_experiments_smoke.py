@@ -28,6 +28,10 @@ def test_smoke_experiment_reports(smoke_runs, id):
     assert md.startswith(f"# {id}")
     assert "\nVerdict: " in md
     assert "## What was run" in md and "scale: **smoke**" in md
+    walls = [json.loads(f.read_text())["wall_s"] for f in out.glob("*/*/results.json")
+             if json.loads(f.read_text()).get("wall_s")]  # the training runs (measurement ids: none)
+    if walls:
+        assert f"- training time: {sum(walls) / 60:.1f} run-min summed over {len(walls)} finished runs" in md
     assert (out / "results.csv").read_text().count("\n") >= 2, "results.csv has no rows"
     pngs = list(out.glob("*.png"))
     assert pngs and all(p.with_suffix(".pdf").exists() for p in pngs)

@@ -142,3 +142,55 @@ def test_the_documented_results_are_the_recorded_ones(mutation):
     assert sorted(record["rows"]) == sorted(mutation.load_targets()) == sorted(MODULES)
     text = mutation.DOC.read_text()
     assert mutation.with_docs_block(text, mutation.docs_block(record, mutation.load_targets())) == text
+
+
+def test_a_row_goes_stale_when_its_code_changes_and_the_docs_mark_it(mutation, tmp_path, monkeypatch):
+    """A row carries the fingerprint of the code it was measured on: editing the module's code (not
+    its tests) makes it stale, `--stale` lists it, and docs/testing.md's table marks it."""
+    monkeypatch.setattr(mutation, "ROOT", tmp_path)
+    pkg = tmp_path / "src" / "mlplab" / "m"
+    pkg.mkdir(parents=True)
+    (pkg / "a.py").write_text("x = 1\n")
+    (pkg / "b.py").write_text("y = 2\n")
+    t = mutation.Target("m", ["m/a.py", "m/b.py"], ["tests/t.py"])
+    u = mutation.Target("m/a.py", ["m/a.py"], ["tests/t.py"])
+    fp, fp_a = mutation.fingerprint(t), mutation.fingerprint(u)
+    assert len(fp) == 16 and fp != fp_a
+    assert mutation.fingerprint(mutation.Target("m", ["m/b.py", "m/a.py"], ["tests/other.py"])) == fp
+    row = {"mutants": 2, "killed": 2, "timeout": 0, "crashed": 0, "equivalent": 0, "survived": 0, "no tests": 0,
+           "other": 0, "kill_rate": 100.0, "wall_s": 60.0, "cpu_s": 60.0, "load": 1.0}
+    record = {"rows": {"m": {**row, "source": fp}, "m/a.py": {**row, "source": fp_a}, "old": row}}
+    targets = {"m": t, "m/a.py": u}
+    assert mutation.stale_rows(record, targets) == []
+    (pkg / "b.py").write_text("y = 3\n")  # only `m` holds b.py
+    assert mutation.stale_rows(record, targets) == ["m"]
+    record["rows"]["m/a.py"].pop("source")  # a row from before fingerprints: stale
+    assert mutation.stale_rows(record, targets) == ["m", "m/a.py"]
+    monkeypatch.setattr(mutation, "load_equivalents", lambda: [])
+    block = mutation.docs_block(record, targets)
+    assert "| `m` † | 2 |" in block and "| `m/a.py` † | 2 |" in block
+    assert block.count("†") == 3 and "2 module(s) changed since their run" in block
+    record["rows"]["m"]["source"] = mutation.fingerprint(t)
+    record["rows"]["m/a.py"]["source"] = fp_a
+    assert "†" not in mutation.docs_block(record, targets)
+
+
+def test_record_refuses_an_interrupted_run_or_code_changed_since_the_full_run(mutation, tmp_path, monkeypatch):
+    monkeypatch.setattr(mutation, "ROOT", tmp_path)
+    (tmp_path / "src" / "mlplab").mkdir(parents=True)
+    (tmp_path / "src" / "mlplab" / "a.py").write_text("x = 1\n")
+    t = mutation.Target("a.py", ["a.py"], ["tests/t.py"])
+    fp = mutation.fingerprint(t)
+    done = {"mutants": 3, "killed": 3, "other": 0}
+    assert mutation.record_refusal(t, done, fp) is None
+    assert mutation.record_refusal(t, {**done, "killed": 2, "other": 1}, fp) == (
+        "a.py: 1 of 3 mutants were not checked (an interrupted run?): run the module in full before --record")
+    assert mutation.record_refusal(t, done, None).startswith("a.py: the code changed since the workspace's last full")
+    (tmp_path / "src" / "mlplab" / "a.py").write_text("x = 2\n")
+    assert "changed since" in mutation.record_refusal(t, done, fp)
+
+
+def test_stale_lists_the_changed_modules_and_runs_nothing(mutation, capsys):
+    assert mutation.main(["--stale", "experiments/claims.py"]) == 0
+    out = capsys.readouterr().out.strip()
+    assert out in ("experiments/claims.py", "no recorded module has changed since its run")

@@ -272,6 +272,10 @@ def _markdown(exp, manifest: dict[str, Any], runs: list[RunRecord], a: Analysis,
         L.append(f"- wall time: {manifest['wall_s'] / 60:.1f} min with {manifest.get('jobs', 1)} job(s), "
                  f"executor {manifest.get('executor', 'inline')}; estimate was "
                  f"{manifest.get('cost', {}).get('est_s', 0) / 60:.1f} min")
+    walls = [r.results.get("wall_s") for r in runs if r.results and r.results.get("wall_s")]
+    if walls:
+        L.append(f"- training time: {sum(walls) / 60:.1f} run-min summed over {len(walls)} finished runs "
+                 "(runs restored from committed results included)")
     L.append(f"- report written {time.strftime('%Y-%m-%d %H:%M:%S')}")
     for n in manifest.get("notes", []) + a.notes:
         L.append(f"- note: {n}")
