@@ -121,7 +121,8 @@ def test_rp_permutations_are_the_originals_inside_every_tile(num_tokens):
     big = expand_resolution(model, K)
     for i, (blk, bblk) in enumerate(zip(model.blocks, big.blocks)):
         same = num_tokens is None
-        for pk, bpk, token in ((blk.token_mixing, bblk.token_mixing, True), (blk.channel_mixing, bblk.channel_mixing, False)):
+        pairs = ((blk.token_mixing, bblk.token_mixing, True), (blk.channel_mixing, bblk.channel_mixing, False))
+        for pk, bpk, token in pairs:
             rows_in, rows_out = pk.in_shape[0], pk.out_shape[0]
             sp_in = (same or i == 0) if token else same
             sp_out = same

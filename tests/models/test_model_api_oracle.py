@@ -323,3 +323,24 @@ def test_names_split_at_the_first_dot_and_pretrained_cfg_defaults(monkeypatch):
     assert (local["tag"], local["source"], local["num_classes"]) == ("mine", "w.pt", 3)
     assert registry.make_pretrained_cfg("toy_a", _Unseeded(), num_classes=7)["num_classes"] == 7
     assert registry.make_pretrained_cfg("toy_a", _Unseeded())["num_classes"] is None
+
+
+def test_lookups_and_types_name_the_model_and_the_seed_forks_the_cpu_stream_only(monkeypatch):
+    """An unknown ARCH.TAG is matched on its ARCH; a wrong type names the model; the seed's fork
+    saves and restores the CPU stream only (no accelerator is initialised)."""
+    monkeypatch.setattr(registry, "_REGISTRY", {})
+    monkeypatch.setattr(registry, "_PRETRAINED", {})
+    registry.register_model("toy_a", family="f", config_cls=_Cfg, builder=lambda cfg: nn.Identity())
+    with pytest.raises(ValueError, match=r"^unknown model 'toy_aa\.some_long_tag'; did you mean 'toy_a'\? "):
+        registry.get_model_entry("toy_aa.some_long_tag")
+    with pytest.raises(TypeError, match=r"^model 'toy_a': seed='x' has type str"):
+        registry.model_config("toy_a", seed="x")
+    forks, real = [], torch.random.fork_rng
+
+    def recording(*args, **kw):
+        forks.append((args, kw))
+        return real(*args, **kw)
+
+    monkeypatch.setattr(torch.random, "fork_rng", recording)
+    registry.create_model("toy_a", seed=1)
+    assert forks == [((), {"devices": []})]
