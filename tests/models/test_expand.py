@@ -97,3 +97,79 @@ def test_variants_are_refused():
         expand_resolution(mlplab.create_model("mlp", width=8, depth=1), 2)
     with pytest.raises(ValueError, match=r"^K must be a whole number >= 1 \(the resolution factor\), got -1$"):
         expand_resolution(m, -1)
+
+
+def _tile_entry(v: int, rows: int, K: int, n: int, spatial: bool) -> tuple[int, int]:
+    """Entry v of vec(X') (column-major, X' of K²·rows tokens) -> (tile j, entry of vec(X) in tile j):
+    tokens in image order (spatial) or tile after tile."""
+    c, t = divmod(v, K * K * rows)
+    if spatial:
+        row, col = divmod(t, K * n)
+        j, s = (row // n) * K + col // n, (row % n) * n + col % n
+    else:
+        j, s = divmod(t, rows)
+    return j, c * rows + s
+
+
+@pytest.mark.parametrize("num_tokens", [None, 3])
+def test_rp_permutations_are_the_originals_inside_every_tile(num_tokens):
+    """The layout the module docstring states: token mixing's group g of the expanded layer holds
+    group g of every tile (tile j at j·n2), channel mixing's group g of tile j is group j·n1 + g;
+    each tile's entries taken and put back by the original J1, J2."""
+    K, n = 2, 2
+    model = mlplab.create_model("rp_s_mixer", image_size=8, patch_size=4, hidden_dim=3, depth=2, num_tokens=num_tokens)
+    big = expand_resolution(model, K)
+    for i, (blk, bblk) in enumerate(zip(model.blocks, big.blocks)):
+        same = num_tokens is None
+        pairs = ((blk.token_mixing, bblk.token_mixing, True), (blk.channel_mixing, bblk.channel_mixing, False))
+        for pk, bpk, token in pairs:
+            rows_in, rows_out = pk.in_shape[0], pk.out_shape[0]
+            sp_in = (same or i == 0) if token else same
+            sp_out = same
+            n1, n2, n2o = pk.n1, pk.n2, pk.n2_out
+
+            def grouped(k, j, width):  # tile j's grouped index k in the expanded layer
+                g, r = divmod(k, width)
+                return g * K * K * width + j * width + r if token else j * n1 * width + k
+
+            for kk in range(K * K * n1 * n2):  # J1': grouped input entry kk reads tile j's entry J1[k]
+                j, v = _tile_entry(int(bpk.perm_in[kk]), rows_in, K, n, sp_in)
+                k = next(k for k in range(n1 * n2) if grouped(k, j, n2) == kk)
+                assert v == int(pk.perm_in[k])
+            for vv in range(K * K * n1 * n2o):  # J2': output entry vv of tile j takes J2[v] of tile j
+                j, v = _tile_entry(vv, rows_out, K, n, sp_out)
+                assert int(bpk.perm_out[vv]) == grouped(int(pk.perm_out[v]), j, n2o)
+
+
+def test_a_linear_group_map_keeps_its_own_keys():
+    """_expand_group_map on a bare Linear (no submodule names): the map's own weight and bias keys."""
+    from mlplab.models.expand import _expand_group_map, _tile_major
+
+    lin = torch.nn.Linear(2, 3)
+    sd = {}
+    _expand_group_map(lin, _tile_major(2, 2), _tile_major(2, 3), 2, sd, "p")
+    assert sorted(sd) == ["p.bias", "p.weight"] and sd["p.weight"].shape == (12, 8)
+    assert torch.equal(sd["p.weight"][3:6, 2:4], lin.weight.detach()) and torch.equal(sd["p.bias"], lin.bias.repeat(4))
+
+
+def test_name_device_and_random_streams_of_the_copy(monkeypatch):
+    """The copy keeps the family's name (a Mixer built without the registry: "mlp_mixer"), lives on
+    the original's device (meta stands in for an accelerator) and forks the CPU stream only: no
+    accelerator's random state is touched."""
+    from mlplab.models.mixer import Mixer, MixerConfig
+
+    s = mlplab.create_model("s_mixer", image_size=8, patch_size=4, hidden_dim=4, depth=1, num_tokens=3)
+    assert expand_resolution(s, 2).model_name == "s_mixer"
+    bare = Mixer(MixerConfig(image_size=8, patch_size=4, hidden_dim=4, depth=1))
+    assert expand_resolution(bare, 2).model_name == "mlp_mixer"
+    big = expand_resolution(s.to("meta"), 2)
+    assert {p.device.type for p in big.state_dict().values()} == {"meta"}
+    forks, real = [], torch.random.fork_rng
+
+    def recording(*args, **kw):
+        forks.append((args, kw))
+        return real(*args, **kw)
+
+    monkeypatch.setattr(torch.random, "fork_rng", recording)
+    expand_resolution(bare, 2)
+    assert forks == [((), {"devices": []})]

@@ -28,6 +28,8 @@ CASES = [
     # one RP block among normal ones: token-major, seams gathering t, h, or both
     ("rp_s_mixer", dict(hidden_dim=4, num_tokens=16, depth=3, image_size=16, rp_blocks=(1,))),
     ("rp_mlp_mixer", dict(hidden_dim=6, num_tokens=16, expansion=2.0, depth=2, image_size=16)),
+    # all RP with a skip layer W̃ (S0 = 16 -> S = 9): the batch-major skip
+    ("rp_s_mixer", dict(hidden_dim=4, num_tokens=9, depth=2, image_size=16)),
 ]
 
 
@@ -75,6 +77,67 @@ def test_fused_seams_under_bf16_autocast(name):
         assert err_f <= 1.25 * err_m + 1e-3 * e.norm().item(), (i, err_f, err_m)
         assert err_f <= 0.1 * e.norm().item(), (i, err_f)
 
+
+
+@pytest.mark.parametrize("name,kw,batch_major", [
+    ("rp_s_mixer", dict(hidden_dim=4, num_tokens=16, depth=2, image_size=16), True),  # every sublayer RP
+    ("rp_s_mixer", dict(hidden_dim=4, num_tokens=16, depth=2, image_size=16, rp_blocks=(1,)), False),
+    ("s_mixer", dict(hidden_dim=4, depth=2, image_size=16), False),
+    ("s_mixer", dict(hidden_dim=4, depth=2, image_size=16, num_tokens=9), False),  # a skip layer W̃
+    ("rp_s_mixer", dict(hidden_dim=4, num_tokens=9, depth=2, image_size=16), True),
+])
+def test_the_seams_layout_and_the_dtype_of_h(monkeypatch, name, kw, batch_major):
+    """What the seams are handed: batch-major tokens only when every sublayer is RP (each
+    sample's tokens together), token-major otherwise; the first h written in bf16 under bf16
+    autocast of a float32 model, else in the parameters' dtype."""
+    calls = []
+    for fn in ("layer_norm_rows", "residual_norm"):
+        real = getattr(fused, fn)
+
+        def recording(*args, _real=real, _fn=fn, **kw_):
+            calls.append((_fn, args, kw_))
+            return _real(*args, **kw_)
+
+        monkeypatch.setattr(fused, fn, recording)
+    x = torch.randn(2, 3, 16, 16)
+    for dtype, autocast, h_dtype in ((torch.float32, True, torch.bfloat16), (torch.float32, False, torch.float32),
+                                     (torch.float64, False, torch.float64)):
+        model = _model(name, dtype, **kw).eval()
+        model.impl = "fused"
+        calls.clear()
+        with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            model(x.to(dtype))
+        first = calls[0]
+        assert first[0] == "layer_norm_rows" and first[1][2] == h_dtype and first[1][4] is batch_major
+        assert len(calls) == 1 + 2 * kw["depth"] and all(c[1][6] is batch_major for c in calls[1:])
+        assert all(c[1][0].dtype == dtype for c in calls)  # the residual in the parameters' dtype
+        layers = [pk for blk in model.blocks for pk in (blk.token_mixing, blk.channel_mixing)]
+        g = layers[0].gathers  # h written as the first layer's grouped input: its (gather, inverse) pair
+        assert first[1][3] is None if g is None else (len(first[1][3]) == 2 and first[1][3][0] is g[0])
+        S = model.num_tokens
+        for pk, (_, args, _) in zip(layers, calls[1:]):  # t: (B, m) grouped for RP, else token-major
+            assert args[1].shape == ((2, pk.n1 * pk.n2_out) if pk.arrangement == "gather" else (S, 2, 4))
+            if name == "s_mixer":  # φ(W ·) seams: W's bias added in the seam, not in the GEMM
+                assert args[7] is pk.group_map[0].bias
+
+
+def test_the_residual_is_made_in_one_copy():
+    """A transposed bf16 view becomes the float32, contiguous residual in one copy."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from mlplab.models.mixer_fused import _residual
+
+    class Copies(TorchDispatchMode):
+        n = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            Copies.n += func.__name__.split(".")[0] in ("_to_copy", "clone", "copy_")
+            return func(*args, **(kwargs or {}))
+
+    z = torch.randn(3, 4, 5).to(torch.bfloat16).transpose(0, 1)
+    with Copies():
+        r = _residual(z, torch.float32)
+    assert Copies.n == 1 and r.is_contiguous() and r.dtype == torch.float32 and torch.equal(r, z.float())
 
 def test_compiled_fused_model_matches_eager():
     """torch.compile calls the kernels as opaque custom ops (no graph break)."""

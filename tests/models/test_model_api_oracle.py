@@ -5,6 +5,7 @@ and features. Tiny models."""
 from __future__ import annotations
 
 import dataclasses
+import types
 
 import pytest
 import torch
@@ -13,7 +14,7 @@ import torch.nn as nn
 import mlplab
 from mlplab.layers.pk import PKMixing
 from mlplab.models import registry
-from mlplab.models.base import take_indices
+from mlplab.models.base import VisionMLP, take_indices
 from mlplab.models.impl import Impl, compute_by_definition
 
 
@@ -178,3 +179,168 @@ def test_shallow_factorisations_and_features():
             mlplab.create_model("monarch_mlp", **{key: 0})
     with pytest.raises(ValueError, match="^nblocks=0 must be >= 1 and divide the layer input size 784$"):
         mlplab.create_model("monarch_mlp", nblocks=0)
+
+
+def test_a_new_classifier_on_a_bare_model_and_on_an_accelerator():
+    """reset_classifier on a Mixer built without the registry (no ``config``, no ``pretrained_cfg``):
+    zero-initialised as its ``cfg`` asks, and its class count follows; on the meta device (an
+    accelerator's stand-in) the new head lives there too."""
+    from mlplab.models.mixer import Mixer, MixerConfig
+
+    bare = Mixer(MixerConfig(image_size=8, patch_size=4, hidden_dim=4, depth=1, num_classes=3))
+    bare.reset_classifier(300)
+    assert bare.cfg.num_classes == 300 and bare.head.out_features == 300
+    assert not bare.head.weight.any() and not bare.head.bias.any() and not hasattr(bare, "pretrained_cfg")
+    m = mlplab.create_model("mlp", image_size=4, width=6, depth=1).to("meta")
+    m.reset_classifier(3)
+    assert m.head.weight.device.type == m.head.bias.device.type == "meta"
+
+
+def test_images_of_another_shape_are_refused_with_the_models_shape():
+    m = mlplab.create_model("mlp", image_size=4, in_chans=2, width=6, depth=1)
+    for shape in ((1, 2, 4), (1, 3, 4, 4), (1, 2, 5, 4), (1, 2, 4, 5), (1, 1, 2, 4, 4)):
+        msg = (rf"^expected images of shape \(N, 2, 4, 4\), got \({', '.join(map(str, shape))}\); "
+               r"set image_size/in_chans to match the data$")
+        with pytest.raises(ValueError, match=msg):
+            m(torch.zeros(shape))
+    assert m(torch.zeros(1, 2, 4, 4)).shape == (1, 10)
+
+
+@dataclasses.dataclass
+class _Unseeded:
+    width: int = 1
+    depth: int = 2
+
+
+def test_every_refusal_of_the_registry_in_full(monkeypatch):
+    """On a registry of two toy names: each message whole (what was asked, what exists), the
+    listing filters, and a family without ``seed`` built on the caller's own random stream."""
+    monkeypatch.setattr(registry, "_REGISTRY", {})
+    monkeypatch.setattr(registry, "_PRETRAINED", {})
+    draws = []
+
+    def build(cfg):
+        draws.append(torch.rand(1))
+        return nn.Identity()  # draws nothing itself
+
+    defaults = {"width": 3}
+    registry.register_model("toy_a", family="f1", config_cls=_Unseeded, builder=build, **defaults)
+    defaults["width"] = 5  # the entry keeps its own copy
+    registry.register_model("toy_b", family="f2", config_cls=_Unseeded, builder=build, description="b")
+    assert registry.get_model_entry("toy_a").defaults == {"width": 3}
+    assert registry.list_models() == ["toy_a", "toy_b"] and registry.list_models(family="f2") == ["toy_b"]
+    assert registry.list_models(["", "*_b"]) == ["toy_b"] and registry.list_models(["", ""]) == ["toy_a", "toy_b"]
+    assert registry.list_models("toy_?", family="f1") == ["toy_a"] and registry.list_models("TOY*") == []
+    with pytest.raises(ValueError, match=r"^unknown model 'toy_bb'; did you mean 'toy_b'\? registered models are: "
+                                         r"toy_a, toy_b$"):
+        registry.create_model("toy_bb")
+    with pytest.raises(ValueError, match=r"^unknown model 'zzz\.v1'; registered models are: toy_a, toy_b$"):
+        registry.get_pretrained("zzz.v1")
+    with pytest.raises(ValueError, match=r"^unknown override\(s\) \['depht', 'wdth'\] for model 'toy_a'; did you mean "
+                                         r"'depth'\? valid overrides are: width, depth$"):
+        registry.model_config("toy_a", wdth=1, depht=2)
+    with pytest.raises(ValueError, match=r"^no pretrained weights 'toy_a\.v1'; toy_a has none \(list_models\("
+                                         r"pretrained=True\) lists the published weights\); give a file or "
+                                         r"'hf-hub:ORG/NAME' as pretrained=$"):
+        registry.get_pretrained("toy_a.v1")
+    with pytest.raises(ValueError, match=r"^toy_a has no published weights \(list_models\(pretrained=True\) lists "
+                                         r"them\); give a file or 'hf-hub:ORG/NAME' as pretrained=, or "
+                                         r"pretrained=False for random weights$"):
+        registry.default_pretrained_tag("toy_a")
+    with pytest.raises(ValueError, match=r"^unknown model 'toy_c'"):
+        registry.default_pretrained_tag("toy_c")
+    registry.register_pretrained("toy_b.x", hf_hub_id="o/b", num_classes=2, mean=(0,), std=(1,))
+    assert registry.list_models(family="f1", pretrained=True) == []
+    assert registry.default_pretrained_tag("toy_b") == "toy_b.x"
+    with pytest.raises(ValueError, match=r"^no pretrained weights 'toy_b\.z'; toy_b has: toy_b\.x$"):
+        registry.get_pretrained("toy_b.z")
+    got = registry.get_pretrained("toy_b.x")
+    got["num_classes"] = 9  # a copy
+    assert registry.get_pretrained("toy_b.x")["num_classes"] == 2
+    torch.manual_seed(7)
+    want = torch.rand(2)
+    torch.manual_seed(7)
+    m = registry.create_model("toy_a", depth=4)
+    assert torch.equal(draws[-1], want[:1]) and torch.equal(torch.rand(1), want[1:])  # the caller's stream, used
+    assert m.config == _Unseeded(3, 4) and m.model_name == "toy_a" and m.pretrained_cfg["input_size"] is None
+
+
+class _Toy(VisionMLP):
+    """A family of the base's contract with only what reset_classifier reads: a Linear head and,
+    as given, ``config`` (timm's name) and/or ``cfg``."""
+
+    def __init__(self, **configs):
+        super().__init__()
+        self.head = nn.Linear(3, 2)
+        for k, v in configs.items():
+            setattr(self, k, v)
+
+    def forward_features(self, x, feats=None):
+        return x
+
+
+def test_a_new_classifier_reads_either_config_and_updates_both():
+    """zero_head from ``config`` or, without one, ``cfg``; the class count written into each of two
+    distinct configs; no config at all is fine; one class is a Linear head like any other."""
+    only_config = _Toy(config=types.SimpleNamespace(zero_head=True, num_classes=2))
+    only_config.reset_classifier(4)
+    assert not only_config.head.weight.any() and only_config.config.num_classes == 4
+    both = _Toy(config=types.SimpleNamespace(num_classes=2), cfg=types.SimpleNamespace(num_classes=2))
+    both.reset_classifier(5)
+    assert both.config.num_classes == both.cfg.num_classes == 5
+    none = _Toy()
+    torch.manual_seed(0)
+    none.reset_classifier(300)
+    assert none.head.weight.shape == (300, 3) and none.head.weight.abs().max() > 0.9 / 3 ** 0.5
+    m = mlplab.create_model("mlp_mixer", image_size=8, patch_size=4, hidden_dim=4, depth=1).double()
+    m.reset_classifier(1)
+    assert isinstance(m.head, nn.Linear) and m.head.out_features == 1 and m.head.weight.dtype == torch.float64
+    assert not m.head.weight.any() and m.config.num_classes == 1
+
+
+@dataclasses.dataclass
+class _Sized:
+    image_size: int = 8
+    num_classes: int = 3
+
+
+def test_names_split_at_the_first_dot_and_pretrained_cfg_defaults(monkeypatch):
+    """ARCH.TAG splits at the first dot (timm's split_model_name_tag: a tag may hold dots);
+    a model without published weights gets pretrained_cfg's defaults (bicubic, no crop, nothing
+    known about mean, std, Hub or license); its config's class count wins over one passed in."""
+    monkeypatch.setattr(registry, "_REGISTRY", {})
+    monkeypatch.setattr(registry, "_PRETRAINED", {})
+    e = registry.register_model("toy_a", family="f", config_cls=_Sized, builder=lambda cfg: nn.Identity())
+    assert e.description == ""
+    registry.register_pretrained("toy_a.in1k.v2", hf_hub_id="o/a", num_classes=2, mean=(0,), std=(1,))
+    assert registry.get_pretrained("toy_a.in1k.v2")["tag"] == "in1k.v2"
+    with pytest.raises(ValueError, match=r"^no pretrained weights 'toy_a\.in1k\.v3'; toy_a has: toy_a\.in1k\.v2$"):
+        registry.get_pretrained("toy_a.in1k.v3")
+    assert registry.make_pretrained_cfg("toy_a", _Sized()) == {
+        "architecture": "toy_a", "tag": None, "hf_hub_id": None, "source": None, "input_size": (None, 8, 8),
+        "num_classes": 3, "mean": None, "std": None, "interpolation": "bicubic", "crop_pct": 1.0, "license": None}
+    local = registry.make_pretrained_cfg("toy_a.mine", _Sized(), source="w.pt", num_classes=7)
+    assert (local["tag"], local["source"], local["num_classes"]) == ("mine", "w.pt", 3)
+    assert registry.make_pretrained_cfg("toy_a", _Unseeded(), num_classes=7)["num_classes"] == 7
+    assert registry.make_pretrained_cfg("toy_a", _Unseeded())["num_classes"] is None
+
+
+def test_lookups_and_types_name_the_model_and_the_seed_forks_the_cpu_stream_only(monkeypatch):
+    """An unknown ARCH.TAG is matched on its ARCH; a wrong type names the model; the seed's fork
+    saves and restores the CPU stream only (no accelerator is initialised)."""
+    monkeypatch.setattr(registry, "_REGISTRY", {})
+    monkeypatch.setattr(registry, "_PRETRAINED", {})
+    registry.register_model("toy_a", family="f", config_cls=_Cfg, builder=lambda cfg: nn.Identity())
+    with pytest.raises(ValueError, match=r"^unknown model 'toy_aa\.some_long_tag'; did you mean 'toy_a'\? "):
+        registry.get_model_entry("toy_aa.some_long_tag")
+    with pytest.raises(TypeError, match=r"^model 'toy_a': seed='x' has type str"):
+        registry.model_config("toy_a", seed="x")
+    forks, real = [], torch.random.fork_rng
+
+    def recording(*args, **kw):
+        forks.append((args, kw))
+        return real(*args, **kw)
+
+    monkeypatch.setattr(torch.random, "fork_rng", recording)
+    registry.create_model("toy_a", seed=1)
+    assert forks == [((), {"devices": []})]

@@ -30,3 +30,13 @@ def test_rectangular_widths_and_cifar_inputs():
     k = mlplab.create_model("kronecker_mlp", image_size=16, in_chans=3, width=256)
     assert k.fc1.in_shape == (24, 32) and k.fc1.out_shape == (16, 16)
     assert k(torch.zeros(2, 3, 16, 16)).shape == (2, 10)
+
+
+def test_one_block_width_one_and_no_biases_are_allowed():
+    """nblocks=1 (one dense block) and width=1 are the smallest valid settings; bias=False leaves
+    both Monarch layers without bias."""
+    one = mlplab.create_model("monarch_mlp", image_size=2, in_chans=1, nblocks=1, width=1)  # n = 4
+    assert (one.fc1.nblocks, one.fc1.block_in, one.fc1.out_features, one.head.in_features) == (1, 4, 1, 1)
+    assert one(torch.zeros(2, 1, 2, 2)).shape == (2, 10)
+    nb = mlplab.create_model("monarch_mlp", image_size=4, in_chans=1, bias=False)
+    assert nb.fc1.bias is None and nb.fc2.bias is None

@@ -103,3 +103,32 @@ def test_expand_resolution_keeps_pretrained_cfg_at_the_new_size():
     big = mlplab.expand_resolution(m, 2)
     assert big.pretrained_cfg["input_size"] == (3, 64, 64) and big.pretrained_cfg["mean"] == (0.5, 0.5, 0.5)
     assert m.pretrained_cfg["input_size"] == (3, 32, 32)
+
+
+def test_registering_timms_names_from_scratch(monkeypatch):
+    """register_timm_mixers on an empty registry: the Mixer paper's sizes (Tolstikhin et al. 2021,
+    Table 1: width C, depth L, token/channel hidden C/2 and 4C) under timm's names, and timm's
+    weights with their Hub settings (the Hub's model cards: Apache 2.0)."""
+    from mlplab.models import registry
+    from mlplab.models.mixer import MixerConfig, build_mixer
+    from mlplab.models.timm_names import register_timm_mixers
+
+    monkeypatch.setattr(registry, "_REGISTRY", {})
+    monkeypatch.setattr(registry, "_PRETRAINED", {})
+    register_timm_mixers()
+    sizes = {"s": (512, 8), "b": (768, 12), "l": (1024, 24)}
+    assert sorted(registry._REGISTRY) == sorted(f"mixer_{k}{p}_224" for k in sizes for p in (16, 32))
+    for name, e in registry._REGISTRY.items():
+        size, p = name[6], int(name[7:9])
+        C, L = sizes[size]
+        assert (e.name, e.family, e.config_cls, e.builder) == (name, "mlp_mixer", MixerConfig, build_mixer)
+        assert e.defaults == dict(image_size=224, in_chans=3, num_classes=1000, patch_size=p, hidden_dim=C, depth=L,
+                                  token_hidden=C // 2, channel_hidden=4 * C, block="mlp", norm_eps=1e-6, act="gelu")
+        assert e.description == (f"timm's {name}: MLP-Mixer {size.upper()}{p} (P={p}, C={C}, L={L}), "
+                                 "LayerNorm eps 1e-6, 224x224")
+    assert sorted(registry._PRETRAINED) == sorted(TIMM_WEIGHTS)
+    for name, w in TIMM["weights"].items():
+        assert registry._PRETRAINED[name] == {
+            "tag": name.partition(".")[2], "hf_hub_id": w["hf_hub_id"], "num_classes": w["num_classes"],
+            "mean": tuple(w["mean"]), "std": tuple(w["std"]), "interpolation": w["interpolation"],
+            "crop_pct": w["crop_pct"], "license": "apache-2.0"}

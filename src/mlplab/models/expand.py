@@ -164,7 +164,6 @@ def expand_resolution(model: nn.Module, K: int) -> Mixer:
             _expand_group_map(tm.inner, tok_in, tok_out, K, sd, f"{p}.token_mixing.inner")
         if blk.skip_proj is not None:
             sd[f"{p}.skip_proj.weight"] = _block_diagonal(blk.skip_proj.weight.detach(), tok_out, tok_in)
-    dev = next(model.parameters()).device
-    new.load_state_dict({k: v.to(dev) for k, v in sd.items()})
+    new.load_state_dict(sd)  # copied into new's own tensors, on its device
     new.train(model.training)
     return new

@@ -144,11 +144,11 @@ def make_pretrained_cfg(name: str, cfg: Any, source: str | None = None, **entrie
     size = getattr(cfg, "image_size", None)
     out = {"architecture": arch, "tag": tag or None, "hf_hub_id": None, "source": source,
            "input_size": (getattr(cfg, "in_chans", None), size, size) if size else None,
-           "num_classes": getattr(cfg, "num_classes", None), "mean": None, "std": None,
+           "num_classes": None, "mean": None, "std": None,
            "interpolation": "bicubic", "crop_pct": 1.0, "license": None}
     out.update({k: v for k, v in known.items() if k != "num_classes"})
     out.update(entries)
-    out["num_classes"] = getattr(cfg, "num_classes", out["num_classes"])
+    out["num_classes"] = getattr(cfg, "num_classes", out["num_classes"])  # the model's own, else one given
     return out
 
 
@@ -175,7 +175,7 @@ def model_config(name: str, **overrides: Any) -> Any:
     values = {**entry.defaults, **tagged, **overrides}
     # JSON and the command line give ints for floats and lists for tuples (one coercion path)
     hints = typing.get_type_hints(entry.config_cls)
-    values = {k: coerce(v, hints.get(k, Any)) for k, v in values.items()}
+    values = {k: coerce(v, hints[k]) for k, v in values.items()}  # every key is a checked field
     cfg = entry.config_cls(**values)
     check_types(cfg, f"model {name!r}")
     return cfg

@@ -13,7 +13,7 @@ from __future__ import annotations
 from .mixer import MIXER_PRESETS, MixerConfig, build_mixer
 from .registry import register_model, register_pretrained
 
-__all__ = ["TIMM_MIXERS", "TIMM_WEIGHTS"]
+__all__ = ["TIMM_MIXERS", "TIMM_WEIGHTS", "register_timm_mixers"]
 
 #: timm's name -> the Mixer paper's size it builds
 TIMM_MIXERS = {f"{preset}_224": preset for preset in
@@ -32,15 +32,21 @@ TIMM_WEIGHTS = {
     "mixer_l16_224.goog_in21k": (21843, _GOOGLE),
 }
 
-for _name, _preset in TIMM_MIXERS.items():
-    _p, _c, _l, _ds, _dc = MIXER_PRESETS[_preset]
-    register_model(
-        _name, family="mlp_mixer", config_cls=MixerConfig, builder=build_mixer,
-        description=f"timm's {_name}: MLP-Mixer {_preset[6:].upper()} (P={_p}, C={_c}, L={_l}), "
-                    "LayerNorm eps 1e-6, 224x224",
-        image_size=224, in_chans=3, num_classes=1000, patch_size=_p, hidden_dim=_c, depth=_l,
-        token_hidden=_ds, channel_hidden=_dc, block="mlp", norm_eps=1e-6, act="gelu",
-    )
 
-for _name, (_classes, _settings) in TIMM_WEIGHTS.items():
-    register_pretrained(_name, hf_hub_id=f"timm/{_name}", num_classes=_classes, **_settings)
+def register_timm_mixers() -> None:
+    """Register timm's Mixer names (:data:`TIMM_MIXERS`) and their weights (:data:`TIMM_WEIGHTS`);
+    done once, when mlplab.models is imported."""
+    for name, preset in TIMM_MIXERS.items():
+        p, c, depth, ds, dc = MIXER_PRESETS[preset]
+        register_model(
+            name, family="mlp_mixer", config_cls=MixerConfig, builder=build_mixer,
+            description=f"timm's {name}: MLP-Mixer {preset[6:].upper()} (P={p}, C={c}, L={depth}), "
+                        "LayerNorm eps 1e-6, 224x224",
+            image_size=224, in_chans=3, num_classes=1000, patch_size=p, hidden_dim=c, depth=depth,
+            token_hidden=ds, channel_hidden=dc, block="mlp", norm_eps=1e-6, act="gelu",
+        )
+    for name, (classes, settings) in TIMM_WEIGHTS.items():
+        register_pretrained(name, hf_hub_id=f"timm/{name}", num_classes=classes, **settings)
+
+
+register_timm_mixers()
