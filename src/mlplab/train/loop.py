@@ -113,30 +113,30 @@ def weights_digest(model: nn.Module) -> str:
 
 # ----------------------------------------------------------------------------- evaluation
 
-@torch.no_grad()
 def evaluate(model: nn.Module, loader, dist: DistInfo, autocast: Callable, hflip: bool = False) -> dict[str, float]:
-    """Top-1, top-5 accuracy and mean cross-entropy over every example (all ranks). ``hflip``
-    (``augment.test_hflip``): the logits are the mean of the image's and its mirror image's
-    (test-time augmentation, for models trained with ``augment.hflip``)."""
+    """Top-1, top-5 accuracy and mean cross-entropy over every example (all ranks), in eval mode
+    and without gradients. ``hflip`` (``augment.test_hflip``): the logits are the mean of the
+    image's and its mirror image's (test-time augmentation, for models trained with ``augment.hflip``)."""
     was = model.training
     model.eval()
     device = next(model.parameters()).device
     sums = torch.zeros(3, dtype=torch.float64, device=device)  # loss, top1, top5
     count = 0  # on the host: shapes are known without a sync
-    for x, y in loader:
-        x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-        if y.ndim == 2:
-            y = y.argmax(-1)
-        with autocast():
-            logits = model(x).float()
-            if hflip:
-                logits = (logits + model(x.flip(-1)).float()) / 2
-        k = min(5, logits.shape[-1])
-        topk = logits.topk(k, dim=-1).indices
-        hit = topk == y[:, None]
-        sums += torch.stack([F.cross_entropy(logits, y, reduction="sum").double(),
-                             hit[:, 0].sum().double(), hit.any(-1).sum().double()])
-        count += len(y)
+    with torch.no_grad():  # not a decorator: mutation testing (mutmut) leaves decorated functions alone
+        for x, y in loader:
+            x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+            if y.ndim == 2:
+                y = y.argmax(-1)
+            with autocast():
+                logits = model(x).float()
+                if hflip:
+                    logits = (logits + model(x.flip(-1)).float()) / 2
+            k = min(5, logits.shape[-1])
+            topk = logits.topk(k, dim=-1).indices
+            hit = topk == y[:, None]
+            sums += torch.stack([F.cross_entropy(logits, y, reduction="sum").double(),
+                                 hit[:, 0].sum().double(), hit.any(-1).sum().double()])
+            count += len(y)
     model.train(was)
     sums = torch.cat([sums, torch.tensor([float(count)], dtype=torch.float64).to(device)])
     all_reduce_sum(sums, dist)
