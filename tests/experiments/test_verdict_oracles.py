@@ -807,3 +807,14 @@ def test_benjamini_hochberg_of_one_and_of_ints():
 
 def test_p_at_the_print_threshold():
     assert V._p(1e-4) == "0.0001" and V._p(9.9e-5) == "< 1e-4"
+
+
+@pytest.mark.parametrize("x", [[-1.0, 0.0, 1.0], [0.0, 1.0, 2.0], [1.0, 2.0, 3.0, 4.0], [10.0, 10.5, 12.0, 13.0]])
+def test_the_vertex_is_the_parabolas_and_a_line_has_none(x):
+    """The vertex x* of a(x − x*)² + c is x* (anywhere, either sign of a); a line or a constant has
+    none (NaN), though its least-squares c2 is ~1e-16 rather than 0."""
+    xa = np.array(x)
+    for a, star in ((1.0, 0.3), (-2.5, 11.2), (1e-3, 2.0)):
+        assert V._vertex(xa, a * (xa - star) ** 2 + 4.0) == pytest.approx(star, rel=1e-9, abs=1e-9)
+    for slope in (1.0, 2.0, -3e-4, 0.0):
+        assert math.isnan(V._vertex(xa, slope * xa + 7.0))

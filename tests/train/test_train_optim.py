@@ -106,3 +106,25 @@ def test_schedule_warmup_cosine_floor():
     c = ScheduleSection(steps=50, schedule="constant")
     assert lr_at(49, 50, 0, peak, c) == peak
     assert math.isclose(lr_at(0, 1, 0, peak, ScheduleSection(steps=1)), peak)
+
+
+@pytest.mark.parametrize("name", ["sgd", "adamw", "lion"])
+def test_seeds_in_lockstep_get_the_models_groups_over_their_stacks(name):
+    """``stacked`` (train.lockstep): every group of the model's, each parameter replaced by the stack
+    of the same name, with the group's decay and lr; the step moves the stacks, not the model."""
+    m = _model()
+    stacked = {n: torch.stack([p.detach() + k for k in range(3)]).requires_grad_() for n, p in m.named_parameters()}
+    cfg = OptimSection(name=name, lr=0.1, weight_decay=0.5)
+    plain, opt = build_optimizer(m, cfg), build_optimizer(m, cfg, stacked=stacked)
+    by_id = {id(p): n for n, p in m.named_parameters()}
+    assert len(opt.param_groups) == len(plain.param_groups) == 2
+    for g, h in zip(opt.param_groups, plain.param_groups):
+        pairs = zip(g["params"], h["params"], strict=True)
+        assert [p is stacked[by_id[id(q)]] for p, q in pairs] == [True] * len(h["params"])
+        assert (g["weight_decay"], g["lr"]) == (h["weight_decay"], h["lr"])
+    before = {n: p.detach().clone() for n, p in m.named_parameters()}
+    for s in stacked.values():
+        s.grad = torch.ones_like(s)
+    opt.step()
+    assert all(torch.equal(p, before[n]) for n, p in m.named_parameters())
+    assert all(not torch.equal(s[0], before[n]) for n, s in stacked.items())

@@ -397,9 +397,14 @@ def _parabola_slopes(x: np.ndarray, y: np.ndarray, at: Sequence[float]) -> list[
 
 
 def _vertex(x: np.ndarray, y: np.ndarray) -> float:
-    """x at the extremum of the least-squares parabola through (x, y) (NaN for a line)."""
-    c2, c1, _ = np.polyfit(x, y, 2)
-    return float(-c1 / (2 * c2)) if c2 != 0 else float("nan")
+    """x at the extremum of the least-squares parabola through (x, y); NaN for a line, i.e. when
+    the curvature over x's range is at rounding level beside y's size (the fit's c2 of a line is
+    ~1e-16, not 0, and would put the vertex at ~1e15)."""
+    mid, half = (x.max() + x.min()) / 2, (x.max() - x.min()) / 2
+    c2, c1, _ = np.polyfit((x - mid) / half, y, 2)  # x scaled to [-1, 1]
+    if not abs(c2) > 1e-9 * np.abs(y).max():
+        return float("nan")
+    return float(mid - half * c1 / (2 * c2))
 
 
 def optimum_within(x: Sequence[float], y_by_seed: Mapping[int, Sequence[float]], lo: float, hi: float, *,
