@@ -154,3 +154,25 @@ def test_analysis_without_the_anchor_reads_nan_ratios(monkeypatch):
     assert all(math.isnan(p["ours ratio to B/16"]) for p in an.published)
     assert an.published[1]["ours images/s/core (cpu)"] == pytest.approx(round(float(np.median(rows["Mixer-L/16"]
                                                                                               ["throughput"])), 2))
+
+
+def test_paper_plan_times_table2s_models_in_one_interleaved_run():
+    """Paper scale: the five models of Table 2 in its order, 1000 classes at 224×224, each Mixer the
+    registered one of MLP-Mixer Table 1's size (P, C, L, D_S, D_C)."""
+    from mlplab.experiments import expand, plan_experiment
+    from mlplab.models.registry import get_model_entry
+
+    _, _, plan = plan_experiment("mixer-cost", "paper", check_available=False)
+    (sweep,) = plan.sweeps
+    (run,) = expand(sweep)
+    models = run.overrides["models"]
+    assert [(m["label"], m["kwargs"]) for m in models] == [(k, {"num_classes": 1000}) for k in ORDER]
+    sizes = {"Mixer-S/32": (32, 512, 8, 256, 2048), "Mixer-B/16": (16, 768, 12, 384, 3072),
+             "Mixer-L/16": (16, 1024, 24, 512, 4096), "Mixer-H/14": (14, 1280, 32, 640, 5120)}
+    for m in models:
+        if m["label"] in sizes:
+            d = get_model_entry(m["model"]).defaults
+            assert (d["patch_size"], d["hidden_dim"], d["depth"], d["token_hidden"], d["channel_hidden"],
+                    d["image_size"]) == (*sizes[m["label"]], 224)
+    assert models[3]["model"] == "vit_large"
+    assert run.overrides["batches"] == [1, 16, 64, 256, 1024] and run.overrides["clock"] == "wall"
