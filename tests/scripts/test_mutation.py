@@ -31,6 +31,9 @@ SPECS = ["experiments/specs/budget.py", "experiments/specs/fig5.py", "experiment
          "experiments/specs/fig6.py", "experiments/specs/figS2_S3.py", "experiments/specs/figS1.py",
          "experiments/specs/fig4.py", "experiments/specs/cka.py", "experiments/specs/rp.py",
          "experiments/specs/table1.py"]
+# ---- m40a ----: the specs' shared pieces and the scaling, Mixer-supplement and runtime specs
+SPECS += [f"experiments/specs/{m}.py" for m in ("common", "scaling", "mixer_ablations", "mixer_weights", "mixer_cost",
+                                                 "pretraining", "runtime")]
 MODULES = CORE + BEYOND + SPECS
 
 

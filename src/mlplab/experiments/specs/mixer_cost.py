@@ -76,8 +76,8 @@ def _cost_claims(rows: dict[str, dict[str, Any]], device: str) -> list[Claim]:
     order = [k for k in MIXER_PUBLISHED if k in rows]
     pairs = {f"{a} / {b}": paired_ratio(rows[a]["throughput"], rows[b]["throughput"], above=1.0,
                                         what=f"{a} / {b} images/s") for a, b in zip(order, order[1:])}
-    parts = {}
-    for k in order:
+    parts = {}  # no ratio without the anchor's timings: the claim is then UNDECIDED, as with no parts
+    for k in order if MIXER_ANCHOR in rows else []:
         if k == MIXER_ANCHOR:
             continue
         pub = MIXER_PUBLISHED[k][1] / MIXER_PUBLISHED[MIXER_ANCHOR][1]
