@@ -22,7 +22,8 @@ BEYOND = ["train/evaluation.py", "train/data.py", "train/config.py", "experiment
           "models/mixer.py", "models/sw_mlp.py", "models/mlp.py", "models/counting.py",
           "layers/masked.py", "layers/monarch.py", "layers/kronecker.py", "layers/common.py", "layers/stem.py",
           "layers/vec.py", "analysis/fewshot.py", "analysis/units.py", "analysis/spectra.py", "analysis/cka.py",
-          "analysis/throughput.py"]
+          "analysis/throughput.py",
+          "analysis/scaling.py", "analysis/implicit_bias.py"]  # m40d
 # beyond the core: the specs' claims (issue 40), one module per spec file
 SPECS = ["experiments/specs/budget.py", "experiments/specs/fig5.py", "experiments/specs/pictures.py",
          "experiments/specs/monarch.py", "experiments/specs/patch_size.py", "experiments/specs/implicit_bias.py",
