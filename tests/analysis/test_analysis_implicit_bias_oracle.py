@@ -9,8 +9,12 @@ import math
 import numpy as np
 import pytest
 
+import mlplab.analysis.implicit_bias as ib
+
 from mlplab.analysis.implicit_bias import (
+    _factored_grads,
     check_implicit_regularisation,
+    factored_objective,
     l1_dual_bound,
     l1_objective,
     lemma_b1,
@@ -18,6 +22,7 @@ from mlplab.analysis.implicit_bias import (
     solve_factored,
     solve_l1,
 )
+from mlplab.utils.seeds import derive_seed
 
 
 def test_the_regression_is_a_kronecker_map_v_kron_w():
@@ -119,3 +124,193 @@ def test_check_uses_given_data_and_refuses_another_width():
         check_implicit_regularisation(S=2, C=3, data=(X, Y))
     with pytest.raises(ValueError, match="X and Y need S·C = 4 columns, got 4 and 3"):
         check_implicit_regularisation(S=2, C=2, data=(X, Y[:, :3]))
+
+
+# ----------------------------------------------------------------------------- the solvers written out
+
+def test_the_regression_draws_its_factors_and_noise_by_its_law():
+    S, C, n = 4, 8, 150
+    ratios = []
+    for seed in range(4):
+        X, Y = make_bilinear_regression(S, C, n, noise=0.0, seed=seed)
+        B = np.linalg.lstsq(X, Y, rcond=None)[0].T
+        ratios.append(np.sum(B ** 2) / (C * S))  # E‖V ⊗ W‖² = E‖V‖² E‖W‖² = (C²/C)(S²/S)
+    assert 0.6 < np.mean(ratios) < 1.6  # a factor √C or √S away is at least 2 off
+    X, Y = make_bilinear_regression(S, C, n, noise=0.3, seed=0)
+    R = Y - X @ np.linalg.lstsq(X, Y, rcond=None)[0]
+    assert np.sqrt(np.sum(R ** 2) / (n - S * C) / (S * C)) == pytest.approx(0.3, rel=0.05)
+    Xd, Yd = make_bilinear_regression()  # S = C = 3, n = 64, noise 0.1, seed 0
+    np.testing.assert_array_equal(Xd, make_bilinear_regression(3, 3, 64, 0.1, 0)[0])
+    np.testing.assert_array_equal(Yd, make_bilinear_regression(3, 3, 64, 0.1, 0)[1])
+
+
+def _start(seed, S, C, scale):
+    rng = np.random.default_rng(derive_seed(seed, "solve_factored"))
+    return scale * rng.standard_normal((C, C)) / math.sqrt(C), scale * rng.standard_normal((S, S)) / math.sqrt(S)
+
+
+def _armijo(V, W, X, Y, lam, steps):
+    """Gradient descent with the docstring's backtracking, written out."""
+    f, lr = factored_objective(V, W, X, Y, lam), 1.0
+    for _ in range(steps):
+        gV, gW = _factored_grads(V, W, X, Y, lam)
+        g2 = np.sum(gV ** 2) + np.sum(gW ** 2)
+        lr = min(2 * lr, 1000.0)
+        while factored_objective(V - lr * gV, W - lr * gW, X, Y, lam) > f - lr * g2 / 2 and lr >= 1e-12:
+            lr /= 2
+        V, W = V - lr * gV, W - lr * gW
+        f = factored_objective(V, W, X, Y, lam)
+    return V, W, f
+
+
+def test_solve_factored_is_its_backtracking_loop_from_its_seeded_start():
+    S, C, lam = 2, 3, 0.15
+    X, Y = make_bilinear_regression(S, C, 25, seed=7)
+    V0, W0 = _start(4, S, C, 0.7)
+    V, W, f, steps = solve_factored(X, Y, S, C, lam, seed=4, max_steps=0, init_scale=0.7)
+    assert steps == 0 and np.array_equal(V, V0) and np.array_equal(W, W0)
+    assert f == factored_objective(V0, W0, X, Y, lam)
+    V, W, f, steps = solve_factored(X, Y, S, C, lam, seed=4, max_steps=6, init_scale=0.7)
+    Vw, Ww, fw = _armijo(V0, W0, X, Y, lam, 6)
+    assert steps == 6
+    np.testing.assert_allclose(V, Vw, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(W, Ww, rtol=1e-12, atol=1e-14)
+    assert f == pytest.approx(fw, rel=1e-13)
+    Vs, Ws = _start(4, S, C, 0.5)  # the default scale
+    np.testing.assert_array_equal(solve_factored(X, Y, S, C, lam, seed=4, max_steps=0)[0], Vs)
+
+
+def test_solve_factored_step_sizes_and_step_limit_on_a_stub_objective(monkeypatch):
+    """Every trial point lowers the stub objective by 1 and the gradient is constant (norm 2.8e-7,
+    above the default tol 1e-8): each step is taken at lr = min(2^k, 1000), for the default 20000 steps."""
+    X, Y = make_bilinear_regression(2, 2, 10, seed=1)
+    calls = []
+
+    def falling(V, W, X, Y, lam):
+        calls.append(1)
+        return -float(len(calls))
+
+    monkeypatch.setattr(ib, "factored_objective", falling)
+    monkeypatch.setattr(ib, "_factored_grads", lambda V, W, X, Y, lam: (np.full((2, 2), 1e-7), np.full((2, 2), 1e-7)))
+    V, W, f, steps = solve_factored(X, Y, 2, 2, 0.1, seed=2)
+    V0, W0 = _start(2, 2, 2, 0.5)
+    total = sum(min(2.0 ** min(k, 10), 1000.0) for k in range(1, 20001))
+    assert steps == 20000 and len(calls) == 20001 and f == -20001.0
+    np.testing.assert_allclose(V, V0 - 1e-7 * total, rtol=1e-9)
+    np.testing.assert_allclose(W, W0 - 1e-7 * total, rtol=1e-9)
+    calls.clear()  # an objective that never falls: lr halves from 2 to 2^-40 (< 1e-12 is 2^-41), then stop
+    monkeypatch.setattr(ib, "factored_objective", lambda *a: calls.append(1) or 0.0)
+    V, W, f, steps = solve_factored(X, Y, 2, 2, 0.1, seed=2)
+    assert steps == 1 and len(calls) == 1 + 42 and np.array_equal(V, V0) and f == 0.0
+
+
+def test_solve_l1_step_limit_and_gap_reads_on_stub_bounds(monkeypatch):
+    X, Y = make_bilinear_regression(2, 2, 10, seed=1)
+    reads = []
+    monkeypatch.setattr(ib, "l1_objective", lambda *a: reads.append(1) or 1.0)
+    monkeypatch.setattr(ib, "l1_dual_bound", lambda *a: 0.0)  # the gap stays 1: never below tol
+    B, obj, gap, steps = solve_l1(X, Y, 2, 2, 0.1)
+    assert steps == 20000 and gap == 1.0 and len(reads) == 20000 // 50 + 2  # every 50 steps, then gap and objective
+    B0, _, _, steps0 = solve_l1(X, Y, 2, 2, 0.1, max_steps=0)
+    assert steps0 == 0 and not B0.any()
+
+
+def test_solve_factored_stops_below_tol_only():
+    S, C, lam = 2, 2, 0.2
+    X, Y = make_bilinear_regression(S, C, 20, seed=8)
+    V0, W0 = _start(0, S, C, 0.5)
+    gV, gW = _factored_grads(V0, W0, X, Y, lam)
+    g0 = math.sqrt(float(np.sum(gV * gV) + np.sum(gW * gW)))
+    V, W, _, steps = solve_factored(X, Y, S, C, lam, tol=g0 * (1 + 1e-12), max_steps=5)
+    assert steps == 1 and np.array_equal(V, V0)  # the first gradient is below tol: no step taken
+    V, W, _, steps = solve_factored(X, Y, S, C, lam, tol=g0, max_steps=1)  # not below: it steps
+    assert steps == 1 and not np.array_equal(V, V0)
+
+
+def _fista(X, Y, S, C, lam, steps):
+    n, m = X.shape
+    mu, L = lam / (C * S), np.linalg.eigvalsh(X.T @ X / n).max()
+    B, Z, t = np.zeros((m, m)), np.zeros((m, m)), 1.0
+    for _ in range(steps):
+        G = Z - ((X @ Z.T - Y).T @ X / n) / L
+        B_new = np.sign(G) * np.maximum(np.abs(G) - mu / L, 0.0)
+        t_new = (1 + math.sqrt(1 + 4 * t * t)) / 2
+        Z, B, t = B_new + (t - 1) / t_new * (B_new - B), B_new, t_new
+    return B
+
+
+def test_solve_l1_is_fista_written_out():
+    S, C, lam = 2, 3, 0.6
+    X, Y = make_bilinear_regression(S, C, 30, seed=9)
+    for k in (1, 2, 7):
+        B, obj, gap, steps = solve_l1(X, Y, S, C, lam, max_steps=k)
+        np.testing.assert_allclose(B, _fista(X, Y, S, C, lam, k), rtol=1e-12, atol=1e-15)
+        assert steps == k and obj == pytest.approx(l1_objective(B, X, Y, lam, S, C), rel=1e-15)
+    B50, _, gap50, _ = solve_l1(X, Y, S, C, lam, max_steps=50)
+    np.testing.assert_allclose(B50, _fista(X, Y, S, C, lam, 50), rtol=1e-12, atol=1e-15)
+    assert gap50 == pytest.approx(l1_objective(B50, X, Y, lam, S, C) - l1_dual_bound(B50, X, Y, lam, S, C), abs=1e-15)
+    assert solve_l1(X, Y, S, C, lam, tol=gap50 * (1 + 1e-9))[3] == 50  # the gap is read at step 50
+    assert solve_l1(X, Y, S, C, lam, tol=gap50)[3] == 100  # below tol, not at it: next read at 100
+    B, _, gap, steps = solve_l1(X, Y, S, C, lam, max_steps=49, tol=1e3)
+    assert steps == 49 and gap > 0  # not read before step 50
+
+
+def test_check_defaults_and_what_it_passes_on():
+    r = check_implicit_regularisation()  # S = C = 3, n = 64, λ = 0.1, noise 0.1, seed 0
+    X, Y = make_bilinear_regression(3, 3, 64, 0.1, 0)
+    V, W, lhs, lhs_steps = solve_factored(X, Y, 3, 3, 0.1, 0)
+    assert (r.S, r.C, r.lam, r.seed) == (3, 3, 0.1, 0) and (r.lhs, r.lhs_steps) == (lhs, lhs_steps)
+    assert r.rhs == solve_l1(X, Y, 3, 3, 0.1)[1] and r.lemma == lemma_b1(V, W, 0.1)
+    r = check_implicit_regularisation(S=2, C=3, n=20, lam=0.3, noise=0.7, seed=5)
+    X, Y = make_bilinear_regression(2, 3, 20, 0.7, 5)
+    B, rhs, gap, rhs_steps = solve_l1(X, Y, 2, 3, 0.3)
+    assert (r.rhs, r.rhs_lower_bound, r.rhs_steps) == (rhs, rhs - gap, rhs_steps)
+    assert r.lhs == solve_factored(X, Y, 2, 3, 0.3, 5)[2]
+
+
+def test_lemma_b1_with_a_zero_factor_either_side():
+    V = np.random.default_rng(4).standard_normal((2, 2))
+    for Vz, Wz in ((np.zeros((2, 2)), V), (V, np.zeros((3, 3)))):  # β = 0: the split stays (t = 1)
+        lem = lemma_b1(Vz, Wz, 0.4)
+        assert lem["penalty_balanced"] == pytest.approx(0.2 * np.sum(V ** 2), rel=1e-14)
+        assert lem["penalty_split"] == pytest.approx(0.2 * np.sum(V ** 2), rel=1e-14)
+        assert lem["penalty_inf"] == 0.0 and lem["balanced_same_beta"] and lem["split_holds"] and lem["norm_holds"]
+
+
+def test_lemma_b1_balances_factors_of_norm_below_one():
+    rng = np.random.default_rng(6)
+    V, W = 0.05 * rng.standard_normal((2, 2)), 3.0 * rng.standard_normal((3, 3))  # ‖V‖ < 1 < ‖W‖
+    lem = lemma_b1(V, W, 0.5)
+    assert np.linalg.norm(V) < 1
+    assert lem["penalty_balanced"] == pytest.approx(0.5 * np.linalg.norm(V) * np.linalg.norm(W), rel=1e-12)
+    assert lem["penalty_split"] > 2 * lem["penalty_balanced"]
+
+
+def test_check_reads_float32_data_as_float64():
+    X, Y = make_bilinear_regression(2, 2, 24, seed=6)
+    X32 = X.astype(np.float32)
+    got = check_implicit_regularisation(S=2, C=2, lam=0.2, data=(X32, Y))
+    assert got == check_implicit_regularisation(S=2, C=2, lam=0.2, data=(X32.astype(np.float64), Y))
+
+
+def test_lemma_b1_at_zero_holds_with_equality():
+    lem = lemma_b1(np.zeros((2, 2)), np.zeros((3, 3)), 0.3)  # 0 ≥ 0 and 0 ≤ 0
+    assert lem["penalty_split"] == lem["penalty_inf"] == lem["l1"] == lem["sqrt_mn_l2"] == 0.0
+    assert lem["split_holds"] and lem["norm_holds"]
+
+
+def test_a_step_that_lowers_the_objective_by_exactly_the_armijo_amount_is_taken(monkeypatch):
+    """Zero gradient and tol 0: the first trial lowers a constant objective by 0 = ½·lr·‖g‖², which
+    the sufficient-decrease test accepts at once (f1 ≤ f); then no descent is left and the run stops."""
+    X, Y = make_bilinear_regression(2, 2, 10, seed=1)
+    calls = []
+    monkeypatch.setattr(ib, "factored_objective", lambda *a: calls.append(1) or 5.0)
+    monkeypatch.setattr(ib, "_factored_grads", lambda V, W, X, Y, lam: (np.zeros((2, 2)), np.zeros((2, 2))))
+    _, _, f, steps = solve_factored(X, Y, 2, 2, 0.1, tol=0.0)
+    assert (steps, len(calls), f) == (1, 2, 5.0)
+
+
+def test_the_dual_bound_of_no_examples_or_no_features_is_zero():
+    X, Y = make_bilinear_regression(2, 2, 10, seed=1)
+    assert l1_dual_bound(np.zeros((4, 4)), X[:0], Y[:0], 0.3, 2, 2) == 0.0  # D(Θ) of an empty Θ
+    assert l1_dual_bound(np.zeros((0, 0)), X[:, :0], Y[:, :0], 0.3, 1, 1) == 0.0  # ... and of no features

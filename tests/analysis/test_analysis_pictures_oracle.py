@@ -161,3 +161,39 @@ def test_stem_filters_drawn_rgb_and_grey():
         stem_filter_images(grey, in_chans=1)
     with pytest.raises(ValueError, match=r"weight has 4 inputs, expected ch·P² = 12"):
         stem_filter_images(grey, patch_size=2, in_chans=3)
+
+
+def test_fig_s9_defaults_are_the_papers_and_rp_permutes_rows_and_columns():
+    a = effective_weight_arrays()  # paper Fig. S.9: S = C = 8, m = 64, density 1/C, seed 0
+    assert a["sw"].shape == a["mixer"].shape == a["rp_mixer"].shape == (64, 64) and a["W"].shape == (8, 8)
+    assert abs(np.count_nonzero(a["sw"]) - 4096 / 8) < 5 * math.sqrt(4096 * (1 / 8) * (7 / 8))
+    b = effective_weight_arrays(8, 8, 1 / 8, 0)
+    assert all(np.array_equal(a[k], b[k]) for k in a)
+    # J[k, p[k]] = 1: (J1 K J2)[i, j] = K[p1[i], p2⁻¹[j]]
+    for c in (a, effective_weight_arrays(S=3, C=5, seed=4)):
+        want = c["mixer"][np.ix_(c["perm_1"], np.argsort(c["perm_2"]))]
+        np.testing.assert_array_equal(c["rp_mixer"], want)
+        assert not np.array_equal(c["rp_mixer"], c["mixer"][np.ix_(c["perm_2"], np.argsort(c["perm_1"]))])
+    given = torch.arange(9.0).reshape(3, 3)
+    np.testing.assert_array_equal(effective_weight_arrays(S=3, C=2, W=given)["mixer"], np.kron(np.eye(2), given.numpy()))
+
+
+def test_what_each_figure_looks_like():
+    """The layout each picture promises: Fig. S.9 three 4 in panels (4.2 in high), no ticks; the
+    grids 6 in wide with the grid's aspect (+0.4 in for the title), no axes; pixels drawn as
+    squares (nearest), titles at 10 pt."""
+    fig = plot_effective_weights(S=2, C=2)
+    assert tuple(fig.get_size_inches()) == (12.0, 4.2)
+    for ax in fig.axes:
+        assert ax.title.get_fontsize() == 10 and not len(ax.get_xticks()) and not len(ax.get_yticks())
+        assert ax.images[0].get_interpolation() == "nearest" and ax.images[0].get_cmap().name == "RdBu_r"
+    units = plot_token_mixing_units(torch.ones(5, 6), ncols=3)  # 2×3 units, grid 2 × (3·3 + 2) = 5 × 11
+    assert tuple(units.get_size_inches()) == pytest.approx((6.0, 6.0 * 5 / 11 + 0.4))
+    stems = [plot_stem_filters(torch.ones(3, 12), patch_size=2, in_chans=3, ncols=3),  # RGB: 2 × 8
+             plot_stem_filters(torch.ones(3, 4), patch_size=2, in_chans=1, ncols=1)]  # grey: 8 × 2
+    assert tuple(stems[0].get_size_inches()) == pytest.approx((6.0, 6.0 * 2 / 8 + 0.4))
+    assert tuple(stems[1].get_size_inches()) == pytest.approx((6.0, 6.0 * 8 / 2 + 0.4))
+    for f in (units, *stems):
+        ax = f.axes[0]
+        assert not ax.axison and ax.title.get_fontsize() == 10 and ax.images[0].get_interpolation() == "nearest"
+    assert units.axes[0].images[0].get_cmap().name == stems[1].axes[0].images[0].get_cmap().name == "RdBu_r"

@@ -42,7 +42,8 @@ __all__ = [
 
 def make_bilinear_regression(S: int = 3, C: int = 3, n: int = 64, noise: float = 0.1,
                              seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """Inputs X (n, SC) and targets Y (n, SC) with y = (V* ⊗ W*) x + noise, x ~ N(0, I).
+    """Inputs X (n, SC) and targets Y (n, SC) with y = (V* ⊗ W*) x + noise, x ~ N(0, I),
+    V* ~ N(0, 1/C) (C×C), W* ~ N(0, 1/S) (S×S), noise ~ N(0, noise²).
 
     Rows are examples; x and y are vec's of S×C feature matrices (column-major, docs/science.md §1).
     """
@@ -86,9 +87,11 @@ def solve_factored(X: np.ndarray, Y: np.ndarray, S: int, C: int, lam: float, see
                    max_steps: int = 20000, tol: float = 1e-8, init_scale: float = 0.5):
     """Gradient descent on (V, W) for the left side of Prop. 3.3, with Armijo backtracking.
 
-    Starts from small random factors (V = W = 0 is a saddle). Stops when the gradient norm is
-    below ``tol`` or no step decreases the objective any more (float64 resolution).
-    Returns (V, W, objective, steps).
+    Starts from small random factors (V = W = 0 is a saddle): ``init_scale`` · N(0, 1/C) for V, then
+    ``init_scale`` · N(0, 1/S) for W, from ``derive_seed(seed, "solve_factored")``. Each step doubles
+    the step size (at most 10³), then halves it until the objective falls by at least ½·lr·‖g‖²
+    (or lr < 10⁻¹²). Stops when the gradient norm is below ``tol`` or the step does not decrease
+    the objective (float64 resolution). Returns (V, W, objective, steps).
     """
     rng = np.random.default_rng(derive_seed(seed, "solve_factored"))
     V = init_scale * rng.standard_normal((C, C)) / math.sqrt(C)
@@ -135,7 +138,8 @@ def solve_l1(X: np.ndarray, Y: np.ndarray, S: int, C: int, lam: float, max_steps
              tol: float = 1e-11):
     """FISTA (proximal gradient with Nesterov momentum) for min_B L(B) + (λ/(CS))‖B‖₁.
 
-    Step 1/L_f with L_f = λ_max(XᵀX/n); stops when the duality gap is below ``tol``.
+    From B = 0, step 1/L_f with L_f = λ_max(XᵀX/n), momentum t_{k+1} = (1 + √(1 + 4t_k²))/2 from
+    t = 1; the duality gap is checked every 50 steps and the run stops when it is below ``tol``.
     Returns (B, objective, duality_gap, steps).
     """
     m = X.shape[1]

@@ -89,7 +89,13 @@ def fit_scaling_law(C: Sequence[float], E: Sequence[float], p0: dict | None = No
     ``C``: compute per run (see :func:`compute_budget`), ``E``: error (> 0), at least 4 runs.
     ``p0``: optional initial guesses {a, b, alpha, e_inf} in raw units (tried first).
     ``fix_b_zero=True`` fits the pure power law plus floor (b = 0).
-    Bounds: 0 ≤ E∞ < min E, 10⁻⁴ ≤ α ≤ 10, 10⁻¹⁰ C0 ≤ b ≤ 10³ max C.
+    Bounds: 0 ≤ E∞ ≤ 0.999 min E, 10⁻⁴ ≤ α ≤ 10, 10⁻¹⁰ C0 ≤ b ≤ 10³ max C (b ≤ 10^−9.999999 C0
+    with ``fix_b_zero``, reported as 0), |log A| ≤ 200 with A = a C0^(−α).
+    Starts, each moved inside the bounds by 10⁻⁹ of their width: ``p0`` (a = 1, b = 0, α = 0.5,
+    E∞ = 0 where missing; a ≥ 10⁻³⁰⁰, b ≥ 10⁻¹⁰ C0, E∞ ≤ 0.99 min E); then for E0 = 0, 0.5 and 0.9 × min E the
+    line log(E − E0) = log A − α log x (E − E0 ≥ 10⁻¹² min E; α clipped to [10⁻³, 5]) with
+    log10(b/C0) = −8, log10 min x and log10 median x. ``maxfev`` evaluations per start; the start
+    that ends with the least squared residual is kept.
     """
     C = np.asarray(C, dtype=np.float64).ravel()
     E = np.asarray(E, dtype=np.float64).ravel()
@@ -157,12 +163,15 @@ def compute_optimal_frontier(C: Sequence[float], E: Sequence[float], method: str
       envelope "best error reachable with this much compute").
     * ``"hull"``: the Pareto runs on the lower convex hull of (log C, log E).
     * ``"bucket"``: the lowest-error run in each of ``num_buckets`` equal bins of log C.
+
+    A run without a positive finite C or a finite E (a failed run) is on no frontier.
     """
     C = np.asarray(C, dtype=np.float64).ravel()
     E = np.asarray(E, dtype=np.float64).ravel()
     if C.shape != E.shape or C.size == 0:
         raise ValueError("C and E must be non-empty and of the same length")
-    order = np.lexsort((E, C))  # by compute, ties by error
+    valid = np.flatnonzero(np.isfinite(C) & (C > 0) & np.isfinite(E))
+    order = valid[np.lexsort((E[valid], C[valid]))]  # by compute, ties by error
     if method in ("pareto", "hull"):
         keep, best = [], math.inf
         for i in order:
@@ -185,12 +194,14 @@ def compute_optimal_frontier(C: Sequence[float], E: Sequence[float], method: str
             hull.append(k)
         return idx[hull]
     if method == "bucket":
-        logc = np.log(C)
+        if not valid.size:
+            return valid
+        logc = np.log(C[valid])
         edges = np.linspace(logc.min(), logc.max(), num_buckets + 1)
         which = np.clip(np.searchsorted(edges, logc, side="right") - 1, 0, num_buckets - 1)
         keep = []
         for bkt in range(num_buckets):
-            members = np.flatnonzero(which == bkt)
+            members = valid[which == bkt]
             if members.size:
                 keep.append(members[np.argmin(E[members])])
         keep = np.asarray(keep, dtype=int)
@@ -204,7 +215,10 @@ def fit_power(x: Sequence[float], y: Sequence[float]) -> tuple[float, float]:
     if lx.size < 2 or np.ptp(lx) == 0:
         raise ValueError("need at least two distinct x values to fit a power law")
     beta, logk = np.polyfit(lx, ly, 1)
-    return float(beta), math.exp(logk) if logk < 700 else math.inf  # k overflows on a near-vertical frontier
+    try:
+        return float(beta), math.exp(logk)
+    except OverflowError:  # k beyond the largest float (log k > 709.78) on a near-vertical frontier
+        return float(beta), math.inf
 
 
 def fit_frontier_exponents(C: Sequence[float], E: Sequence[float], params: Sequence[float] | None = None,
@@ -263,7 +277,8 @@ def bootstrap_scaling(C: Sequence[float], E: Sequence[float], params: Sequence[f
     """Bootstrap over runs (case resampling) of α in E(C) = a (b + C)^(−α) + E∞
     (:func:`fit_scaling_law`) and of the frontier exponents β_P, β_N
     (:func:`fit_frontier_exponents`). Each resample draws len(C) runs with replacement and refits
-    everything; the intervals are the 2.5% and 97.5% percentiles of the refitted values."""
+    everything; the intervals are the 2.5% and 97.5% percentiles of the refitted values. By default
+    500 resamples from seed 0."""
     C, E = np.asarray(C, dtype=np.float64).ravel(), np.asarray(E, dtype=np.float64).ravel()
     P, NT = np.asarray(params, dtype=np.float64).ravel(), np.asarray(examples, dtype=np.float64).ravel()
     if not (C.shape == E.shape == P.shape == NT.shape) or C.size < 4:
