@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 
 import mlplab.analysis.implicit_bias as ib
-
 from mlplab.analysis.implicit_bias import (
     _factored_grads,
     check_implicit_regularisation,
@@ -314,3 +313,11 @@ def test_the_dual_bound_of_no_examples_or_no_features_is_zero():
     X, Y = make_bilinear_regression(2, 2, 10, seed=1)
     assert l1_dual_bound(np.zeros((4, 4)), X[:0], Y[:0], 0.3, 2, 2) == 0.0  # D(Θ) of an empty Θ
     assert l1_dual_bound(np.zeros((0, 0)), X[:, :0], Y[:, :0], 0.3, 1, 1) == 0.0  # ... and of no features
+
+
+@pytest.mark.parametrize("shapes", [((2, 3), (3, 3)), ((3, 3), (2, 4)), ((3,), (3, 3)), ((2, 2), (2, 2, 2))])
+def test_lemma_b1_refuses_factors_that_are_not_square(shapes):
+    """Lemma B.1 is about V ∈ R^{C×C}, W ∈ R^{S×S}: √(mn) = CS only then."""
+    V, W = (np.ones(s) for s in shapes)
+    with pytest.raises(ValueError, match=r"lemma_b1 takes square factors, V \(C×C\) and W \(S×S\); got"):
+        ib.lemma_b1(V, W, 0.1)

@@ -175,7 +175,8 @@ def test_fig_s9_defaults_are_the_papers_and_rp_permutes_rows_and_columns():
         np.testing.assert_array_equal(c["rp_mixer"], want)
         assert not np.array_equal(c["rp_mixer"], c["mixer"][np.ix_(c["perm_2"], np.argsort(c["perm_1"]))])
     given = torch.arange(9.0).reshape(3, 3)
-    np.testing.assert_array_equal(effective_weight_arrays(S=3, C=2, W=given)["mixer"], np.kron(np.eye(2), given.numpy()))
+    np.testing.assert_array_equal(effective_weight_arrays(S=3, C=2, W=given)["mixer"],
+                                  np.kron(np.eye(2), given.numpy()))
 
 
 def test_what_each_figure_looks_like():

@@ -9,9 +9,8 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
-from scipy.optimize import OptimizeWarning
+from scipy.optimize import OptimizeWarning, least_squares
 from scipy.optimize import curve_fit as scipy_curve_fit
-from scipy.optimize import least_squares
 
 import mlplab.analysis.scaling as scaling
 from mlplab.analysis.scaling import (
@@ -274,7 +273,8 @@ def _documented_starts(C, E, p0=None, fix_b_zero=False):
     starts = []
     if p0 is not None:
         alpha = p0.get("alpha", 0.5)
-        starts.append([math.log(max(p0.get("a", 1.0), 1e-300) / C0 ** alpha), math.log10(max(p0.get("b", 0.0), 1e-10 * C0) / C0),
+        starts.append([math.log(max(p0.get("a", 1.0), 1e-300) / C0 ** alpha),
+                       math.log10(max(p0.get("b", 0.0), 1e-10 * C0) / C0),
                        alpha, min(p0.get("e_inf", 0.0), 0.99 * emin)])
     for e0 in (0.0, 0.5 * emin, 0.9 * emin):
         (slope, icpt), *_ = np.linalg.lstsq(np.c_[np.log(x), np.ones(x.size)],
@@ -290,7 +290,8 @@ def _shaped(errors, C, E):
     """Errors whose start lines leave the clip [10⁻³, 5] of α (rising; falling as C^−6.5), or
     are tiny (10⁻⁸: the floor 10⁻¹² min E of E − E0 is far below 0.1 min E)."""
     x = C / math.exp(np.mean(np.log(C)))
-    return {"noisy": E, "rising": 0.2 * x ** 0.05 * np.exp(0.01 * np.sin(np.arange(C.size))), "steep": x ** -6.5 * E / E.mean(),
+    return {"noisy": E, "rising": 0.2 * x ** 0.05 * np.exp(0.01 * np.sin(np.arange(C.size))),
+            "steep": x ** -6.5 * E / E.mean(),
             "tiny": 1e-8 * E}[errors]
 
 
@@ -386,3 +387,11 @@ def test_a_start_that_fails_is_skipped_and_all_failing_is_refused(monkeypatch):
     monkeypatch.setattr(scaling, "curve_fit", fails)
     with pytest.raises(RuntimeError, match="^scaling-law fit failed from every starting point$"):
         fit_scaling_law(C, E)
+
+
+def test_a_is_finite_up_to_the_largest_float():
+    """The fit's a = 10^log10_a: finite wherever it fits in a float (up to 10^308.25), ∞ beyond."""
+    assert scaling._pow10(300.5) == 10.0 ** 300.5 and scaling._pow10(308.25) == 10.0 ** 308.25
+    assert scaling._pow10(308.254) == 10.0 ** 308.254 < np.finfo(np.float64).max
+    assert scaling._pow10(308.26) == math.inf and scaling._pow10(np.float64(400.0)) == math.inf
+    assert scaling._pow10(-400.0) == 0.0 and scaling._pow10(2.0) == 100.0

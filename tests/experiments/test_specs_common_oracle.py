@@ -119,7 +119,8 @@ def test_sw_widths_round_half_up():
 
 def test_err_rows_mean_and_sample_std_over_seeds_of_one_sweep():
     errs = {(64, 0): 10.0, (64, 1): 12.0, (64, 2): 17.0, (128, 0): 8.0, (128, 1): 9.0}
-    runs = [rec({"meta.m": m, "run.seed": s}, {"test_acc": 1 - e / 100, "train_acc": 0.5}) for (m, s), e in errs.items()]
+    runs = [rec({"meta.m": m, "run.seed": s}, {"test_acc": 1 - e / 100, "train_acc": 0.5})
+            for (m, s), e in errs.items()]
     runs += [rec({"meta.m": 64, "run.seed": 3}, None),  # unfinished: left out
              rec({"meta.m": 64, "run.seed": 4}, {"test_acc": 0.0}, sweep="other")]  # another sweep
     rows = err_rows(runs, "train", {"m": lambda r: r.get("meta.m")})

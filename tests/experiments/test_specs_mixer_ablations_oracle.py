@@ -268,7 +268,8 @@ def test_a_variant_with_training_runs_only_and_runs_without_costs(drawn):
         if v == "views" and r.sweep == "eval":
             continue
         if v == "views":
-            r = _rec("train", r.overrides, {k: x for k, x in r.results.items() if k not in ("params", "flops_per_example")})
+            kept = {k: x for k, x in r.results.items() if k not in ("params", "flops_per_example")}
+            r = _rec("train", r.overrides, kept)
         if v == "untied" and r.sweep == "eval":
             r = _rec("eval", {**r.overrides, "seed": r.get("seed") + 10}, r.results)
         runs.append(r)

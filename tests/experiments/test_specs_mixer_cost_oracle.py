@@ -127,7 +127,8 @@ def test_analysis_table_published_rows_and_panels(monkeypatch, device, threads, 
         {"model": k, "published images/s/core TPUv3": TABLE2[k][0], "published images/s/core V100": TABLE2[k][1],
          f"ours images/s/core ({device})": round(med[k] / per_core, 2),
          "published ratio to B/16 (TPUv3 / V100)": f"{TABLE2[k][0] / 1384:.3f} / {TABLE2[k][1] / 516:.3f}",
-         "ours ratio to B/16": round(med[k] / med["Mixer-B/16"], 3), "ours params (M)": round(rows[k]["params"] / 1e6, 2),
+         "ours ratio to B/16": round(med[k] / med["Mixer-B/16"], 3),
+         "ours params (M)": round(rows[k]["params"] / 1e6, 2),
          "ours GMACs": round(rows[k]["flops"] / 2e9, 2)} for k in ORDER]
     assert (an.published[0]["ours params (M)"], an.published[0]["ours GMACs"]) == (1.24, 2.35)
     assert [c.key for c in an.claims] == ["order", "ratios"] and all(c.claim.startswith(device) for c in an.claims)

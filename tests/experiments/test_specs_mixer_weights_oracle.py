@@ -5,7 +5,6 @@ sentences, the pictures of the lowest seed's run at each patch (the drawing repl
 and the notes (test_mixer_supplement.py drives the verdicts and the plans)."""
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import numpy as np
@@ -154,8 +153,10 @@ def test_pictures_of_the_lowest_seed_at_each_patch_and_notes(tmp_path, drawn):
     arrays = {}
     for P in (4, 8):
         for s in SEEDS:
-            a = {"token_units_block0": rng.standard_normal((4, 2, 2)), "token_units_block1": rng.standard_normal((4, 2, 2)),
-                 "embedding_units": rng.standard_normal((6, P, P)), "init_embedding_units": rng.standard_normal((6, P, P)),
+            a = {"token_units_block0": rng.standard_normal((4, 2, 2)),
+                 "token_units_block1": rng.standard_normal((4, 2, 2)),
+                 "embedding_units": rng.standard_normal((6, P, P)),
+                 "init_embedding_units": rng.standard_normal((6, P, P)),
                  "other": np.zeros(1)}
             (tmp_path / f"P{P}s{s}").mkdir()
             np.savez(tmp_path / f"P{P}s{s}" / "weights.npz", **a)
@@ -186,7 +187,8 @@ def test_pictures_of_the_lowest_seed_at_each_patch_and_notes(tmp_path, drawn):
 
 def test_a_run_without_arrays_is_not_pictured(tmp_path, drawn):
     (tmp_path / "P8s0").mkdir()
-    np.savez(tmp_path / "P8s0" / "weights.npz", token_units_block0=np.ones((2, 2, 2)), embedding_units=np.ones((2, 8, 8)),
+    np.savez(tmp_path / "P8s0" / "weights.npz", token_units_block0=np.ones((2, 2, 2)),
+             embedding_units=np.ones((2, 8, 8)),
              init_embedding_units=np.ones((2, 8, 8)))
     runs = [r for r in _runs(tmp_path) if r.sweep == "weights"]  # P = 4 has no weights.npz; no training runs
     an = mw._analyse_weights(runs, {})

@@ -27,7 +27,8 @@ def _pre() -> Sweep:
 def test_pretrained_rows_point_at_each_run():
     rows = pt.pretrained_rows(_pre(), ["meta.da", "meta.n", "run.seed", "absent"], "run")
     want = [{"meta.da": da, "meta.n": n, "run.seed": s, "absent": None,
-             "run": f"pre/da={str(da).lower()},n={n},seed={s}"} for da in (True, False) for n in (10, 20) for s in (0, 1)]
+             "run": f"pre/da={str(da).lower()},n={n},seed={s}"}
+            for da in (True, False) for n in (10, 20) for s in (0, 1)]
     assert rows == want
     assert pt.pretrained_rows(_pre(), [], "pretrained")[0] == {"pretrained": "pre/da=true,n=10,seed=0"}
 

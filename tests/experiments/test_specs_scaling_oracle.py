@@ -234,7 +234,8 @@ def test_paper_plan_is_scaling_mlps_grid():
     runs = [s.overrides for s in expand(sweep)]
     grid = {(w, d, n, t) for w in (256, 512, 1024) for d in (6, 12) for n in (12500, 25000, 50000)
             for t in (25, 50, 100)}
-    got = [(o["model.kwargs.width"], o["model.kwargs.depth"], o["data.train_subset"], o["schedule.epochs"]) for o in runs]
+    got = [(o["model.kwargs.width"], o["model.kwargs.depth"], o["data.train_subset"], o["schedule.epochs"])
+           for o in runs]
     assert len(got) == 54 and set(got) == grid
     fixed = {"model.name": "bottleneck_mlp", "optim.name": "lion", "optim.lr": 5e-5, "run.batch_size": 1024,
              "optim.weight_decay": 1e-3, "data.image_size": 64, "augment.mixup": 0.8, "augment.label_smoothing": 0.3,

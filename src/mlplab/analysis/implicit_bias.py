@@ -171,6 +171,8 @@ def lemma_b1(V: np.ndarray, W: np.ndarray, lam: float) -> dict:
     * ``l1`` = ‖β‖₁ ≤ ``sqrt_mn_l2`` = √(mn)‖β‖_F, m = n = CS; hence
       ``l1_penalty`` = (λ/(CS))‖β‖₁ ≤ λ‖β‖_F.
     """
+    if V.ndim != 2 or W.ndim != 2 or V.shape[0] != V.shape[1] or W.shape[0] != W.shape[1]:
+        raise ValueError(f"lemma_b1 takes square factors, V (C×C) and W (S×S); got {V.shape} and {W.shape}")
     C, S = V.shape[0], W.shape[0]
     beta = np.kron(V, W)
     nV, nW = float(np.linalg.norm(V)), float(np.linalg.norm(W))

@@ -149,7 +149,7 @@ def fit_scaling_law(C: Sequence[float], E: Sequence[float], p0: dict | None = No
     # a (b + C)^(−α) = A (b' + C/C0)^(−α)  =>  a = A · C0^α
     log10_a = (log_A + alpha * math.log(C0)) / math.log(10.0)
     return ScalingLawFit(
-        a=10.0 ** log10_a if log10_a < 300 else math.inf, b=b, alpha=alpha, e_inf=e_inf,
+        a=_pow10(log10_a), b=b, alpha=alpha, e_inf=e_inf,
         alpha_err=float(err[2]), e_inf_err=float(err[3]), log10_a=log10_a,
         rmse_log=math.sqrt(best_sse / C.size), num_points=int(C.size),
     )
@@ -207,6 +207,14 @@ def compute_optimal_frontier(C: Sequence[float], E: Sequence[float], method: str
         keep = np.asarray(keep, dtype=int)
         return keep[np.argsort(C[keep], kind="stable")]
     raise ValueError(f"unknown frontier method {method!r}; choose pareto, hull or bucket")
+
+
+def _pow10(x: float) -> float:
+    """10^x, ∞ where it exceeds the largest float (x > 308.25)."""
+    try:
+        return 10.0 ** float(x)
+    except OverflowError:
+        return math.inf
 
 
 def fit_power(x: Sequence[float], y: Sequence[float]) -> tuple[float, float]:
