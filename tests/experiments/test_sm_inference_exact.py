@@ -133,7 +133,8 @@ def test_sm_inference_analysis_rows_published_figure_and_claims(monkeypatch):
         field = "throughput" if key == "throughput" else "latency_s"
         w = all_of({k: paired_ratio(by[a or k][field], by[b or k][field], above=10.0, what=what.format(k))
                     for k in REFS}, what="every reference")
-        assert (c.key, c.verdict, c.claim) == (key, "HELD", f"cpu: {(spec.THROUGHPUT if key == 'throughput' else spec.LATENCY).text}")
+        text = (spec.THROUGHPUT if key == "throughput" else spec.LATENCY).text
+        assert (c.key, c.verdict, c.claim) == (key, "HELD", f"cpu: {text}")
         assert (c.stats.statistic, c.stats.detail, c.stats.effect, c.stats.extra["parts"]) == (
             w.statistic, w.detail, w.effect, 3)
     assert throughput.detail == ("published on an RTX A5000: ≥ 32×; FLOP ratio ResNet-152 / MLP 150×; "

@@ -246,7 +246,8 @@ def test_table1_epoch_budgets_are_those_of_mlp_inv_with_da(monkeypatch):
     drawn = []
     monkeypatch.setattr(spec, "draw", lambda panels, title: drawn.append(panels) or "fig")
     cells = {c: v for c, v in CELLS.items() if c[2] <= 32}
-    extra = [record(c, s, sweep="longer-64", e=10.0 + s, train=5.0) for c in ((MLP, True, 64), (INV, False, 64)) for s in SEEDS]
+    extra = [record(c, s, sweep="longer-64", e=10.0 + s, train=5.0) for c in ((MLP, True, 64), (INV, False, 64))
+             for s in SEEDS]
     ep = spec._analyse_table1(table_runs(cells) + extra, MANIFEST).claims[2]
     assert ep.stats.extra["parts"] == 1 and ep.stats.detail.startswith("@32E vs @8E: ")
     assert [p.series[0].x for p in drawn[0][1:]] == [[8, 32]]  # two budgets make a curve

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from test_sm_table1_exact import same  # two verdicts agree in every field a report shows
 
 from mlplab.experiments import expand, plan_experiment
 from mlplab.experiments.aggregate import RunRecord
@@ -68,12 +69,6 @@ def errs(n, da, probe=False) -> dict[int, float]:
 
 def scratch_errs(base: float = SCRATCH[0]) -> dict[int, float]:
     return {s: scratch_err(s, base) for s in SEEDS}
-
-
-def same(v, w) -> None:
-    assert (v.held, v.statistic, v.effect_name, v.unit, v.detail, v.n, v.extra) == \
-        (w.held, w.statistic, w.effect_name, w.unit, w.detail, w.n, w.extra)
-    assert v.effect == pytest.approx(w.effect, abs=1e-12)
 
 
 def test_transfer_analysis_rows_panels_published_and_claims(monkeypatch):
