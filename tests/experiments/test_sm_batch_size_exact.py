@@ -35,7 +35,8 @@ def runs_of() -> list[RunRecord]:
         for e in (8, 2):  # the analysis sorts budgets and batches
             for b in reversed(BATCHES):
                 lab = {"schedule.epochs": e, "run.batch_size": b, "run.seed": s}
-                hist = [{"train_loss": 1.0}, {"train_loss": 0.8}, {"train_loss": 0.8 * (0.9 - 0.01 * s - 0.0001 * b - 0.01 * e)}]
+                last = 0.8 * (0.9 - 0.01 * s - 0.0001 * b - 0.01 * e)
+                hist = [{"train_loss": 1.0}, {"train_loss": 0.8}, {"train_loss": last}]
                 runs.append(RunRecord("pretrain", f"p{e}-{b}-{s}", Path("."), lab,
                                       results={"test_acc": 0.5 - 0.01 * s, "history": hist}))
                 if (s, e, b) != MISSING:
@@ -93,7 +94,8 @@ def test_batch_size_analysis_rows_curves_slopes_and_the_claim(monkeypatch):
                               "ours": f"2 epochs: {mean_slope[2]:+.3g} points per doubling; "
                                       f"8 epochs: {mean_slope[8]:+.3g} points per doubling"}]
     # median |loss change| per budget (the 1-entry history has none): 100·|√(h3/h1) − 1| per run
-    ch = {e: [abs(100 * (math.sqrt(0.8 * (0.9 - 0.01 * s - 0.0001 * b - 0.01 * e)) - 1)) for s in SEEDS for b in BATCHES] for e in (2, 8)}
+    ch = {e: [abs(100 * (math.sqrt(0.8 * (0.9 - 0.01 * s - 0.0001 * b - 0.01 * e)) - 1)) for s in SEEDS
+              for b in BATCHES] for e in (2, 8)}
     assert an.notes == ["the plateau rule is not applied: the epoch budget is the variable, and Fig. 4 compares "
                         "models at fixed budgets, converged or not; median |training-loss change| over the last 2 "
                         f"epochs of pre-training: 2 epochs {np.median(ch[2]):.1f}% per epoch, "
@@ -111,8 +113,27 @@ def test_batch_size_paper_plan_is_fig4s_grid():
     _, _, plan = plan_experiment("sm-batch-size", "paper", check_available=False)
     pre, probe = (expand(sw) for sw in plan.sweeps)
     grid = [(e, b, s) for e in (50, 100, 200) for b in (1024, 2048, 4096, 8192, 16384) for s in (0, 1, 2)]
-    assert [(r.overrides["schedule.epochs"], r.overrides["run.batch_size"], r.overrides["run.seed"]) for r in pre] == grid
+    assert [(r.overrides["schedule.epochs"], r.overrides["run.batch_size"], r.overrides["run.seed"])
+            for r in pre] == grid
     assert all(r.overrides["model.name"] == "bottleneck_mlp_b12_wi1024" and r.overrides["data.dataset"] == "packed"
                and r.overrides["optim.lr"] == 1e-5 for r in pre)
     assert [r.overrides["run"] for r in probe] == [f"pretrain/{r.name}" for r in pre]
     assert all(r.overrides["data.dataset"] == "cifar100" and r.overrides["probe"] is True for r in probe)
+
+
+def test_batch_size_pretraining_table_and_an_untested_claim_keep_their_names_and_unit(monkeypatch):
+    """The pre-training table's loss change per (epochs, B) (the mean over seeds of each run's
+    per-epoch rate over its last two epochs); two seeds: no test, the claim still in its unit."""
+    monkeypatch.setattr(spec, "draw", lambda panels, title: "fig")
+    runs = [r for r in runs_of() if r.name != "one-epoch"]
+    pre = spec._analyse_batch_size(runs, {}).tables["pretrain"]
+    want = [np.mean([100 * (math.sqrt(0.8 * (0.9 - 0.01 * s - 0.0001 * b - 0.01 * e)) - 1) for s in SEEDS])
+            for e in (2, 8) for b in BATCHES]
+    assert [r["loss_change"] for r in pre] == pytest.approx(want)
+    # another sweep's run with a training history does not enter the pre-training notes
+    other = RunRecord("other", "o", Path("."), {"schedule.epochs": 2, "run.batch_size": 64, "run.seed": 0},
+                      results={"history": [{"train_loss": 1.0}, {"train_loss": 0.1}]})
+    assert spec._analyse_batch_size(runs + [other], {}).notes == spec._analyse_batch_size(runs, {}).notes
+    (c,) = spec._analyse_batch_size([r for r in runs if r.get("run.seed") < 2], {}).claims
+    assert (c.verdict, c.stats.unit) == ("UNDECIDED", UNIT)
+    assert c.stats.detail.startswith("no test at 2 epochs, 8 epochs")
