@@ -40,8 +40,10 @@ def test_timed_model_and_the_plan_of_one_interleaved_run():
     assert run.overrides == {"models": models, "reps": 5, "latency_reps": 3, "search_reps": 2, "batches": [1, 8],
                              "max_call_s": 2.5, "threads": 1, "clock": "cpu", "run.device": "auto", "seed": 0}
     assert plan.settings == {"x": 1, "batches searched": [1, 8], "timed passes": 5, "threads": 1, "clock": "cpu"}
+    assert plan.notes[0] == "random weights (speed does not depend on them); synthetic normal images"
     assert [n.split(" ")[0] for n in plan.notes] == ["random", "FLOPs:", "the"]
-    assert "multiply-add = 2" in plan.notes[1] and "GMACs = FLOPs / 2" in plan.notes[1]
+    assert plan.notes[1] == ("FLOPs: matmul FLOPs with multiply-add = 2 (models.counting.count_flops); the papers "
+                             "count MACs (fvcore), shown as GMACs = FLOPs / 2")
     assert plan.notes[2] == ("the hardware differs from the papers': only ratios between models compare, not "
                              "absolute speeds")
     gpu = timing.timing_plan("t", models, Timing(1, 1, 1, (1,), None, threads=None, clock="wall"), {})
@@ -59,7 +61,7 @@ def test_timing_results_rows_and_notes():
                                                      "best_batch": 1, "throughput": [1.0]}]
     res, by = timing.timing_results([_run([], done=False), _run(rows), _run([{"label": "c"}])])
     assert res["rows"] == rows and by == {"a": rows[0], "b": rows[1]}
-    with pytest.raises(ValueError, match="the inference run has no results yet"):
+    with pytest.raises(ValueError, match="^the inference run has no results yet$"):
         timing.timing_results([_run(rows, done=False)])
     assert timing.timing_row("a", rows[0]) == {"model": "a", "params": 10, "GMACs": 2.0, "FLOPs": 4e9,
                                                "latency_ms": pytest.approx(200.0), "best_batch": 8,

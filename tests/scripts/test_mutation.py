@@ -29,7 +29,7 @@ SPECS = ["experiments/specs/budget.py", "experiments/specs/fig5.py", "experiment
          "experiments/specs/fig6.py", "experiments/specs/figS2_S3.py", "experiments/specs/figS1.py",
          "experiments/specs/fig4.py", "experiments/specs/cka.py", "experiments/specs/rp.py",
          "experiments/specs/table1.py"]
-SPECS += ["experiments/specs/sm_table1.py", "experiments/specs/sm_batch_size.py"]  # m40b
+SPECS += ["experiments/specs/sm_table1.py", "experiments/specs/sm_batch_size.py", "experiments/specs/timing.py"]  # m40b
 MODULES = CORE + BEYOND + SPECS
 
 
