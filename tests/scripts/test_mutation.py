@@ -35,6 +35,7 @@ SPECS = ["experiments/specs/budget.py", "experiments/specs/fig5.py", "experiment
 # ---- m40a ----: the specs' shared pieces and the scaling, Mixer-supplement and runtime specs
 SPECS += [f"experiments/specs/{m}.py" for m in ("common", "scaling", "mixer_ablations", "mixer_weights", "mixer_cost",
                                                  "pretraining", "runtime")]
+SPECS += ["experiments/specs/sm_table1.py", "experiments/specs/sm_batch_size.py", "experiments/specs/timing.py"]  # m40b
 MODULES = CORE + BEYOND + SPECS
 
 

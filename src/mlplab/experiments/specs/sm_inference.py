@@ -109,7 +109,8 @@ def _analyse_sm_inference(runs: list[RunRecord], manifest: dict[str, Any]) -> An
             f"ours latency ms ({device})": round(1e3 * median(rows[k]["latency_s"]), 2),
             "published images/s (A5000)": p[2], f"ours images/s ({device})": round(median(rows[k]["throughput"]), 1),
             "published images/s ratio MLP/x": round(SM_PUBLISHED["B-12/Wi-768"][2] / p[2], 1),
-            "ours ratio MLP/x": round(median(rows[MLP]["throughput"]) / median(rows[k]["throughput"]), 1)}
+            "ours ratio MLP/x": round(median(rows[MLP]["throughput"]) / median(rows[k]["throughput"]), 1)
+            if MLP in rows else "–"}
            for k, p in SM_PUBLISHED.items() if k in rows]
     labels = list(rows)
     fig = draw([Bars(f"throughput at the best batch ({device})", "images / s", labels,
