@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from test_train_loop_parts import _np_metrics  # top-1, top-5, cross-entropy in numpy
 
 import mlplab
 from mlplab.analysis.fewshot import extract_features
@@ -36,13 +37,7 @@ def _hand_metrics(model, x, y):
     with torch.no_grad():
         logits = model.eval()(x).double().numpy()
     model.train(was)
-    y = y.numpy()
-    k = min(5, logits.shape[1])
-    order = np.argsort(-logits, axis=1, kind="stable")
-    shifted = logits - logits.max(1, keepdims=True)
-    ce = np.log(np.exp(shifted).sum(1)) - shifted[np.arange(len(y)), y]
-    return {"acc": float(np.mean(order[:, 0] == y)), "top5": float(np.mean((order[:, :k] == y[:, None]).any(1))),
-            "loss": float(ce.mean())}
+    return _np_metrics(logits, y.numpy())
 
 
 def _assert_metrics(got, want, loss_rel=1e-6):
