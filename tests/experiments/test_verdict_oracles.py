@@ -818,3 +818,14 @@ def test_the_vertex_is_the_parabolas_and_a_line_has_none(x):
         assert V._vertex(xa, a * (xa - star) ** 2 + 4.0) == pytest.approx(star, rel=1e-9, abs=1e-9)
     for slope in (1.0, 2.0, -3e-4, 0.0):
         assert math.isnan(V._vertex(xa, slope * xa + 7.0))
+
+
+@pytest.mark.parametrize("k, vertex", [(2e-6, True), (0.5e-6, False)])
+def test_the_vertex_needs_curvature_above_1e9_of_the_largest_value_over_x_scaled_to_its_range(k, vertex):
+    """y = 1000 + k x² on x ∈ {−1, 0, 1} (x already spans [−1, 1]): a vertex (at 0) when k exceeds
+    1e-9 · max|y| = 1e-6, NaN below it."""
+    x = np.array([-1.0, 0.0, 1.0])
+    got = V._vertex(x, 1000.0 + k * x ** 2)
+    assert (got == pytest.approx(0.0, abs=1e-6)) if vertex else math.isnan(got)
+    scaled = V._vertex(10 * x + 5, 1000.0 + k * x ** 2)  # the same curve over x' = 10x + 5: the same decision
+    assert (scaled == pytest.approx(5.0, abs=1e-5)) if vertex else math.isnan(scaled)
