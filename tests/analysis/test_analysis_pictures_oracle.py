@@ -198,3 +198,95 @@ def test_what_each_figure_looks_like():
         ax = f.axes[0]
         assert not ax.axison and ax.title.get_fontsize() == 10 and ax.images[0].get_interpolation() == "nearest"
     assert units.axes[0].images[0].get_cmap().name == stems[1].axes[0].images[0].get_cmap().name == "RdBu_r"
+
+
+def test_fig_s9_arrays_follow_their_seed_recipe_in_float64():
+    """The documented recipe, drawn here from the seed: W, the mask's uniforms, A, J1, J2, float64;
+    an entry is kept where u < p strictly (p set to one of the uniforms: that entry is zero)."""
+    S, C, seed = 3, 2, 5
+    m = S * C
+    for given in (None, torch.arange(9).reshape(3, 3), torch.ones(3, 3, dtype=torch.float32)):
+        g = torch.Generator().manual_seed(seed)
+        W = torch.randn(S, S, generator=g, dtype=torch.float64) / math.sqrt(S) if given is None else given.double()
+        u = torch.rand(m, m, generator=g, dtype=torch.float64).numpy()
+        A = (torch.randn(m, m, generator=g, dtype=torch.float64) / math.sqrt(m)).numpy()
+        p1, p2 = torch.randperm(m, generator=g).numpy(), torch.randperm(m, generator=g).numpy()
+        p = float(u[2, 3])
+        a = effective_weight_arrays(S=S, C=C, density=p, seed=seed, W=given)
+        assert all(a[k].dtype == np.float64 for k in ("sw", "mixer", "rp_mixer", "W"))
+        np.testing.assert_array_equal(a["W"], W.numpy())
+        np.testing.assert_array_equal(a["sw"], np.where(u < p, 1 / math.sqrt(p), 0.0) * A)
+        assert a["sw"][2, 3] == 0.0 and np.count_nonzero(a["sw"]) == np.count_nonzero(u < p)
+        np.testing.assert_array_equal(a["perm_1"], p1)
+        np.testing.assert_array_equal(a["perm_2"], p2)
+
+
+def test_image_grid_is_float64_whatever_the_fill():
+    g = image_grid(np.full((2, 1, 1), 0.5), ncols=2, fill=0)  # an int fill must not truncate the images
+    assert g.dtype == np.float64
+    np.testing.assert_array_equal(g, [[0.5, 0.0, 0.5]])
+
+
+def test_every_figure_is_one_row_of_panels_on_an_agg_canvas_with_10pt_titles():
+    """Side by side (Fig. S.9: one row of three), drawn to pixels in memory without pyplot, and
+    titled at 10 pt whatever the user's matplotlib defaults."""
+    import matplotlib as mpl
+
+    with mpl.rc_context({"font.size": 7.0, "axes.titlesize": 20.0}):
+        figs = [plot_effective_weights(S=2, C=2), plot_token_mixing_units(torch.ones(5, 6), ncols=3),
+                plot_stem_filters(torch.ones(3, 12), patch_size=2, in_chans=3),
+                plot_stem_filters(torch.ones(3, 4), patch_size=2, in_chans=1)]
+    for fig in figs:
+        n = len(fig.axes)
+        for i, ax in enumerate(fig.axes):
+            assert ax.get_subplotspec().get_geometry() == (1, n, i, i)
+            assert ax.title.get_fontsize() == 10
+        fig.canvas.draw()
+        w, h = fig.get_size_inches() * fig.dpi
+        assert np.asarray(fig.canvas.buffer_rgba()).shape == (int(h), int(w), 4)
+    assert len(figs[0].axes) == 3
+    assert figs[1].axes[0].get_title() == "token-mixing units, block 0 (2×3 tokens)"
+
+
+def test_grids_show_the_first_64_units_and_filters_by_default():
+    torch.manual_seed(0)
+    weights = torch.randn(70, 4)  # 2×2 each; 8 per row: 64 fill 8 rows of 3 pixels less the last pad
+    units = _drawn(plot_token_mixing_units(weights, ncols=8))[0]
+    stems = _drawn(plot_stem_filters(weights, patch_size=2, in_chans=1, ncols=8))[0]
+    assert units.shape == stems.shape == (23, 23)
+    w = weights[:64].double().numpy().reshape(64, 2, 2)
+    np.testing.assert_allclose(units, image_grid(w / np.abs(w).reshape(64, -1).max(1)[:, None, None], 8),
+                               rtol=0, atol=1e-7)
+
+
+def test_grey_stems_show_channel_0_of_other_channel_counts_on_a_fixed_0_1_scale():
+    torch.manual_seed(2)
+    E = torch.randn(3, 2 * 2 * 2, dtype=torch.float64)  # two channels: channel 0 drawn
+    f = E.numpy().reshape(3, 2, 2, 2).transpose(0, 2, 3, 1)
+    lo, hi = f.reshape(3, -1).min(1), f.reshape(3, -1).max(1)
+    norm = (f - lo[:, None, None, None]) / (hi - lo)[:, None, None, None]
+    data, clim, title, _ = _drawn(plot_stem_filters(E, patch_size=2, in_chans=2, ncols=3))
+    np.testing.assert_allclose(data, image_grid(norm[..., 0], 3, fill=1.0), rtol=0, atol=1e-12)
+    assert clim == (0.0, 1.0) and title == "stem filters (2×2×2)"
+    # a constant filter alone (all 0) and a diverged run's NaN filters (only the 1.0 padding
+    # finite) keep the 0–1 scale rather than one fitted to the data
+    assert _drawn(plot_stem_filters(torch.full((1, 4), 3.0), patch_size=2, in_chans=1))[1] == (0.0, 1.0)
+    assert _drawn(plot_stem_filters(torch.full((2, 4), math.nan), patch_size=2, in_chans=1, ncols=2))[1] == (0.0, 1.0)
+
+
+def test_token_units_keep_the_symmetric_unit_scale_for_one_signed_weights():
+    for sign in (1.0, -1.0):
+        assert _drawn(plot_token_mixing_units(sign * torch.ones(5, 4), ncols=3))[1] == (-1.0, 1.0)
+
+
+def test_stem_filters_of_odd_patches_and_the_exact_refusals():
+    E = torch.arange(18.0).reshape(2, 9)  # P = 3, one channel: 9 = 1·3², not 1·3·2
+    np.testing.assert_array_equal(stem_filter_images(E, patch_size=3, in_chans=1)[..., 0],
+                                  E.double().numpy().reshape(2, 3, 3))
+    with pytest.raises(ValueError, match=r"^weight has 9 inputs, expected ch·P² = 27$"):
+        stem_filter_images(E, patch_size=3, in_chans=3)
+    with pytest.raises(ValueError, match=r"^patch_size and in_chans are needed with a bare weight$"):
+        stem_filter_images(E, patch_size=3)
+    with pytest.raises(ValueError, match=r"^model has no per-patch FC stem \(model.stem.proj\); "
+                                         r"pass the weight instead$"):
+        stem_weight(nn.Linear(2, 2))

@@ -64,13 +64,13 @@ def _finish(fig: Figure, path) -> Figure:
 
 
 def image_grid(images: np.ndarray, ncols: int | None = None, pad: int = 1, fill: float = np.nan) -> np.ndarray:
-    """Tile images (n, h, w) or (n, h, w, 3) into one array with ``pad`` pixels of ``fill``."""
+    """Tile images (n, h, w) or (n, h, w, 3) into one float64 array with ``pad`` pixels of ``fill``."""
     images = np.asarray(images, dtype=np.float64)
     n, h, w = images.shape[:3]
     ncols = ncols or int(math.ceil(math.sqrt(n)))
     nrows = int(math.ceil(n / ncols))
     extra = images.shape[3:]
-    grid = np.full((nrows * (h + pad) - pad, ncols * (w + pad) - pad) + extra, fill)
+    grid = np.full((nrows * (h + pad) - pad, ncols * (w + pad) - pad) + extra, fill, dtype=np.float64)
     for k in range(n):
         r, c = divmod(k, ncols)
         grid[r * (h + pad): r * (h + pad) + h, c * (w + pad): c * (w + pad) + w] = images[k]
@@ -88,7 +88,10 @@ def effective_weight_arrays(S: int = 8, C: int = 8, density: float | None = None
       (given, or N(0, 1/S)).
     * ``"rp_mixer"``: J1 (I_C ⊗ W) J2 with independent uniformly random permutations J1, J2.
 
-    Also returns ``"W"`` (the S×S weight) and the index arrays ``"perm_1"``, ``"perm_2"``.
+    Also returns ``"W"`` (the S×S weight) and the index arrays ``"perm_1"``, ``"perm_2"``. The
+    draws come from one ``torch.Generator`` seeded with ``seed``, in this order and in float64:
+    W's normals (when W is not given), the mask's m×m uniforms (entry kept where u < p), A's
+    normals, then the permutations J1 and J2.
     """
     m = S * C
     p = 1.0 / C if density is None else density
@@ -219,7 +222,7 @@ def plot_stem_filters(weight_or_model, patch_size: int | None = None, in_chans: 
     fig = _new_figure(6.0, 6.0 * grid.shape[0] / grid.shape[1] + 0.4)
     ax = fig.add_subplot(1, 1, 1)
     if rgb:
-        ax.imshow(np.clip(grid, 0, 1), interpolation="nearest")
+        ax.imshow(grid, interpolation="nearest")  # min–max normalised: already in [0, 1]
     else:
         ax.imshow(grid, cmap="RdBu_r", vmin=0, vmax=1, interpolation="nearest")
     ax.set_title(f"stem filters ({imgs.shape[1]}×{imgs.shape[2]}×{imgs.shape[3]})", fontsize=10)
