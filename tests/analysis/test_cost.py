@@ -1,11 +1,14 @@
 """FLOPs two ways (analytic walk vs FlopCounterMode), activations two ways (Mixer config vs the
 walked forward), the Mixer count from configs, the table and the ``mlplab models`` command."""
+import dataclasses
 import json
 
 import pytest
+import torch.nn as nn
 
 import mlplab
 from mlplab import cli
+from mlplab.analysis import cost
 from mlplab.analysis.cost import (
     config_activations,
     config_flops,
@@ -20,6 +23,7 @@ from mlplab.analysis.cost import (
     sw_mlp_counts,
 )
 from mlplab.layers.masked import SparseLinear
+from mlplab.models import registry
 from mlplab.models.registry import model_config
 
 TOL = 1e-3  # relative; the two counts agree exactly for everything they both see
@@ -77,10 +81,15 @@ def test_count_flops_checks_the_input_shape():
 @pytest.mark.parametrize("name, overrides",
                          [c for c in CASES if model_config(c[0], **c[1]).__class__.__name__ == "MixerConfig"]
                          + [("mlp_mixer", dict(image_size=8, patch_size=2, hidden_dim=8, depth=2, skip=False,
-                                                num_tokens=3, token_hidden=5, norm=False))])
+                                                num_tokens=3, token_hidden=5, norm=False)),
+                            # W̃ at S = S0
+                            ("mlp_mixer", dict(image_size=8, patch_size=2, hidden_dim=8, depth=2, skip_layer=True)),
+                            ("rp_s_mixer", dict(image_size=8, patch_size=2, hidden_dim=8, depth=3, num_tokens=5,
+                                                rp_blocks=(1,)))])  # J1, J2 buffers of block 1 only
 def test_mixer_counts_from_config_equal_the_built_model(name, overrides):
     model = mlplab.create_model(name, **overrides)
     c = mixer_counts(model.config)
+    assert all(type(v) is int for v in c.values()), c
     assert c["params"] == count_params(model)
     assert c["flops"] == count_flops(model)
     assert 4 * c["params"] + 8 * c["buffer_entries"] == state_bytes(model)
@@ -115,10 +124,16 @@ def test_count_activations_sums_leaf_outputs():
 @pytest.mark.parametrize("name, overrides", [c for c in CASES if c[0].startswith("sw_mlp")]
                          + [("sw_mlp", dict(image_size=8, patch_size=2, omega=300.0, density=0.3, depth=1, norm=False)),
                             ("sw_mlp_block", dict(image_size=8, patch_size=4, width=28, expansion=1.5, bias=False)),
-                            ("sw_mlp", dict(image_size=8, patch_size=2, width=32, stem="dense"))])
+                            ("sw_mlp", dict(image_size=8, patch_size=2, width=32, stem="dense")),
+                            ("sw_mlp", dict(image_size=8, patch_size=2, width=32, depth=1, stem="patch",
+                                            act="identity")),
+                            ("sw_mlp_block", dict(image_size=8, patch_size=2, omega=3000.0, density=0.5, expansion=2.0,
+                                                  depth=1)),  # m = round(√(Ω/(γp))) = 55, hidden 110
+                            ("sw_mlp", dict(image_size=8, patch_size=2, depth=1))])  # neither width nor Ω: m = 1024
 def test_sw_mlp_counts_from_config_equal_the_built_model(name, overrides):
     model = mlplab.create_model(name, **overrides)
     c = sw_mlp_counts(model.cfg)
+    assert all(type(v) is int for v in c.values()), c
     assert (c["params"], c["flops"], c["effective_width"]) == (count_params(model), count_flops(model), model.width)
     assert config_flops(name, **overrides) == count_flops(model)
     assert c["activations"] == count_activations(model) == config_activations(name, **overrides)
@@ -127,8 +142,42 @@ def test_sw_mlp_counts_from_config_equal_the_built_model(name, overrides):
 def test_config_flops_builds_what_it_cannot_count_from_the_config():
     for name, overrides in CASES:
         assert config_flops(name, **overrides) == count_flops(mlplab.create_model(name, **overrides)), name
-    with pytest.raises(ValueError, match="masked"):
+    with pytest.raises(ValueError, match=r"^sw_mlp_counts counts masked SW-MLPs only; build a sparse one and use "
+                                         r"count_flops$"):
         sw_mlp_counts(model_config("sw_mlp", storage="sparse"))
+
+
+def test_mixers_and_masked_sw_mlps_are_counted_from_the_config_without_a_build(monkeypatch):
+    def no_build(name, **overrides):
+        raise AssertionError(f"built {name}")
+
+    monkeypatch.setattr(cost, "create_model", no_build)
+    mix, sw = dict(image_size=8, patch_size=2, hidden_dim=8, depth=2), dict(image_size=8, patch_size=2, width=32)
+    c, s = mixer_counts(model_config("mlp_mixer", **mix)), sw_mlp_counts(model_config("sw_mlp", **sw))
+    assert (config_flops("mlp_mixer", **mix), config_activations("mlp_mixer", **mix)) == (c["flops"], c["activations"])
+    assert (config_flops("sw_mlp", **sw), config_activations("sw_mlp", **sw)) == (s["flops"], s["activations"])
+    row = model_summary("mlp_mixer", **mix)
+    assert (row["params"], row["flops"], row["effective_width"]) == (c["params"], c["flops"], 16 * 8)
+    with pytest.raises(AssertionError, match="built sw_mlp"):  # sparse: its nonzeros are known once drawn
+        config_flops("sw_mlp", storage="sparse", **sw)
+    with pytest.raises(AssertionError, match="built mlp_mixer"):
+        model_summary("mlp_mixer", build=True, **mix)
+
+
+def test_model_summary_of_a_model_without_image_shape_or_width(monkeypatch):
+    """Every key of a row, by hand, for a registered model outside the families: y = Linear(n, 3)(x)."""
+    @dataclasses.dataclass
+    class Probe:
+        n: int = 5
+
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
+    registry.register_model("probe_linear", family="probe", config_cls=Probe, description="a probe",
+                            builder=lambda cfg: nn.Sequential(nn.Linear(cfg.n, 3)))
+    assert model_summary("probe_linear", n=4) == {
+        "name": "probe_linear", "family": "probe", "description": "a probe", "params": 4 * 3 + 3,
+        "effective_params": 15, "flops": 2 * 4 * 3, "input_shape": None, "effective_width": None,
+        "state_bytes": 4 * 15, "overrides": {"n": 4}}
+    assert models_table("probe") == [model_summary("probe_linear")]
 
 
 def test_models_table_lists_every_registered_model():

@@ -26,7 +26,7 @@ BEYOND = ["train/evaluation.py", "train/data.py", "train/config.py", "experiment
 BEYOND += ["models/expand.py", "models/shallow.py", "models/base.py", "models/reference.py", "models/registry.py",
            "models/impl.py", "models/mixer_fused.py", "models/timm_names.py"]  # the rest of models/ (m40c)
 BEYOND += ["analysis/scaling.py", "analysis/implicit_bias.py"]  # m40d
-BEYOND += ["analysis/pictures.py"]  # m41a
+BEYOND += ["analysis/pictures.py", "analysis/cost.py"]  # m41a
 # beyond the core: the specs' claims (issue 40), one module per spec file
 SPECS = ["experiments/specs/budget.py", "experiments/specs/fig5.py", "experiments/specs/pictures.py",
          "experiments/specs/monarch.py", "experiments/specs/patch_size.py", "experiments/specs/implicit_bias.py",

@@ -133,8 +133,11 @@ def sw_mlp_counts(cfg: SWMLPConfig) -> dict[str, int]:
     else:  # dense embedding of the flattened image
         d = cfg.in_chans * cfg.image_size ** 2
         params, flops, acts = d * m + m, 2 * d * m, m
-    h = m if cfg.block == "fc" else int(round(cfg.expansion * m))
-    layers = [(m, m)] if cfg.block == "fc" else [(m, h), (h, m)]  # (in, out) of each masked layer of a block
+    if cfg.block == "fc":  # (in, out) of each masked layer of a block
+        layers = [(m, m)]
+    else:  # the mlp block: m -> round(γ m) -> m
+        h = int(round(cfg.expansion * m))
+        layers = [(m, h), (h, m)]
     ln, phi = int(cfg.norm), int(cfg.act != "identity")
     for _ in range(cfg.depth):
         params += n * m + sum(i * o + b * o for i, o in layers)
