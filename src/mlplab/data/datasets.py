@@ -75,7 +75,9 @@ def make_synthetic(split: str, *, num_samples: int | None = None, image_size: in
                    ) -> ImageData:
     """Deterministic images with class structure: a smooth random prototype per class + noise.
 
-    Prototypes depend on ``seed`` only (shared by all splits); samples on (seed, split).
+    Prototypes depend on ``seed`` only (shared by all splits); samples on (seed, split). The
+    normalisation statistics are the generator's own, per channel, before rounding and clamping:
+    the class means' average and, by the law of total variance, sqrt(Var(class means) + noise²).
     """
     h, w = (image_size, image_size) if isinstance(image_size, int) else tuple(image_size)
     n = num_samples if num_samples is not None else (1024 if split == "train" else 256)
@@ -84,10 +86,13 @@ def make_synthetic(split: str, *, num_samples: int | None = None, image_size: in
     protos = F.interpolate(protos, size=(h, w), mode="bilinear", align_corners=False)  # (K, ch, H, W)
     gs = derive_generator(seed, "synthetic", split)
     labels = torch.randint(num_classes, (n,), generator=gs)
+    class_means = 128 + 80 * protos.double()
     x = 128 + 80 * protos[labels] + noise * torch.randn(n, in_chans, h, w, generator=gs)
     images = x.round().clamp(0, 255).to(torch.uint8)
+    mean = class_means.mean((0, 2, 3)) / 255
+    std = (class_means.var((0, 2, 3), correction=0) + noise ** 2).sqrt() / 255
     info = dataclasses.replace(get_info("synthetic"), num_classes=num_classes, image_size=(h, w),
-                               in_chans=in_chans, mean=(0.5,) * in_chans, std=(0.35,) * in_chans)
+                               in_chans=in_chans, mean=tuple(mean.tolist()), std=tuple(std.tolist()))
     return ImageData(images, labels, info, [str(i) for i in range(num_classes)], split)
 
 
