@@ -419,6 +419,31 @@ def test_resize_and_synthetic():
     assert (pred == t.labels).float().mean() > 0.9
 
 
+@pytest.mark.parametrize("noise,in_chans", [(40.0, 3), (10.0, 1)])
+def test_synthetic_normalisation_is_its_own_pixel_statistics(noise, in_chans):
+    # the stated mean / std standardise the pixels: per channel, over a large sample, in numpy
+    d = load_dataset("synthetic", "train", num_samples=16384, image_size=16, noise=noise, in_chans=in_chans, seed=5)
+    x = d.images.numpy().astype(np.float64) / 255
+    assert len(d.info.std) == in_chans
+    for c in range(in_chans):
+        z = (x[:, c] - d.info.mean[c]) / d.info.std[c]
+        assert abs(z.mean()) < 0.02 and abs(z.std() - 1) < 0.03  # rounding/clamping: ~1% of the std
+
+
+def test_synthetic_statistics_weigh_every_class_mean_pixel_once():
+    # noise 0 at 4×4 (the prototypes' own size): an image is its class mean, rounded; the stated
+    # statistics are those of the 8 classes × 16 pixels as a population (ddof 1 is 0.4 % off, a
+    # scale of 1/256 for 1/255 is 0.4 % off; rounding moves them by < 0.1 % here)
+    d = load_dataset("synthetic", "train", num_samples=256, image_size=4, num_classes=8, in_chans=2,
+                     noise=0.0, seed=1)
+    labels = d.labels.numpy()
+    assert set(labels.tolist()) == set(range(8))
+    means = np.stack([d.images.numpy()[labels == k][0] for k in range(8)]).astype(np.float64) / 255
+    for c in range(2):
+        assert d.info.mean[c] == pytest.approx(means[:, c].mean(), rel=0.002)
+        assert d.info.std[c] == pytest.approx(means[:, c].std(ddof=0), rel=0.002)
+
+
 @pytest.mark.skipif(not Path(FASHION_MNIST_DEBIAN_DIR, "train-images-idx3-ubyte.gz").is_file(),
                     reason="Debian package dataset-fashion-mnist not installed (apt-get install dataset-fashion-mnist)")
 def test_real_fashion_mnist_from_debian():

@@ -32,7 +32,8 @@ def test_shapes_len_and_drop_last(data):
     x, y = batches[0]
     assert x.dtype == torch.float32 and x.shape == (64, 3, 16, 16) and y.dtype == torch.int64
     assert torch.equal(torch.cat([y for _, y in batches]), data.labels)  # in order, every sample
-    expect = (data.images[:64].float() / 255 - 0.5) / 0.35
+    mean, std = (torch.tensor(v).view(3, 1, 1) for v in (data.info.mean, data.info.std))
+    expect = (data.images[:64].float() / 255 - mean) / std
     assert torch.allclose(x, expect, atol=1e-5)
     ld = DeviceLoader(data.images, data.labels, 64, drop_last=True)
     assert len(ld) == 3 and [len(x) for x, _ in collect(ld)] == [64] * 3

@@ -75,7 +75,8 @@ def make_synthetic(split: str, *, num_samples: int | None = None, image_size: in
                    ) -> ImageData:
     """Deterministic images with class structure: a smooth random prototype per class + noise.
 
-    Prototypes depend on ``seed`` only (shared by all splits); samples on (seed, split).
+    Prototypes depend on ``seed`` only (shared by all splits); samples on (seed, split); the
+    normalisation statistics are the generator's own (``_synthetic_statistics``).
     """
     h, w = (image_size, image_size) if isinstance(image_size, int) else tuple(image_size)
     n = num_samples if num_samples is not None else (1024 if split == "train" else 256)
@@ -86,9 +87,19 @@ def make_synthetic(split: str, *, num_samples: int | None = None, image_size: in
     labels = torch.randint(num_classes, (n,), generator=gs)
     x = 128 + 80 * protos[labels] + noise * torch.randn(n, in_chans, h, w, generator=gs)
     images = x.round().clamp(0, 255).to(torch.uint8)
+    mean, std = _synthetic_statistics(128 + 80 * protos.double(), noise)
     info = dataclasses.replace(get_info("synthetic"), num_classes=num_classes, image_size=(h, w),
-                               in_chans=in_chans, mean=(0.5,) * in_chans, std=(0.35,) * in_chans)
+                               in_chans=in_chans, mean=mean, std=std)
     return ImageData(images, labels, info, [str(i) for i in range(num_classes)], split)
+
+
+def _synthetic_statistics(class_means: torch.Tensor, noise: float) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """Per-channel mean and std, in [0, 1] units, of pixels drawn as a uniformly chosen class's mean
+    image (``class_means``: (K, ch, H, W), 0–255) plus N(0, noise²), before rounding and clamping:
+    the class means' average and, by the law of total variance, sqrt(Var(class means) + noise²)."""
+    mean = class_means.mean((0, 2, 3)) / 255
+    std = (class_means.var((0, 2, 3), correction=0) + noise ** 2).sqrt() / 255
+    return tuple(mean.tolist()), tuple(std.tolist())
 
 
 def search_dirs(info: DatasetInfo, root: str | os.PathLike | None) -> list[Path]:
