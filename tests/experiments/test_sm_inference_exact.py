@@ -168,6 +168,32 @@ def test_sm_inference_claims_fail_on_the_slowest_reference_and_the_largest_param
     assert an.claims[0].verdict == "NOT TESTABLE" and an.claims[0].checks[0].value == 0.0
 
 
+def test_sm_inference_parameters_in_millions_to_a_hundredth(monkeypatch):
+    """ResNet-152 with 60 195 040 parameters: 60.19504M, shown as 60.20M and 60.2 (to 0.01M),
+    0.00504M off Table 4's 60.19M: above the identity's 0.005M, so it DID NOT HOLD."""
+    monkeypatch.setattr(spec, "draw", lambda panels, title: "fig")
+    params = {k: round(p[0] * 1e6) for k, p in spec.SM_PUBLISHED.items()}
+    an = spec._analyse_sm_inference([_run(_rows(params={**params, "ResNet-152": 60_195_040}))], {})
+    assert an.published[1]["model"] == "ResNet-152" and an.published[1]["ours params (M)"] == 60.2
+    assert an.claims[0].stats.detail == "B-12/Wi-768 66.89M, ResNet-152 60.20M, ViT-B/4 86.06M, Mixer-B/4 63.82M"
+    assert an.claims[0].verdict == "DID NOT HOLD" and an.claims[0].stats.effect == pytest.approx(0.00504)
+
+
+def test_sm_inference_published_rows_keep_their_precision(monkeypatch):
+    """Ours beside Table 4 on timings with more decimals: the MLP's median latency 12.345678 ms
+    shown as 12.35, its median 4321.2345 images/s as 4321.2, its ratio to a reference at 100
+    images/s as 43.2 (not 43, not 43.21), 24 691 300 002 FLOPs (12.345650001 GMACs) as 12.3457."""
+    monkeypatch.setattr(spec, "draw", lambda panels, title: "fig")
+    rows = _rows(n=3)
+    mlp, resnet = rows[0], rows[1]
+    assert (mlp["label"], resnet["label"]) == (MLP, "ResNet-152")
+    mlp.update(latency_s=[0.02, 0.012345678, 0.01], throughput=[5000.0, 4321.2345, 4000.0], flops=24_691_300_002)
+    resnet["throughput"] = [100.0] * 3
+    pub = {p["model"]: p for p in spec._analyse_sm_inference([_run(rows)], {}).published}
+    assert pub[MLP]["ours latency ms (cpu)"] == 12.35 and pub[MLP]["ours images/s (cpu)"] == 4321.2
+    assert pub[MLP]["ours GMACs"] == 12.3457 and pub["ResNet-152"]["ours ratio MLP/x"] == 43.2
+
+
 def test_sm_inference_without_the_mlp_has_no_claims(monkeypatch):
     monkeypatch.setattr(spec, "draw", lambda panels, title: "fig")
     rows = [r for r in _rows() if r["label"] != MLP]

@@ -172,6 +172,27 @@ def test_transfer_with_one_size_has_no_size_claim_and_without_runs_nothing(monke
     pre = [r for r in runs_of() if r.sweep == "pretrain"]
     an = spec._analyse_transfer(pre, {})
     assert [c.verdict for c in an.claims] == ["UNDECIDED"] * 5 and math.isnan(an.claims[0].stats.effect)
+    # no size tested: every claim still says its unit, the DA claims' (all_of over sizes) included
+    assert [c.stats.unit for c in an.claims] == [U] * 5
+
+
+def test_transfer_set_sizes_without_a_stage_and_ours_to_a_hundredth(monkeypatch):
+    """No pre-training runs read (only the downstream stages): a pre-training set of 0 images, a
+    ratio of 0 (out of the regime); no from-scratch runs: a downstream set of 0 images, the ratio
+    unknown. Ours in Tables 2–3 is the accuracy rounded to 0.01: 100 − (8 1/3 + 0.75) = 90.92,
+    100 − (19 1/7 + 0.75) = 80.11 (0.75: the seed terms' mean)."""
+    monkeypatch.setattr(spec, "draw", lambda panels, title: "fig")
+    no_pre = spec._analyse_transfer([r for r in runs_of() if r.sweep != "pretrain"], {})
+    assert no_pre.notes == ["pre-training set 0 images, downstream training set 4000 (0×)"]
+    assert no_pre.claims[0].checks[0].value == 0.0 and no_pre.claims[0].verdict == "NOT TESTABLE"
+    no_scratch = spec._analyse_transfer([r for r in runs_of() if r.sweep != "scratch"], {})
+    assert no_scratch.notes == ["pre-training set 40000 images, downstream training set 0 (nan×)"]
+    assert no_scratch.claims[0].checks[0].value is None
+    monkeypatch.setitem(FT, (BIG, True), (8.0 + 1 / 3, 19.0 + 1 / 7, 5))
+    thirds = spec._analyse_transfer(runs_of(), {})
+    ours = {(r["what"], r["model"]): r["ours"] for r in thirds.published}
+    assert ours["fine-tune (Table 2)", "B-6/Wi-1024 + DA"] == 90.92
+    assert ours["linear probe (Table 3)", "B-6/Wi-1024 + DA"] == 80.11
 
 
 # ------------------------------------------------------------------------------------ the plans

@@ -93,7 +93,11 @@ def test_weights_analysis_claims_pictures_bars_and_notes(monkeypatch):
                              "ours": "; ".join(f"{c}: r½ {mean[c]:.2f} px" for c in CONDS)}]
     assert len(an.notes) == 3
     assert an.notes[0].endswith("energy spread evenly over the 12×12 image gives 8.00 px (no localisation)")
-    assert an.notes[1].startswith("W^(1) is the embedding of the flattened image")
+    assert an.notes[1] == ("W^(1) is the embedding of the flattened image (ch·H·W → m); r½ and the pictures are of "
+                           "ΔW^(1) = W^(1) − its initial value (rebuilt from run.seed, initial_model): what training "
+                           "added, without the random initial weights, which a short training leaves a large part of "
+                           "(r_half_W_median: r½ of W^(1) itself); units drawn as H×W images, each on its own "
+                           "symmetric colour scale")
     assert an.notes[2] == ("median r½ relative to the even spread: " + ", ".join(f"{c} {mean[c] / REF:.3f}"
                                                                                 for c in CONDS)
                            + " (1 = no localisation; a unit confined to a disc of a quarter of the image's area is "
@@ -135,6 +139,29 @@ def test_weights_without_measures_decides_nothing(monkeypatch):
     assert spec._analyse_weights(runs_of(), {}).claims[0].checks[0].value is None
 
 
+def test_weights_a_condition_not_run_two_seeds_one_seed_and_a_colour_picture(monkeypatch):
+    """'no DA' never run (no key at all): its claim decides nothing, without an error; 'DA' with
+    two seeds has an error bar (np.std, ddof 1, written here), 'DA, fewer images' with one seed
+    none (NaN) and no numpy warning about it (ddof 1 of one value is 0/0); a picture shown on its
+    own min–max scale (colour units) keeps symmetric=False."""
+    import warnings
+
+    drawn = []
+    monkeypatch.setattr(spec, "draw", lambda panels, title, ncols: drawn.append(panels) or "fig")
+    stand_in(monkeypatch, {"DA": {0: 3.0, 1: 4.0}, "DA, fewer images": {0: 5.0}}, pictures=("DA, fewer images",))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        an = spec._analyse_weights(runs_of(), {})
+    assert [c.verdict for c in an.claims] == ["UNDECIDED"] * 2
+    assert an.claims[0].stats.n == 0 and an.claims[1].stats.n == 1
+    image, bars = drawn[0]
+    assert image == Images("DA, fewer images: ΔW^(1) units (lowest seed, most localised first)",
+                           "image of units of DA, fewer images", symmetric=False)
+    assert math.isnan(bars.values[0]) and bars.values[1:] == [3.5, 5.0]
+    assert math.isnan(bars.errors[0]) and math.isnan(bars.errors[2])
+    assert bars.errors[1] == pytest.approx(float(np.std([3.0, 4.0], ddof=1)))
+
+
 # ------------------------------------------------------------------------------------ the plans
 
 
@@ -151,7 +178,10 @@ def test_weights_plans_notes_and_the_papers_conditions():
             runs = expand(sweep)
     assert notes["smoke"] == []
     assert notes["paper"] == ["the smaller set trains for as many steps as the larger one (epochs × size ratio)"]
-    assert notes["cpu"][0] == notes["paper"][0] and notes["cpu"][1].startswith("proxy: Fashion-MNIST 28×28×1")
+    assert notes["cpu"][0] == notes["paper"][0] and notes["cpu"][1] == (
+        "proxy: Fashion-MNIST 28×28×1 (units are 28×28 grey images, not 64×64×3), m = 128, 12 000 vs 3 000 images, "
+        "AdamW at the held-out lr instead of LION 5e-5; DA = random crop (padding 1) + flip without mixup; the "
+        "smaller set's runs have the config of sm-table1's cpu MLP-Inv + DA runs")
     assert len(notes["cpu"]) == 2
     want = {"no DA": (None, 100, 0, False, 0.0), "DA": (None, 100, 4, True, 0.8),
             "DA, fewer images": (12500, 400, 4, True, 0.8)}

@@ -37,6 +37,7 @@ SPECS = ["experiments/specs/budget.py", "experiments/specs/fig5.py", "experiment
 SPECS += [f"experiments/specs/{m}.py" for m in ("common", "scaling", "mixer_ablations", "mixer_weights", "mixer_cost",
                                                  "pretraining", "runtime")]
 SPECS += ["experiments/specs/sm_table1.py", "experiments/specs/sm_batch_size.py", "experiments/specs/timing.py"]  # m40b
+SPECS += [f"experiments/specs/{m}.py" for m in ("sm_weights", "sm_transfer", "sm_inference")]  # m41b
 MODULES = CORE + BEYOND + SPECS
 
 
