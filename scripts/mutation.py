@@ -69,7 +69,10 @@ class Target:
 
     @property
     def slug(self) -> str:
-        return self.name.removesuffix(".py").replace("/", "-")
+        """The workspace's and report's name: ``train/loop.py`` → ``train-loop``, a second table of a
+        file, ``train/loop.py:_train`` → ``train-loop--_train``."""
+        file, sep, part = self.name.partition(":")
+        return file.removesuffix(".py").replace("/", "-") + (f"--{part}" if sep else "")
 
 
 @dataclass
@@ -85,11 +88,14 @@ class Mutant:
 
 
 def load_targets(path: Path = TARGETS) -> dict[str, Target]:
+    """The module tables. A table named ``FILE:PART`` (``train/loop.py:_train``) is a second table of
+    FILE: its own ``functions`` and tests, its own workspace, report and recorded row."""
     table = tomllib.loads(path.read_text())["modules"]
     out = {}
     for name, t in table.items():
-        src = ROOT / "src" / PACKAGE / name
-        files = t.get("files") or ([name] if name.endswith(".py") else
+        file = name.partition(":")[0]
+        src = ROOT / "src" / PACKAGE / file
+        files = t.get("files") or ([file] if file.endswith(".py") else
                                    sorted(str(p.relative_to(ROOT / "src" / PACKAGE)) for p in src.glob("*.py")))
         out[name] = Target(name, files, list(t["tests"]), list(t.get("functions", [])),
                            list(t.get("deselect", [])))

@@ -38,6 +38,8 @@ SPECS += [f"experiments/specs/{m}.py" for m in ("common", "scaling", "mixer_abla
                                                  "pretraining", "runtime")]
 SPECS += ["experiments/specs/sm_table1.py", "experiments/specs/sm_batch_size.py", "experiments/specs/timing.py"]  # m40b
 SPECS += [f"experiments/specs/{m}.py" for m in ("sm_weights", "sm_transfer", "sm_inference")]  # m41b
+# ---- m41e ----: train/loop.py's _train, a second table of the file (issue 40: "train/loop.py (all of it)")
+CORE += ["train/loop.py:_train"]
 MODULES = CORE + BEYOND + SPECS
 
 
@@ -203,3 +205,22 @@ def test_stale_lists_the_changed_modules_and_runs_nothing(mutation, capsys):
     assert mutation.main(["--stale", "experiments/claims.py"]) == 0
     out = capsys.readouterr().out.strip()
     assert out in ("experiments/claims.py", "no recorded module has changed since its run")
+
+
+def test_a_second_table_of_a_file_mutates_its_own_functions_in_its_own_workspace(mutation, tmp_path):
+    """``FILE:PART`` (``train/loop.py:_train``) is a second table of FILE: the same file, its own
+    functions, tests, workspace and report (its slug), and the same fingerprint as FILE's table."""
+    toml = tmp_path / "targets.toml"
+    toml.write_text('[modules."train/loop.py"]\nfunctions = ["train"]\ntests = ["tests/a.py"]\n'
+                    '[modules."train/loop.py:_train"]\nfunctions = ["_train"]\ntests = ["tests/b.py"]\n'
+                    '[modules."layers"]\ntests = ["tests/c.py"]\n')
+    targets = mutation.load_targets(toml)
+    whole, part = targets["train/loop.py"], targets["train/loop.py:_train"]
+    assert whole.files == part.files == ["train/loop.py"] and part.tests == ["tests/b.py"]
+    assert (whole.slug, part.slug, targets["layers"].slug) == ("train-loop", "train-loop--_train", "layers")
+    assert mutation.key_globs(part) == ["mlplab.train.loop.x__train__mutmut_*"]
+    assert "layers/pk.py" in targets["layers"].files
+    assert mutation.fingerprint(whole) == mutation.fingerprint(part)
+    config = tomllib.loads(mutation.mutmut_config(part))["tool"]["mutmut"]
+    assert config["only_mutate"] == ["src/mlplab/train/loop.py"]
+    assert config["pytest_add_cli_args_test_selection"] == ["tests/b.py"]

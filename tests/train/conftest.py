@@ -1,10 +1,26 @@
 """Fixtures for the training tests: tiny configs on synthetic data, a subprocess environment."""
 import os
+import signal
 
 import pytest
 from train_helpers import SRC, tiny_overrides
 
+from mlplab.errors import Interrupted
 from mlplab.train import make_config
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_pyfunc_call(pyfuncitem):
+    """A run that stops as if a cluster's stop signal came (``Interrupted``, a KeyboardInterrupt)
+    where the test did not expect it fails that test: left alone, pytest ends the whole session as
+    interrupted by the user (exit 2), which mutation testing cannot count as a detected mutant. A
+    Ctrl-C (SIGINT, or no signal) still ends the session."""
+    try:
+        return (yield)
+    except Interrupted as e:
+        if e.signum in (None, signal.SIGINT):
+            raise
+        raise AssertionError(f"the run stopped as if signalled ({signal.Signals(e.signum).name}): {e}") from e
 
 
 @pytest.fixture(autouse=True)
