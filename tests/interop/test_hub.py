@@ -157,7 +157,17 @@ def test_a_mixer_timm_builds_is_written_in_timms_layout(tmp_path):
     assert config["architecture"] == "mixer_s32_224"
     assert config["model_args"] == {"img_size": 64, "in_chans": 3, "mlp_ratio": [2 / 512, 64 / 512], "num_classes": 5}
     tensors, _ = read_tensors(folder / "model.safetensors")
-    assert set(tensors) == set(mlplab.interop.to_timm(model)) and tensors["stem.proj.weight"].ndim == 4
+    # the tensors timm's MlpMixer(img_size=64, mlp_ratio=(2/512, 64/512), num_classes=5) holds: timm's own
+    # mixer_s32_224 (its names and shapes, written by timm's code) with S = (64/32)² = 4 tokens, D_S = 2, D_C = 64
+    timm_s32 = json.loads((FIX / "timm_mixer_names.json").read_text())["architectures"]["mixer_s32_224"]["shapes"]
+    expected = dict(timm_s32, **{"head.weight": [5, 512], "head.bias": [5]})
+    for i in range(8):
+        expected.update({f"blocks.{i}.mlp_tokens.fc1.weight": [2, 4], f"blocks.{i}.mlp_tokens.fc1.bias": [2],
+                         f"blocks.{i}.mlp_tokens.fc2.weight": [4, 2], f"blocks.{i}.mlp_tokens.fc2.bias": [4],
+                         f"blocks.{i}.mlp_channels.fc1.weight": [64, 512], f"blocks.{i}.mlp_channels.fc1.bias": [64],
+                         f"blocks.{i}.mlp_channels.fc2.weight": [512, 64]})
+    assert {k: list(v.shape) for k, v in tensors.items()} == expected
+    assert torch.equal(tensors["stem.proj.weight"].reshape(512, -1), model.stem.proj.weight)  # (C, ch, P, P)
     back = mlplab.load_pretrained(folder)
     x = torch.randn(2, 3, 64, 64)
     assert back.model_name == "mixer_s32_224" and torch.equal(back(x), model(x))
@@ -328,3 +338,65 @@ def test_an_unreachable_hub_goes_to_the_cache_at_once(monkeypatch, tmp_path, cap
     assert not (tmp_path / "out.safetensors").exists()
     monkeypatch.setenv("HTTPS_PROXY", "http://proxy:3128")  # behind a proxy huggingface_hub asks it itself
     assert reachable("https://huggingface.co")
+
+
+_PROXIES = ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")
+
+
+def test_hub_reachable_asks_the_endpoints_host_and_port_within_the_timeout(monkeypatch):
+    """The connection hub_reachable opens, recorded: the endpoint's host, its port (the URL's, else 80
+    for http and 443 for https), the timeout (3 s unless given); the socket is closed. Any proxy
+    variable, each on its own, answers True without a connection; a refused connection or a URL
+    whose port is not a number answers False."""
+    import socket
+
+    from mlplab.interop import hub
+
+    for k in _PROXIES:
+        monkeypatch.delenv(k, raising=False)
+    opened = []
+
+    class Conn:
+        def close(self):
+            opened[-1]["closed"] = True
+
+    def connect(address, timeout):
+        opened.append({"address": address, "timeout": timeout, "closed": False})
+        return Conn()
+
+    monkeypatch.setattr(socket, "create_connection", connect)
+    assert hub.hub_reachable("https://huggingface.co") is True
+    assert hub.hub_reachable("http://mirror.example", timeout=0.5) is True
+    assert hub.hub_reachable("https://hub.example:8443/api") is True
+    assert hub.hub_reachable("http://hub.example:8080") is True
+    assert opened == [{"address": ("huggingface.co", 443), "timeout": 3.0, "closed": True},
+                      {"address": ("mirror.example", 80), "timeout": 0.5, "closed": True},
+                      {"address": ("hub.example", 8443), "timeout": 3.0, "closed": True},
+                      {"address": ("hub.example", 8080), "timeout": 3.0, "closed": True}]
+    assert hub.hub_reachable("https://hub.example:port") is False and len(opened) == 4  # urlsplit's ValueError
+    for k in _PROXIES:  # each proxy variable alone: huggingface_hub asks the proxy itself
+        monkeypatch.setenv(k, "http://proxy:3128")
+        n = len(opened)
+        assert hub.hub_reachable("https://huggingface.co") is True and len(opened) == n, k
+        monkeypatch.setenv(k, "")  # set but empty: no proxy
+        assert hub.hub_reachable("https://huggingface.co") is True and len(opened) == n + 1, k
+        monkeypatch.delenv(k)
+
+    def refused(address, timeout):
+        raise OSError(111, "Connection refused")
+
+    monkeypatch.setattr(socket, "create_connection", refused)
+    assert hub.hub_reachable("https://huggingface.co") is False
+
+
+def test_hub_download_asks_whether_the_configured_endpoint_answers(monkeypatch, tmp_path):
+    """The host download checks is huggingface_hub's ENDPOINT (a mirror's, when HF_ENDPOINT names one)."""
+    from mlplab.interop import hub
+
+    monkeypatch.setattr(hub_constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(hub_constants, "ENDPOINT", "https://mirror.example")
+    _fake_hub(monkeypatch, tmp_path, {"model.safetensors": "w"})
+    asked = []
+    monkeypatch.setattr(hub, "hub_reachable", lambda endpoint: asked.append(endpoint) or True)
+    assert hub.download("hf-hub:me/tiny") == (tmp_path / "model.safetensors", {})
+    assert asked == ["https://mirror.example"]

@@ -810,3 +810,20 @@ def test_written_tensors_are_moved_to_the_cpu(tmp_path):
 
     out = write_tensors(tmp_path / "t.safetensors", {"t": torch.ones(2).as_subclass(Recording)})
     assert moved == [("cpu",)] and torch.equal(read_tensors(out)[0]["t"], torch.ones(2))
+
+
+def test_native_files_of_mlplab_0_1_drop_the_mixers_impl(tmp_path):
+    """mlplab 0.1.0 wrote a Mixer's "impl" (how it computes) into mlplab_config; it is no model field
+    now, so reading such a file drops it and the model builds from the rest."""
+    import json
+
+    model = mlplab.create_model("mlp_mixer", image_size=8, patch_size=4, hidden_dim=4, depth=1, num_classes=3)
+    meta = native.model_metadata(model)
+    old = json.loads(meta["mlplab_config"])
+    assert "impl" not in old
+    meta["mlplab_config"] = json.dumps({**old, "impl": "fused"})
+    imp = native.to_mlplab(model.state_dict(), meta)
+    assert imp.kwargs == old
+    write_tensors(tmp_path / "old.safetensors", model.state_dict(), metadata=meta)
+    again = mlplab.load_pretrained(tmp_path / "old.safetensors")
+    assert again.config == model.config

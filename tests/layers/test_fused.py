@@ -467,3 +467,33 @@ def test_the_kernels_take_a_stack_of_models_under_vmap():
         assert torch.allclose(logits[k], ref, rtol=0, atol=1e-12)
         for name, p in m.named_parameters():
             assert torch.allclose(params[name].grad[k], p.grad, rtol=0, atol=1e-12), name
+
+
+def test_the_eager_functions_vmap_rule_runs_each_slice_through_the_kernels():
+    """The vmap rule of a Function that _eager_function makes (built here, as _ResidualNorm is at
+    import): k seams stacked along any dimension (x along 1, t and gamma along 0) or shared (beta,
+    eps, act, the dtype: in_dims None) give each slice's own seam, stacked along dimension 0, and
+    gradients through the stack; against each slice written with F.layer_norm in float64."""
+    Seam = ops._eager_function("Seam", lambda *inputs: ops._forward(ops.Seam(*inputs)), ops._setup, ops._grad)
+    k, R, C, eps = 3, 5, 6, 1e-5
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(R, k, C, dtype=torch.float64, generator=g).requires_grad_()
+    t = (2 * torch.randn(k, R, C, dtype=torch.float64, generator=g)).requires_grad_()
+    gamma = torch.randn(k, C, dtype=torch.float64, generator=g).requires_grad_()
+    beta = torch.randn(C, dtype=torch.float64, generator=g).requires_grad_()
+    gu, gh = torch.randn(k, R, C, dtype=torch.float64, generator=g), torch.randn(k, R, C, dtype=torch.float64,
+                                                                                  generator=g)
+
+    def seam(xk, tk, gk):  # contiguous slices, as residual_norm makes them (the kernels take no strides)
+        return Seam.apply(xk.contiguous(), tk.contiguous(), gk, beta, eps, ops.ACTS["gelu"], torch.float64)
+
+    u, h, mean, rstd = torch.func.vmap(seam, in_dims=(1, 0, 0))(x, t, gamma)
+    assert (u.shape, h.shape, mean.shape, rstd.shape) == ((k, R, C), (k, R, C), (k, R), (k, R))
+    u_ref = torch.stack([x[:, i] + F.gelu(t[i]) for i in range(k)])
+    h_ref = torch.stack([F.layer_norm(u_ref[i], (C,), gamma[i], beta, eps) for i in range(k)])
+    torch.testing.assert_close(mean, u_ref.mean(-1), rtol=0, atol=1e-12)
+    torch.testing.assert_close(rstd, (u_ref.var(-1, unbiased=False) + eps).rsqrt(), rtol=0, atol=1e-12)
+    wrt = [x, t, gamma, beta]
+    for a, b in zip((u, h) + torch.autograd.grad((u * gu).sum() + (h * gh).sum(), wrt),
+                    (u_ref, h_ref) + torch.autograd.grad((u_ref * gu).sum() + (h_ref * gh).sum(), wrt)):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-12)
