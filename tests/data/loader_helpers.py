@@ -8,7 +8,7 @@ import json
 import numpy as np
 import torch
 
-from mlplab.data import AugmentConfig, build_augment
+from mlplab.data import AugmentConfig, build_augment, staging
 
 N, B, K = 11, 3, 3
 MEAN, STD = (0.4, 0.5, 0.6), (0.2, 0.25, 0.3)
@@ -39,3 +39,16 @@ def write_pack(root, images=IMAGES, labels=LABELS, shard=4, extra=None):
              "std": list(STD), "splits": {"train": {"count": len(images), "shards": shards}}, **(extra or {})}
     (root / "index.json").write_text(json.dumps(index))
     return root
+
+
+def record_pools(monkeypatch) -> list[int]:
+    """The worker count of each reader thread pool ``mlplab.data.staging`` starts from now on."""
+    pools = []
+
+    class Pool(staging.ThreadPoolExecutor):
+        def __init__(self, workers):
+            pools.append(workers)
+            super().__init__(workers)
+
+    monkeypatch.setattr(staging, "ThreadPoolExecutor", Pool)
+    return pools

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from mlplab.data import AugmentConfig, DeviceLoader, ImageFolderDataset, StreamingLoader, build_augment, load_dataset
+from mlplab.data.download import BadData
 from mlplab.data.formats import png_bytes
 
 
@@ -143,3 +144,30 @@ def test_indices_select_rows_in_order_without_copying(data):
     assert a.images is data.images and len(a) == len(b) == 4
     for (xa, ya), (xb, yb) in zip(collect(a), collect(b)):
         assert torch.equal(xa, xb) and torch.equal(ya, yb)
+
+
+def test_an_image_folder_without_a_size_takes_the_first_images(tmp_path):
+    """``image_size=None``: every image at the first image's side (class ``a``'s, the first in
+    order), and a first image that is not square is named in the refusal."""
+    rng = np.random.default_rng(2)
+    for root, first in ((tmp_path / "mixed", (3, 6, 6)), (tmp_path / "wide", (3, 4, 8))):
+        for cls, shape in (("a", first), ("b", (3, 8, 8))):
+            (root / "train" / cls).mkdir(parents=True)
+            (root / "train" / cls / "0.png").write_bytes(png_bytes(rng.integers(0, 256, shape, dtype=np.uint8)))
+    ds = ImageFolderDataset(tmp_path / "mixed", "train", None)
+    assert ds.image_size == 6 and ds.shape == (2, 3, 6, 6) and ds[1][0].shape == (3, 6, 6)
+    with pytest.raises(BadData, match=r"wide/train/a/0\.png is 8x4; set data\.image_size=N"):
+        ImageFolderDataset(tmp_path / "wide", "train", None)
+
+
+def test_an_image_folder_keeps_the_classes_it_is_given(tmp_path):
+    """A held-out split labelled with the classes given (the train split's, in their order), not
+    with the sorted folders of ``root/train``."""
+    rng = np.random.default_rng(3)
+    for split, cls in (("train", "a"), ("train", "b"), ("val", "a"), ("val", "b")):
+        (tmp_path / split / cls).mkdir(parents=True)
+        (tmp_path / split / cls / "0.png").write_bytes(png_bytes(rng.integers(0, 256, (3, 4, 4), dtype=np.uint8)))
+    val = ImageFolderDataset(tmp_path, "val", 4, classes=["b", "a"])
+    assert val.classes == ["b", "a"] and [p.parent.name for p in val.paths] == ["a", "b"]
+    assert val.labels.tolist() == [1, 0]
+    assert ImageFolderDataset(tmp_path, "val", 4).labels.tolist() == [0, 1]

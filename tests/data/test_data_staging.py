@@ -8,7 +8,7 @@ import time
 
 import pytest
 import torch
-from loader_helpers import IMAGES, LABELS, MEAN, STD, K
+from loader_helpers import IMAGES, LABELS, MEAN, STD, K, record_pools
 
 from mlplab.data import AugmentConfig, DeviceLoader, MicroBatches, build_augment, staging
 from mlplab.data.staging import PinnedRing, read_ahead
@@ -27,6 +27,22 @@ def test_buffers_are_made_once_per_slot_and_viewed_at_the_batch_size():
     assert ring.buffer(0, "x", (8, 3, 2, 2), torch.uint8).shape == (8, 3, 2, 2)  # more rows: made again
     with pytest.raises(ValueError, match="at least 2 slots"):
         PinnedRing(1, "cpu")
+
+
+def test_a_buffer_asked_with_another_dtype_or_row_shape_is_made_anew():
+    ring = PinnedRing(2, "cpu")
+    a = ring.buffer(0, "x", (4, 3), torch.uint8)
+    b = ring.buffer(0, "x", (4, 3), torch.int64)  # the same shape, another dtype
+    assert b.dtype == torch.int64 and b.shape == (4, 3) and b.data_ptr() != a.data_ptr()
+    c = ring.buffer(0, "x", (4, 5), torch.int64)  # the same dtype, other rows
+    assert c.dtype == torch.int64 and c.shape == (4, 5) and c.data_ptr() != b.data_ptr()
+
+
+@pytest.mark.parametrize("threads,workers", [(0, 1), (1, 1), (3, 3)])
+def test_read_ahead_runs_the_threads_asked_for(monkeypatch, threads, workers):
+    pools = record_pools(monkeypatch)
+    assert [r for _, r in read_ahead(range(3), lambda slot, job: job, PinnedRing(3, "cpu"), threads)] == [0, 1, 2]
+    assert pools == [workers]
 
 
 @pytest.mark.parametrize("device,pinned", [("cuda", True), ("cuda:1", True), ("cpu", False), ("meta", False)])

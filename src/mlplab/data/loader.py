@@ -78,7 +78,7 @@ class _Loader:
 
     def __init__(self, n: int, batch_size: int, *, shuffle: bool, drop_last: bool, augment: Augment | None,
                  device: str | torch.device | None, seed: int, mean: Sequence[float] | None,
-                 std: Sequence[float] | None, num_classes: int | None, micro_batches: int = 1):
+                 std: Sequence[float] | None, num_classes: int | None, micro_batches: int):
         if batch_size <= 0:
             raise ValueError(f"batch_size must be positive, got {batch_size}")
         if micro_batches < 1 or batch_size % micro_batches:

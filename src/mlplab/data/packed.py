@@ -187,7 +187,8 @@ class PackedImages:
 
     def take_ascending(self, rows: np.ndarray, out: np.ndarray) -> np.ndarray:
         """Gather the images of ``rows`` in ascending row order into ``out`` and return ``order``:
-        ``out[k]`` holds row ``rows[order[k]]``. One copy per image (``np.take(out=)`` per shard,
+        ``out[k]`` holds row ``rows[order[k]]``, equal rows in the order asked (a stable sort: the
+        same ``order`` on every machine). One copy per image (``np.take(out=)`` per shard,
         reading each shard's pages in increasing order), no temporary: the reader's fast path, which
         puts the batch back in the asked order with one gather on the device."""
         rows = np.asarray(rows)
