@@ -40,6 +40,8 @@ SPECS += ["experiments/specs/sm_table1.py", "experiments/specs/sm_batch_size.py"
 SPECS += [f"experiments/specs/{m}.py" for m in ("sm_weights", "sm_transfer", "sm_inference")]  # m41b
 # ---- m41e ----: train/loop.py's _train, a second table of the file (issue 40: "train/loop.py (all of it)")
 CORE += ["train/loop.py:_train"]
+# ---- m41f ----: the weight average a run evaluates as test_acc_ema
+BEYOND += ["train/ema.py"]
 MODULES = CORE + BEYOND + SPECS
 
 
