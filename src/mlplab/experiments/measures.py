@@ -72,7 +72,7 @@ def mean_curve(curves: Sequence[Sequence[float]]) -> list[float]:
 def bin_centres(edges: Sequence[float]) -> np.ndarray:
     """The centre of each bin of a histogram with ``edges`` (empty for no edges)."""
     e = np.array(edges)
-    return (e[:-1] + e[1:]) / 2 if e.size else e
+    return (e[:-1] + e[1:]) / 2
 
 
 def log_grid(lo: float, hi: float, n: int = 100) -> np.ndarray:
@@ -93,7 +93,8 @@ def first_layer_units(runs: Sequence[RunRecord], units: int) -> tuple[dict[str, 
     images, and per unit r½ (:func:`~mlplab.analysis.units.half_energy_radius`).
 
     Returns condition → {seed → median r½}, condition → the ``units`` most localised units of its
-    lowest-seed run, the units' side in pixels (None without a readable run),
+    lowest-seed run (the first listed of runs with equal seeds), the units' side in pixels (None
+    without a readable run),
     and one table row per run (a run whose model cannot be read gets a ``problem``)."""
     from ..analysis.units import half_energy_radius, initial_model, stem_unit_images
     from .tasks import load_trained_model
