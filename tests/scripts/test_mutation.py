@@ -41,7 +41,7 @@ SPECS += [f"experiments/specs/{m}.py" for m in ("sm_weights", "sm_transfer", "sm
 # ---- m41e ----: train/loop.py's _train, a second table of the file (issue 40: "train/loop.py (all of it)")
 CORE += ["train/loop.py:_train"]
 # ---- m41f ----: the weight average a run evaluates as test_acc_ema
-BEYOND += ["train/ema.py", "experiments/measures.py"]  # and the statistics the specs' analyses share
+BEYOND += ["train/ema.py", "experiments/measures.py", "train/init.py"]  # the specs' shared statistics; fine-tuning
 MODULES = CORE + BEYOND + SPECS
 
 
