@@ -8,7 +8,6 @@ a fake clock, an evaluation returns chosen numbers and takes 1 s, the matmul pea
 So which epochs are evaluated and on which split, when checkpoints are written, every time, the
 MFU and the results follow from the script by hand. The whole runs, against a training loop
 written out, are in ``test_train_loop_oracle.py``. A run here takes ~0.05 s."""
-import contextlib
 import json
 import math
 import signal

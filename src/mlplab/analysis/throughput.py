@@ -19,20 +19,12 @@ from typing import Any, Callable, Mapping, Sequence
 import torch
 import torch.nn as nn
 
-from ..utils.machine import machine_record  # re-exported: the record beside every timing
+from ..utils.machine import device_sync, machine_record  # re-exported: the clock's sync, the record beside every timing
 
 __all__ = ["CLOCKS", "device_sync", "interleaved_times", "candidate_batches", "fitting_batches", "best_batch",
            "measure_inference", "machine_record"]
 
 CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}  # what a timing reads
-
-
-def device_sync(device: torch.device) -> Callable[[], None]:
-    """What to call before reading the clock: ``torch.cuda.synchronize`` on CUDA (kernels run
-    asynchronously), nothing on a CPU."""
-    if device.type == "cuda":
-        return torch.cuda.synchronize
-    return lambda: None
 
 
 def interleaved_times(calls: Mapping[Any, Callable[[], Any]], reps: int, warmup: int = 1,

@@ -131,7 +131,7 @@ def cost_task(o: dict[str, Any], run_dir: Path) -> dict[str, Any]:
 
     import torch
 
-    from ..analysis.throughput import interleaved_times, machine_record
+    from ..analysis.throughput import device_sync, interleaved_times, machine_record
     from ..models.counting import count_flops, count_params, state_bytes
     from ..models.registry import create_model
 
@@ -151,8 +151,7 @@ def cost_task(o: dict[str, Any], run_dir: Path) -> dict[str, Any]:
     machine = machine_record(device)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats()
-    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-    times = interleaved_times(steps, int(o.get("steps", 20)), warmup=1, sync=sync)
+    times = interleaved_times(steps, int(o.get("steps", 20)), warmup=1, sync=device_sync(device))
     peak = torch.cuda.max_memory_allocated() if device.type == "cuda" else None
     for label, ts in times.items():
         med = float(np.median(ts))

@@ -70,6 +70,7 @@ from ..errors import BadInput, RunFailure
 from ..models.counting import count_flops, count_params
 from ..utils.cpu import cpu_has_native_bf16, machine_tag
 from ..utils.io import atomic_write_json
+from ..utils.machine import device_sync
 from ..utils.seeds import derive_seed
 from ..utils.units import format_count
 from . import checkpoint as ckpt
@@ -138,7 +139,7 @@ def evaluate(model: nn.Module, loader, dist: DistInfo, autocast: Callable, hflip
                                  hit[:, 0].sum().double(), hit.any(-1).sum().double()])
             count += len(y)
     model.train(was)
-    sums = torch.cat([sums, torch.tensor([float(count)], dtype=torch.float64).to(device)])
+    sums = torch.cat([sums, sums.new_tensor([float(count)])])
     all_reduce_sum(sums, dist)
     loss, top1, top5, n = sums.tolist()
     n = max(n, 1.0)
@@ -447,8 +448,7 @@ def _train_epoch(run: _Run, epoch: int, state: RunState, guard: _Guard, progress
     all_reduce_sum(sums, dist)
     loss_sum, correct = sums.tolist()
     seen *= dist.world_size  # every rank runs the same number of equal batches
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+    device_sync(device)()  # the epoch's kernels have finished before its time is read
     train_time = t_before + time.perf_counter() - t_epoch
     state.position, state.partial = 0, None
     return {"epoch": epoch + 1, "step": state.step, "lr": run.optimizer.param_groups[0]["lr"],

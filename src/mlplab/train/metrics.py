@@ -19,14 +19,10 @@ import time
 import torch
 import torch.nn.functional as F
 
+from ..utils.machine import device_sync
 from ..utils.progress import Progress  # noqa: F401  (the training loop's progress, re-exported)
 
 __all__ = ["matmul_flops_per_s", "mfu", "MatmulPeak", "Progress"]
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 #: the best rate measured in this process per (device, dtype, threads)
@@ -47,15 +43,16 @@ def _matmul_rate(device_str: str, dtype_str: str, threads: int, blocks: int = 5)
             return F.linear(a, b)
 
     n, n_max = (2048, 8192) if device.type == "cuda" else (256, 1024)
+    sync = device_sync(device)
     g = torch.Generator(device=device).manual_seed(0)  # never touch the global RNG of the run
     while True:  # grow the matrices until one product takes a measurable time
         a = torch.randn(n, n, device=device, generator=g).to(dtype)
         b = torch.randn(n, n, device=device, generator=g).to(dtype)
         op(a, b)
-        _sync(device)
+        sync()
         t0 = time.perf_counter()
         op(a, b)
-        _sync(device)
+        sync()
         dt = time.perf_counter() - t0
         if dt > 0.05 or n >= n_max:
             break
@@ -63,11 +60,11 @@ def _matmul_rate(device_str: str, dtype_str: str, threads: int, blocks: int = 5)
     reps = max(1, min(50, int(0.06 / max(dt, 1e-6))))  # about 0.06 s per block
     best = 0.0
     for _ in range(blocks):
-        _sync(device)
+        sync()
         t0 = time.perf_counter()
         for _ in range(reps):
             op(a, b)
-        _sync(device)
+        sync()
         best = max(best, 2.0 * n**3 * reps / (time.perf_counter() - t0))
     return best
 

@@ -9,16 +9,24 @@ from __future__ import annotations
 import os
 import platform
 import time
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
 from .cpu import cpu_has_native_bf16, cpu_info, machine_tag
 
-__all__ = ["MATMUL_FLAGS", "machine_record", "host_memory_available"]
+__all__ = ["MATMUL_FLAGS", "machine_record", "host_memory_available", "device_sync"]
 
 #: the /proc/cpuinfo flags that decide the fastest matmul path (``cpu_flags`` lists those present)
 MATMUL_FLAGS = frozenset({"avx512_bf16", "amx_bf16", "avx512f", "avx2"})
+
+
+def device_sync(device: torch.device) -> Callable[[], None]:
+    """What to call before reading the clock: ``torch.cuda.synchronize`` on CUDA (kernels run
+    asynchronously), nothing on a CPU."""
+    if device.type == "cuda":
+        return torch.cuda.synchronize
+    return lambda: None
 
 
 def host_memory_available() -> int | None:
