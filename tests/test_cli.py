@@ -87,8 +87,8 @@ def test_resume_of_a_finished_run_says_so(tmp_path, capsys):
     assert cli.main(args) == 0
     capsys.readouterr()
     assert cli.main(args + ["--resume"]) == 0
-    err = capsys.readouterr().err
-    assert "finished before" in err and "nothing to do" in err and err.count("\n") == 1
+    out, err = capsys.readouterr()
+    assert "finished before" in out and "nothing to do" in out and out.count("\n") == 1 and err == ""
 
 
 def test_models_lists_published_weights_and_filters_by_pattern(capsys):

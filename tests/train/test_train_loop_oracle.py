@@ -330,8 +330,10 @@ def test_a_finished_run_is_not_trained_again(tmp_path, capsys):
     again = train(cfg, resume=True)
     assert again == json.loads(json.dumps(first))
     run_dir = Path(first["run_dir"])
-    assert capsys.readouterr().err == (f"run {run_dir} finished before (test acc {first['test_acc']:.4f}); nothing "
-                                       "to do. --overwrite or another run.name trains again\n")
+    out, err = capsys.readouterr()
+    assert out == (f"{run_dir} finished before (test acc {first['test_acc']:.4f}); nothing to do. "
+                   "--overwrite trains it again\n")
+    assert err == ""
 
 
 def test_progress_shows_the_running_metrics_each_step_and_a_line_per_epoch(tmp_path, progress):

@@ -542,11 +542,7 @@ def _train(plan: RunPlan, dist: DistInfo, resume: bool, overwrite: bool,
     run = _prepare(plan, dist)
     dur, data = run.dur, run.data
     with open_run_folder(cfg, dist, resume, overwrite) as folder:
-        if folder.finished is not None:  # finished already: nothing to do, and the run says so
-            if dist.is_main:
-                Progress(r.log).line(f"run {folder.path} finished before "
-                                     f"(test acc {folder.finished.get('test_acc', float('nan')):.4f}); "
-                                     "nothing to do. --overwrite or another run.name trains again")
+        if folder.finished is not None:  # finished already: nothing to do (open_run_folder says so)
             return folder.finished
         run_dir = folder.path
         state = _resume(run, folder)

@@ -248,8 +248,10 @@ def open_run_folder(cfg: RunConfig, dist: DistInfo, resume: bool, overwrite: boo
         if continuing:
             finished = read_results(run_dir)
             if finished is not None and dist.is_main:
-                print(f"{run_dir} finished before (test acc {finished.get('test_acc')}); nothing to do. "
-                      "--overwrite trains it again", flush=True)
+                acc = finished.get("test_acc")
+                acc = f"{acc:.4f}" if isinstance(acc, (int, float)) else "not recorded"
+                print(f"{run_dir} finished before (test acc {acc}); nothing to do. --overwrite trains it again",
+                      flush=True)
         elif dist.is_main:
             _init(cfg, run_dir, data)
         barrier(dist)
