@@ -1,6 +1,7 @@
 """Seeds in lockstep (mlplab.train.lockstep): each seed's trajectory, files and failure are its solo
 run's. Tiny runs on synthetic data, each a few seconds."""
 import json
+import time
 
 import pytest
 import torch
@@ -13,6 +14,7 @@ from mlplab.train import lockstep, make_config, train
 from mlplab.train.lockstep import lockstep_unsupported, not_stackable, train_lockstep
 from mlplab.train.loop import NonFiniteError
 from mlplab.train.runplan import RunPlan
+from mlplab.utils.machine import run_cpu_seconds
 
 SEEDS = (0, 1, 2)
 NOISY = {"model.kwargs.drop_path_rate": 0.3, "augment.crop_padding": 1, "augment.hflip": True, "augment.mixup": 0.5,
@@ -83,7 +85,12 @@ def test_each_seed_follows_its_solo_run_for_200_steps_in_float64(tmp_path, float
 
 
 def test_seeds_keep_their_own_folders_files_and_generator_streams(tmp_path, float64):
+    run_cpu_seconds()  # what ran before this test is no run's
+    t0 = time.process_time()
     res = train_lockstep(_cfgs(tmp_path, "lock", **NOISY))
+    cpus = [r["cpu_s"] for r in res]  # the group's so far, as each seed's results are written
+    assert 0 < cpus[0] <= cpus[1] <= cpus[2] <= time.process_time() - t0
+    assert all("cpu_s are the group's" in r["lockstep"]["note"] for r in res)
     solo = [train(c) for c in _cfgs(tmp_path, "solo", **NOISY)]
     for seed, r, s in zip(SEEDS, res, solo):
         d = tmp_path / "lock" / f"seed={seed}"

@@ -11,6 +11,7 @@ import contextlib
 import json
 import math
 import signal
+import time
 from pathlib import Path
 
 import pytest
@@ -321,6 +322,14 @@ def test_a_non_finite_evaluation_stops_the_run_before_its_checkpoint(tmp_path, m
         f"test loss nan (non-finite or above run.divergence_factor x ln K = {100 * math.log(10):.4g}) after step 3 "
         f"(epoch 1) of run {Path(cfg.run.out_dir) / 'run'}; no checkpoint was written.")
     assert not (Path(cfg.run.out_dir) / "run" / "checkpoint").exists()
+
+
+def test_runs_in_one_process_each_record_their_own_cpu_seconds(tmp_path):
+    """results.json's cpu_s is the run's, not the process's total so far: two runs trained one after
+    another in one process (the inline executor, a notebook) together spent no more than it has."""
+    first, second = train(_cfg(tmp_path, name="a")), train(_cfg(tmp_path, name="b"))
+    assert 0 < first["cpu_s"] and 0 < second["cpu_s"]
+    assert first["cpu_s"] + second["cpu_s"] <= time.process_time()
 
 
 def test_a_finished_run_is_not_trained_again(tmp_path, capsys):

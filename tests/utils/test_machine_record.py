@@ -93,3 +93,11 @@ def test_committed_benchmark_environments_still_read():
     for env in envs:
         line = common.describe(env)
         assert line.startswith(f"torch {env['torch']}, {env['num_threads']} threads, {env['processor']} (")
+
+
+def test_each_run_gets_the_cpu_seconds_since_the_previous_run_ended(monkeypatch):
+    clock = iter([12.5, 20.0, 20.25])
+    monkeypatch.setattr(machine.time, "process_time", lambda: next(clock))
+    monkeypatch.setattr(machine, "_cpu_at_last_run_end", [0.0])
+    # the first run of a process: since it started (a worker's start-up is its run's)
+    assert [machine.run_cpu_seconds() for _ in range(3)] == [12.5, 7.5, 0.25]

@@ -517,8 +517,10 @@ def _end_epoch(m: _Member, k: int, stack: _Stack, rec: dict[str, Any], epoch: in
         on_epoch_end(rec)
 
 
-def _finish(m: _Member, stack: _Stack, peak: MatmulPeak, t_start: float, seeds: list[int]) -> dict[str, Any]:
-    """The seed's final test evaluation and ``results.json``, as the loop writes them."""
+def _finish(m: _Member, stack: _Stack, peak: MatmulPeak, t_start: float, seeds: list[int],
+            cpu_before: float) -> dict[str, Any]:
+    """The seed's final test evaluation and ``results.json``, as the loop writes them; its ``cpu_s``
+    is the group's up to now (``cpu_before``: up to the previous seed's)."""
     run, state = m.run, m.state
     hist = state.history
     if run.data.val is None and hist and "test_acc" in hist[-1]:
@@ -529,7 +531,9 @@ def _finish(m: _Member, stack: _Stack, peak: MatmulPeak, t_start: float, seeds: 
     results["implementation"] = {**describe_implementation(stack.template, run.device, run.precision, False),
                                  "lockstep": len(seeds)}
     results["compiled"] = False
-    results["lockstep"] = {"seeds": seeds, "note": "trained in lockstep with these seeds; wall_s is the group's"}
+    results["cpu_s"] += cpu_before
+    results["lockstep"] = {"seeds": seeds, "note": "trained in lockstep with these seeds; wall_s and cpu_s are "
+                                                   "the group's"}
     atomic_write_json(m.path / "results.json", results)
     m.loggers.finish(results)
     return results
@@ -574,8 +578,10 @@ def _train_group(members: list[_Member], t_start: float, on_epoch_end: Callable 
                                          if key.endswith(("loss", "acc"))) for m in members) +
                       f"; {sum(m.state.history[-1]['images_per_s'] for m in members):.0f} img/s "
                       f"{members[0].state.history[-1]['epoch_time_s']:.1f}s")
+    cpu = 0.0
     for k, m in enumerate(members):
-        m.outcome = _finish(m, stack, peak, t_start, seeds)
+        m.outcome = _finish(m, stack, peak, t_start, seeds, cpu)
+        cpu = m.outcome["cpu_s"]
         progress.line(f"test acc {m.outcome['test_acc']:.4f} top5 {m.outcome['test_top5']:.4f} loss "
                       f"{m.outcome['test_loss']:.4f} ({m.outcome['wall_s']:.1f}s) -> {m.path}")
         m.exits.close()

@@ -70,7 +70,7 @@ from ..errors import BadInput, RunFailure
 from ..models.counting import count_flops, count_params
 from ..utils.cpu import cpu_has_native_bf16, machine_tag
 from ..utils.io import atomic_write_json
-from ..utils.machine import device_sync
+from ..utils.machine import device_sync, run_cpu_seconds
 from ..utils.seeds import derive_seed
 from ..utils.units import format_count
 from . import checkpoint as ckpt
@@ -510,9 +510,9 @@ def _results(run: _Run, state: RunState, final: dict[str, float], run_dir: Path,
         "train_acc": history[-1]["train_acc"] if history else float("nan"),
         "epochs": len(history), "steps": state.step, "steps_per_epoch": run.dur.steps_per_epoch,
         "train_examples": len(run.data.train), "test_examples": len(run.data.test),
-        # the machine, its load and this process's CPU seconds (a run in a worker of its own: what it costs
-        # a quiet core per thread, whatever the neighbours did): the cost model is calibrated from them
-        "machine_tag": machine_tag(), "loadavg": list(os.getloadavg()), "cpu_s": time.process_time(),
+        # the machine, its load and the run's CPU seconds (with one thread: what it costs a quiet core,
+        # whatever the neighbours did): the cost model is calibrated from them
+        "machine_tag": machine_tag(), "loadavg": list(os.getloadavg()), "cpu_s": run_cpu_seconds(),
         "wall_s": state.wall_before + time.perf_counter() - t_start,
         "epoch_time_s": sum(h["epoch_time_s"] for h in timed) / max(len(timed), 1),
         "images_per_s": ips, "params": run.n_params, "flops_per_example": fpe,

@@ -15,7 +15,7 @@ import torch
 
 from .cpu import cpu_has_native_bf16, cpu_info, machine_tag
 
-__all__ = ["MATMUL_FLAGS", "machine_record", "host_memory_available", "device_sync"]
+__all__ = ["MATMUL_FLAGS", "machine_record", "host_memory_available", "device_sync", "run_cpu_seconds"]
 
 #: the /proc/cpuinfo flags that decide the fastest matmul path (``cpu_flags`` lists those present)
 MATMUL_FLAGS = frozenset({"avx512_bf16", "amx_bf16", "avx512f", "avx2"})
@@ -27,6 +27,19 @@ def device_sync(device: torch.device) -> Callable[[], None]:
     if device.type == "cuda":
         return torch.cuda.synchronize
     return lambda: None
+
+
+_cpu_at_last_run_end = [0.0]  # this process's CPU seconds when its previous run ended
+
+
+def run_cpu_seconds() -> float:
+    """CPU seconds this process spent on the run that ends now: since its previous run ended, or
+    since the process started for its first (a worker of its own counts the interpreter's start-up
+    as its run's). Each call ends a run. Several runs in one process (the inline executor, a
+    notebook) each get their own share, not the process's total."""
+    now = time.process_time()
+    spent, _cpu_at_last_run_end[0] = now - _cpu_at_last_run_end[0], now
+    return spent
 
 
 def host_memory_available() -> int | None:
