@@ -189,13 +189,33 @@ def fit_finished(folders: list[Path]) -> dict:
     return {"rows": rows, "fit": fit}
 
 
+#: CPU seconds a one-thread run can spend beyond its wall seconds (the interpreter's start-up, before
+#: its clock starts); more means the number is a process's total over several runs
+SHARED_PROCESS_S = 60.0
+
+
+def shared_process_folders(results: list[Path]) -> set[Path]:
+    """Sweep folders whose runs shared a process and recorded its total CPU seconds (results written
+    before ``cpu_s`` became each run's own, ``utils.machine.run_cpu_seconds``): some run there spent
+    more CPU than its wall time allows. All their runs are left out, the first of each process too."""
+    out = set()
+    for res in results:
+        r = json.loads(res.read_text())
+        if "cpu_s" in r and r["cpu_s"] > int(r.get("threads", 1)) * r["wall_s"] + SHARED_PROCESS_S:
+            out.add(res.parent.parent)
+    return out
+
+
 def timed_runs(roots: list[Path]) -> list[dict]:
-    """Every finished training run under ``roots`` that recorded its CPU seconds, with the counts the
-    estimate uses (one row per run; lockstep runs, which time several seeds at once, left out)."""
+    """Every finished training run under ``roots`` that recorded its own CPU seconds, with the counts
+    the estimate uses (one row per run; lockstep runs, which time several seeds at once, and
+    :func:`shared_process_folders` left out)."""
     from mlplab.experiments.cost import TEST_SIZES, _train_examples, run_counts
 
+    found = sorted(p for root in roots for p in root.rglob("results.json"))
+    shared = shared_process_folders(found)
     rows = []
-    for res in sorted(p for root in roots for p in root.rglob("results.json")):
+    for res in (p for p in found if p.parent.parent not in shared):
         spec = res.parent / "spec.json"
         if not spec.exists():
             continue

@@ -311,6 +311,21 @@ def lockstep_section(calibration: Path = CALIBRATION) -> str:
             + ", ".join(f"[{Path(f).name}](../{f})" for f in files) + ".\n")
 
 
+def cost_fit_section(calibration: Path = CALIBRATION) -> str:
+    """docs/experiments.md, the cost model: per CPU kind, the constants fitted to its committed runs'
+    CPU seconds (the calibration's ``machines`` table) and how far each run lies from them."""
+    kinds = json.loads(calibration.read_text()).get("machines") or {}
+    if not kinds:
+        return "No CPU kind has fitted constants: every estimate uses the fallback constants.\n"
+    rows = [[f"`{tag}`", f["runs"], f"{f['rate'] / 1e9:.1f}", f"{f['kappa'] * 1e9:.2f}", f"{f['tau'] * 1e6:.1f}",
+             f"{f['overhead_s']:.1f}", f"{f['rp_slowdown']:.2f}",
+             "{median:.2f} ({min:.2f}–{max:.2f})".format(**f["measured_over_estimated"])]
+            for tag, f in sorted(kinds.items())]
+    columns = ["CPU kind", "runs", "R, GFLOP/s", "κ, ns per activation", "τ0, µs per example", "start-up, s",
+               "RP slowdown", "measured / estimated CPU s per run: median (range)"]
+    return _md_table({"columns": columns, "rows": rows})
+
+
 # ---------------------------------------------------------------------------------------- blocks
 
 def experiment_titles() -> dict[str, str]:
@@ -332,8 +347,10 @@ def render(name: str) -> str:
         return benchmark_sections()
     if name == "lockstep":
         return lockstep_section()
-    raise KeyError(f"unknown generated block {name!r}: expected experiments, all-results, open-claims, benchmarks "
-                   "or lockstep")
+    if name == "cost-fit":
+        return cost_fit_section()
+    raise KeyError(f"unknown generated block {name!r}: expected experiments, all-results, open-claims, benchmarks, "
+                   "lockstep or cost-fit")
 
 
 def regenerate(text: str) -> str:

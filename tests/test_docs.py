@@ -32,7 +32,7 @@ def test_a_stale_table_is_detected(tmp_path):
 
 
 def test_unknown_generated_block_is_an_error():
-    with pytest.raises(KeyError, match="experiments, all-results, open-claims, benchmarks or lockstep"):
+    with pytest.raises(KeyError, match="experiments, all-results, open-claims, benchmarks, lockstep or cost-fit"):
         gen_docs.regenerate("<!-- gen_docs: nonsense -->\n<!-- /gen_docs -->")
 
 
@@ -169,6 +169,17 @@ def test_the_lockstep_section_says_where_auto_stacks(tmp_path):
     assert "| 1.07 | 1.07 | one after another |" in text and "Load 5.0–9.5" in text
     (tmp_path / "c.json").write_text("{}")
     assert "trains every seed alone" in gen_docs.lockstep_section(tmp_path / "c.json")
+
+
+def test_the_cost_fit_section_shows_each_cpu_kinds_constants_and_spread(tmp_path):
+    fit = {"rate": 1.5e11, "kappa": 1.25e-9, "tau": 3e-5, "overhead_s": 16.75, "rp_slowdown": 1.125, "runs": 202,
+           "measured_over_estimated": {"median": 0.995, "min": 0.666, "max": 1.504}}
+    (tmp_path / "c.json").write_text(json.dumps({"machines": {"kind-b": fit, "kind-a": {**fit, "runs": 7}}}))
+    rows = gen_docs.cost_fit_section(tmp_path / "c.json").splitlines()[2:]
+    assert rows == ["| `kind-a` | 7 | 150.0 | 1.25 | 30.0 | 16.8 | 1.12 | 0.99 (0.67–1.50) |",
+                    "| `kind-b` | 202 | 150.0 | 1.25 | 30.0 | 16.8 | 1.12 | 0.99 (0.67–1.50) |"]
+    (tmp_path / "c.json").write_text(json.dumps({}))
+    assert "fallback constants" in gen_docs.cost_fit_section(tmp_path / "c.json")
 
 
 def test_committed_per_run_results_are_not_ignored_by_git():

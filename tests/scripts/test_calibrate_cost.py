@@ -35,6 +35,24 @@ def test_fit_machine_recovers_the_constants_and_the_rp_slowdown(calibrate):
     assert fit["measured_over_estimated"]["median"] == pytest.approx(1.0, rel=1e-6)
 
 
+def test_runs_that_recorded_a_shared_process_total_are_left_out_by_folder(calibrate, tmp_path):
+    """A sweep folder where some run's CPU seconds exceed its wall time plus a start-up ran several
+    runs in one process (results.json's cpu_s was the process's total): none of its runs is fitted."""
+    import json
+
+    def write(folder, name, cpu, wall, threads=1):
+        d = tmp_path / folder / name
+        d.mkdir(parents=True)
+        (d / "results.json").write_text(json.dumps({"cpu_s": cpu, "wall_s": wall, "threads": threads}))
+        return d / "results.json"
+
+    found = [write("own", "a", 130.0, 100.0), write("own", "b", 40.0, 120.0),  # start-up, load
+             write("threads", "a", 250.0, 100.0, threads=2),
+             write("shared", "a", 100.0, 100.0), write("shared", "b", 161.0, 100.0)]
+    assert calibrate.shared_process_folders(found) == {tmp_path / "shared"}
+    assert calibrate.shared_process_folders(found[:3] + [write("edge", "a", 160.0, 100.0)]) == set()
+
+
 def _lockstep_result(path: Path, machine: str = "kind-a") -> Path:
     """A bench_lockstep.py --mode process result of fmnist_fast (16 epochs) timed at 2 epochs, at half
     a core: sequentially 100 CPU s of start-up and 50 per epoch, in lockstep 20 and 52.5."""
