@@ -107,3 +107,20 @@ def test_the_command_runs_a_chosen_part_of_the_campaign(tmp_path, frozen_now, ca
     assert sorted(f.name.split("-smoke-")[0] for f in (tmp_path / "res").iterdir()) == ["fig5", "figS9"]
     assert cli.main(["reproduce", "--all", "--confirm", "--scale", "smoke", "--ids", "fig99"]) == 2
     assert "fig99" in capsys.readouterr().err
+
+
+def test_the_whole_campaign_fits_one_night_on_the_calibrated_cpu(monkeypatch):
+    """Item 5 of the campaign: every frozen cpu protocol together, at --jobs 2 on the CPU kind the
+    cost model is fitted to, is estimated at 8 hours or less (a protocol that pushes it over says
+    what it drops instead)."""
+    from mlplab.experiments import cost
+
+    tag = "epyc-avx512bf16"  # the CPU kind the committed campaign ran on
+    assert tag in cost.calibration()["machines"]
+    monkeypatch.setattr(cost, "host_tag", lambda: tag)
+    every = C.campaign_ids(registry.list_experiments(), "cpu", lambda i: registry.get_experiment(i).scales)
+    ready, unfrozen = C.frozen_ids(every, "cpu")
+    assert len(ready) == 24 and not unfrozen
+    total = sum(cost.estimate_cost(registry.plan_experiment(i, "cpu", role="confirmatory")[2], "cpu", 2)["est_s"]
+                for i in ready)
+    assert 6 * 3600 < total <= 8 * 3600

@@ -139,3 +139,29 @@ def test_execute_run_skips_finished(tmp_path):
     d = next((tmp_path / "e").iterdir())
     d = d if d.is_dir() else next(p for p in (tmp_path / "e").iterdir() if p.is_dir())
     assert execute_run(d) == "skipped"
+
+
+def test_local_executor_starts_the_longest_estimate_first(tmp_path, capsys):
+    """Graham's LPT order: a long run started last would keep one worker busy after the others end."""
+    from mlplab.experiments import expand
+    from mlplab.experiments.executors import run_specs
+    from mlplab.utils.progress import RunTally
+
+    specs = expand(_sweep())
+    est = {"e/value=1": 1.0, "e/value=2": 5.0, "e/value=3": 3.0}
+    res = run_specs(specs, tmp_path, jobs=1, executor="local", tally=RunTally(est))
+    assert res.counts() == {"done": 3}
+    started = [ln.split()[1] for ln in capsys.readouterr().out.splitlines() if ln.startswith("[") and "done" not in ln]
+    assert started == ["value=2", "value=3", "value=1"]
+    run_specs(expand(_sweep("f")), tmp_path, jobs=1, executor="inline", tally=RunTally(
+        {"f/value=1": 1.0, "f/value=2": 5.0, "f/value=3": 3.0}))  # inline keeps the sweep's order
+    started = [ln.split()[1] for ln in capsys.readouterr().out.splitlines() if ln.startswith("[") and "done" not in ln]
+    assert started == ["value=1", "value=2", "value=3"]
+
+
+def test_longest_first_shortens_the_makespan_the_estimate_counts():
+    from mlplab.experiments.cost import longest_first, makespan
+
+    secs = [1.0, 1.0, 2.0]
+    assert longest_first(secs) == [2, 0, 1]  # ties keep the sweep's order
+    assert makespan(secs, 2) == 3.0 and makespan([secs[i] for i in longest_first(secs)], 2) == 2.0

@@ -333,10 +333,13 @@ def test_cost_constants_reproduce_the_calibration_rows():
 
 
 @pytest.mark.parametrize("key", sorted(_measured_experiments()))
-def test_estimate_is_at_least_the_measured_experiment(key):
+def test_estimate_is_at_least_the_measured_experiment(key, monkeypatch):
     """Every experiment timed on the 2-core machine took no longer than its estimate (the plan as
-    it was timed: today's plan, or at the epochs the calibration names, on Fashion-MNIST), and
-    the calibration states that estimate."""
+    it was timed: today's plan, or at the epochs the calibration names, on Fashion-MNIST, its runs
+    started in the sweep's order), and the calibration states that estimate."""
+    from mlplab.experiments import cost
+
+    monkeypatch.setattr(cost, "longest_first", lambda secs: list(range(len(secs))))  # as timed
     id, scale = key.split()
     measured, stated, epochs = _measured_experiments()[key]
     overrides = {"schedule.epochs": epochs} if epochs is not None else None

@@ -43,7 +43,7 @@ from ..train.distributed import launch_env
 from ..utils.io import atomic_write_json, atomic_write_text, folder_lock, read_json
 from ..utils.processes import die_with_parent
 from ..utils.progress import RunTally
-from .cost import lockstep_factor
+from .cost import lockstep_factor, longest_first
 from .slurm import job_gpus, spec_of, write_sbatch
 from .sweep import RunSpec, Sweep, expand, run_dir_overrides, seed_groups
 
@@ -368,7 +368,8 @@ def _signal_group(p: subprocess.Popen, sig: int) -> None:
 def _run_local(jobs_: list[tuple[list[Path], str]], jobs: int, log, out: dict[Path, str],
                tally: RunTally) -> dict[Path, str]:
     """``jobs`` worker processes (``python -m mlplab.experiments.worker RUN_DIR [RUN_DIR ...]``:
-    one run, or a sweep point's seeds in lockstep) at a time.
+    one run, or a sweep point's seeds in lockstep) at a time, in the order of ``jobs_`` (the
+    caller's: longest estimate first, :func:`mlplab.experiments.cost.longest_first`).
 
     With GPUs each worker sees exactly one of the GPUs this process may use (``worker_slots``:
     the parent's ``CUDA_VISIBLE_DEVICES`` is honoured, no GPU is shared); on CPU the cores are
@@ -609,7 +610,9 @@ def _run_specs_locked(specs: Sequence[RunSpec], out_dir: Path, jobs: int, execut
             if executor == "inline":
                 _run_inline(work, log, st, tally)
             else:
-                _run_local(work, jobs, log, st, tally)
+                key_of = {d: k for k, d in by_key.items()}
+                est = [sum(tally.estimates.get(key_of[d], 0.0) for d in dirs) for dirs, _ in work]
+                _run_local([work[i] for i in longest_first(est)], jobs, log, st, tally)
     except KeyboardInterrupt as e:
         if isinstance(e, Interrupted) and e.message:
             raise

@@ -159,8 +159,8 @@ def format_list(scales: Sequence[str] = ("smoke", "quick", "cpu", "paper")) -> s
             except Exception as e:  # a plan that cannot be built is shown, not hidden
                 lines.append(f"{'':16s} {sc:5s}: cannot plan: {e}")
     lines.append("times: epochs × examples × (3 × forward FLOPs / R + κ × activations + τ0) per run plus start-up; cpu "
-                 f"scales: R, κ, τ0 of {cpu_machine().name}, runs dealt to 2 workers; paper: one V100 with R "
-                 "and τ0 from the paper's Table S.3 timings (mlplab.experiments.cost)")
+                 f"scales: R, κ, τ0 of {cpu_machine().name}, runs dealt to 2 workers longest first; paper: one "
+                 "V100 with R and τ0 from the paper's Table S.3 timings (mlplab.experiments.cost)")
     return "\n".join(lines)
 
 
