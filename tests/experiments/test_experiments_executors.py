@@ -152,7 +152,7 @@ def test_local_executor_starts_the_longest_estimate_first(tmp_path, capsys):
     res = run_specs(specs, tmp_path, jobs=1, executor="local", tally=RunTally(est))
     assert res.counts() == {"done": 3}
     started = [ln.split()[1] for ln in capsys.readouterr().out.splitlines() if ln.startswith("[") and "done" not in ln]
-    assert started == ["value=2", "value=3", "value=1"]
+    assert started == ["value=2", "value=3", "value=1"]  # one sweep: the run's name
     run_specs(expand(_sweep("f")), tmp_path, jobs=1, executor="inline", tally=RunTally(
         {"f/value=1": 1.0, "f/value=2": 5.0, "f/value=3": 3.0}))  # inline keeps the sweep's order
     started = [ln.split()[1] for ln in capsys.readouterr().out.splitlines() if ln.startswith("[") and "done" not in ln]
@@ -165,3 +165,13 @@ def test_longest_first_shortens_the_makespan_the_estimate_counts():
     secs = [1.0, 1.0, 2.0]
     assert longest_first(secs) == [2, 0, 1]  # ties keep the sweep's order
     assert makespan(secs, 2) == 3.0 and makespan([secs[i] for i in longest_first(secs)], 2) == 2.0
+
+
+def test_progress_lines_name_the_sweep_where_a_stage_has_several(tmp_path, capsys):
+    """A sweep and its 2x longer twin hold runs of the same names: each line says which it is."""
+    from mlplab.experiments import expand
+    from mlplab.experiments.executors import run_specs
+
+    run_specs(expand(_sweep("e")) + expand(_sweep("e-longer")), tmp_path, jobs=1, executor="inline")
+    lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("[")]
+    assert [ln.split()[1] for ln in lines] == [f"{sw}/value={v}" for sw in ("e", "e-longer") for v in (1, 2, 3)]

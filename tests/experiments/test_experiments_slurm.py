@@ -103,7 +103,7 @@ def test_a_multi_gpu_training_run_is_one_job_of_one_task_per_gpu(tmp_path, monke
     monkeypatch.setattr(executors, "execute_run", lambda run_dir: "done")
     d = _spec_dir(tmp_path, task=task)
     out = executors._run_slurm([d], 1, tmp_path, lambda m: None, {"gpus_per_node": 4, "nodes": 2}, {},
-                               executors.RunTally(total=1))
+                               executors.RunTally(total=1), {d: d.name})
     assert out == {d: "done"} and isinstance(fake.calls[0], executors.SlurmRun)
     assert fake.params.get("tasks_per_node") == tasks_per_node and fake.params["nodes"] == 2
     assert f"--nproc-per-node={procs} " in (d / SBATCH_FILE).read_text()

@@ -212,6 +212,7 @@ def test_an_inline_sweep_hands_pytorchs_gpu_cache_back_after_each_run(monkeypatc
     monkeypatch.setattr(torch.cuda, "is_initialized", lambda: initialized)
     monkeypatch.setattr(torch.cuda, "empty_cache", lambda: calls.append("empty_cache"))
     dirs = [tmp_path / "a", tmp_path / "b"]
-    out = executors._run_inline([([d], "") for d in dirs], lambda line: None, {}, RunTally(total=2))
+    out = executors._run_inline([([d], "") for d in dirs], lambda line: None, {}, RunTally(total=2),
+                                {d: d.name for d in dirs})
     assert out == {d: "done" for d in dirs}
     assert calls == (["a", "empty_cache", "b", "empty_cache"] if initialized else ["a", "b"])

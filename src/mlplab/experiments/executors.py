@@ -303,15 +303,16 @@ def _error_head(run_dir: Path) -> str:
 # executors
 
 
-def _run_inline(jobs: list[tuple[list[Path], str]], log, out: dict[Path, str], tally: RunTally) -> dict[Path, str]:
+def _run_inline(jobs: list[tuple[list[Path], str]], log, out: dict[Path, str], tally: RunTally,
+                names: dict[Path, str]) -> dict[Path, str]:
     for dirs, note in jobs:
-        log(tally.starting(dirs[0], dirs[0].name + note))
+        log(tally.starting(dirs[0], names[dirs[0]] + note))
         status = {dirs[0]: execute_run(dirs[0])} if len(dirs) == 1 else \
             {Path(d): st for d, st in execute_group(dirs).items()}
         free_device_cache()
         for d in dirs:
             out[d] = status[d]
-            tally.finish(d, out[d], d.name)
+            tally.finish(d, out[d], names[d])
     return out
 
 
@@ -366,7 +367,7 @@ def _signal_group(p: subprocess.Popen, sig: int) -> None:
 
 
 def _run_local(jobs_: list[tuple[list[Path], str]], jobs: int, log, out: dict[Path, str],
-               tally: RunTally) -> dict[Path, str]:
+               tally: RunTally, names: dict[Path, str]) -> dict[Path, str]:
     """``jobs`` worker processes (``python -m mlplab.experiments.worker RUN_DIR [RUN_DIR ...]``:
     one run, or a sweep point's seeds in lockstep) at a time, in the order of ``jobs_`` (the
     caller's: longest estimate first, :func:`mlplab.experiments.cost.longest_first`).
@@ -389,7 +390,7 @@ def _run_local(jobs_: list[tuple[list[Path], str]], jobs: int, log, out: dict[Pa
                 if slot in running or not pending:
                     continue
                 dirs, note = pending.pop(0)
-                log(tally.starting(dirs[0], dirs[0].name + note))
+                log(tally.starting(dirs[0], names[dirs[0]] + note))
                 env = dict(os.environ)
                 env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads),
                            MLPLAB_NUM_THREADS=str(threads))
@@ -420,7 +421,7 @@ def _run_local(jobs_: list[tuple[list[Path], str]], jobs: int, log, out: dict[Pa
                         if not (d / "error.txt").exists():
                             tail = (dirs[0] / "log.txt").read_text(errors="replace")[-4000:]
                             atomic_write_text(d / "error.txt", f"worker exited with code {rc}\n{tail}")
-                    log(tally.finish(d, out[d], d.name + note))
+                    log(tally.finish(d, out[d], names[d] + note))
     except BaseException:
         for p, _, _, logf in running.values():  # only the process groups this sweep started
             _signal_group(p, signal.SIGTERM)
@@ -464,7 +465,7 @@ class SlurmRun:
 
 
 def _run_slurm(dirs: list[Path], jobs: int, folder: Path, log, slurm: dict[str, Any] | None,
-               out: dict[Path, str], tally: RunTally) -> dict[Path, str]:
+               out: dict[Path, str], tally: RunTally, names: dict[Path, str]) -> dict[Path, str]:
     """One job array through submitit; ``slurm`` are ``update_parameters`` arguments
     (``cluster="local"`` runs the same path with submitit's local executor, for tests), and
     ``submit=false`` only writes each run's ``job.sbatch``. Training runs with ``gpus_per_node``
@@ -498,7 +499,7 @@ def _run_slurm(dirs: list[Path], jobs: int, folder: Path, log, slurm: dict[str, 
             out[d] = "failed"
             if not (d / "error.txt").exists():
                 atomic_write_text(d / "error.txt", f"slurm job {h.job_id} failed: {e}\n")
-        log(tally.finish(d, out[d], d.name))
+        log(tally.finish(d, out[d], names[d]))
     return out
 
 
@@ -600,19 +601,21 @@ def _run_specs_locked(specs: Sequence[RunSpec], out_dir: Path, jobs: int, execut
     if todo:
         log(f"{len(todo)} run(s) to do, {len(specs) - len(todo)} finished before; executor={executor}, jobs={jobs}")
     st: dict[Path, str] = {}  # filled as runs end, so an interrupted sweep still records them
+    several = len({s.sweep for s in specs}) > 1  # e.g. a sweep and its 2x longer twin: the same run names
+    names = {result.run_dirs[_key(s)]: _key(s) if several else s.name for s in specs}  # in progress lines
     old_term = _term_as_interrupt()
     try:
         if executor == "slurm":  # one array task per run
-            _run_slurm(todo, jobs, out_dir, log, slurm, st, tally)
+            _run_slurm(todo, jobs, out_dir, log, slurm, st, tally, names)
         else:
             by_key = {_key(s): result.run_dirs[_key(s)] for s in specs}
             work = _jobs([s for s in specs if result.run_dirs[_key(s)] in set(todo)], by_key, lockstep)
             if executor == "inline":
-                _run_inline(work, log, st, tally)
+                _run_inline(work, log, st, tally, names)
             else:
                 key_of = {d: k for k, d in by_key.items()}
                 est = [sum(tally.estimates.get(key_of[d], 0.0) for d in dirs) for dirs, _ in work]
-                _run_local([work[i] for i in longest_first(est)], jobs, log, st, tally)
+                _run_local([work[i] for i in longest_first(est)], jobs, log, st, tally, names)
     except KeyboardInterrupt as e:
         if isinstance(e, Interrupted) and e.message:
             raise
