@@ -952,7 +952,9 @@ def test_interrupting_reproduce_keeps_finished_runs_and_says_how_to_continue(tmp
     import shlex
 
     out = tmp_path / "exp"
-    argv = ["reproduce", "fig6", "--scale", "smoke", "--out", str(out), "--no-report", "--set", "schedule.epochs=60",
+    # 600 epochs (~10 s a run on a quiet core): the first checkpoint comes at epoch 1, and the
+    # signal must not find the sweep finished however late this process gets the CPU
+    argv = ["reproduce", "fig6", "--scale", "smoke", "--out", str(out), "--no-report", "--set", "schedule.epochs=600",
             *extra]
     p = _mlplab(argv)
     _wait_for(lambda: any(out.glob("*/*/checkpoint/model.safetensors")), p)
