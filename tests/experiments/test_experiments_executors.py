@@ -141,21 +141,24 @@ def test_execute_run_skips_finished(tmp_path):
     assert execute_run(d) == "skipped"
 
 
-def test_local_executor_starts_the_longest_estimate_first(tmp_path, capsys):
+def test_local_executor_starts_the_longest_estimate_first(tmp_path, capsys, monkeypatch):
     """Graham's LPT order: a long run started last would keep one worker busy after the others end."""
-    from mlplab.experiments import expand
-    from mlplab.experiments.executors import run_specs
+    from mlplab.experiments import executors, expand
     from mlplab.utils.progress import RunTally
 
-    specs = expand(_sweep())
+    handed = []  # the order the local executor's workers take the jobs in
+
+    def local(jobs_, jobs, log, out, tally, names):
+        handed.extend(names[dirs[0]] for dirs, _ in jobs_)
+        return out
+
+    monkeypatch.setattr(executors, "_run_local", local)
     est = {"e/value=1": 1.0, "e/value=2": 5.0, "e/value=3": 3.0}
-    res = run_specs(specs, tmp_path, jobs=1, executor="local", tally=RunTally(est))
-    assert res.counts() == {"done": 3}
-    started = [ln.split()[1] for ln in capsys.readouterr().out.splitlines() if ln.startswith("[") and "done" not in ln]
-    assert started == ["value=2", "value=3", "value=1"]  # one sweep: the run's name
-    run_specs(expand(_sweep("f")), tmp_path, jobs=1, executor="inline", tally=RunTally(
+    executors.run_specs(expand(_sweep()), tmp_path, jobs=2, executor="local", tally=RunTally(est), verbose=False)
+    assert handed == ["value=2", "value=3", "value=1"]  # one sweep: the run's name
+    executors.run_specs(expand(_sweep("f")), tmp_path, jobs=1, executor="inline", tally=RunTally(
         {"f/value=1": 1.0, "f/value=2": 5.0, "f/value=3": 3.0}))  # inline keeps the sweep's order
-    started = [ln.split()[1] for ln in capsys.readouterr().out.splitlines() if ln.startswith("[") and "done" not in ln]
+    started = [ln.split()[1] for ln in capsys.readouterr().out.splitlines() if ln.startswith("[")]
     assert started == ["value=1", "value=2", "value=3"]
 
 
