@@ -601,19 +601,18 @@ def _run_specs_locked(specs: Sequence[RunSpec], out_dir: Path, jobs: int, execut
     if todo:
         log(f"{len(todo)} run(s) to do, {len(specs) - len(todo)} finished before; executor={executor}, jobs={jobs}")
     st: dict[Path, str] = {}  # filled as runs end, so an interrupted sweep still records them
+    key_of = {d: k for k, d in result.run_dirs.items()}
     several = len({s.sweep for s in specs}) > 1  # e.g. a sweep and its 2x longer twin: the same run names
-    names = {result.run_dirs[_key(s)]: _key(s) if several else s.name for s in specs}  # in progress lines
+    names = {d: k if several else d.name for d, k in key_of.items()}  # in progress lines
     old_term = _term_as_interrupt()
     try:
         if executor == "slurm":  # one array task per run
             _run_slurm(todo, jobs, out_dir, log, slurm, st, tally, names)
         else:
-            by_key = {_key(s): result.run_dirs[_key(s)] for s in specs}
-            work = _jobs([s for s in specs if result.run_dirs[_key(s)] in set(todo)], by_key, lockstep)
+            work = _jobs([s for s in specs if result.run_dirs[_key(s)] in set(todo)], result.run_dirs, lockstep)
             if executor == "inline":
                 _run_inline(work, log, st, tally, names)
             else:
-                key_of = {d: k for k, d in by_key.items()}
                 est = [sum(tally.estimates.get(key_of[d], 0.0) for d in dirs) for dirs, _ in work]
                 _run_local([work[i] for i in longest_first(est)], jobs, log, st, tally, names)
     except KeyboardInterrupt as e:
@@ -625,11 +624,10 @@ def _run_specs_locked(specs: Sequence[RunSpec], out_dir: Path, jobs: int, execut
     finally:
         if old_term is not None:
             signal.signal(signal.SIGTERM, old_term)
-        by_dir = {d: k for k, d in result.run_dirs.items()}
         for d, status in st.items():
-            result.status[by_dir[d]] = status
+            result.status[key_of[d]] = status
             if status == "failed":
-                result.errors[by_dir[d]] = _error_head(d)
+                result.errors[key_of[d]] = _error_head(d)
         _write_summaries(specs, result, out_dir)
     if result.failed:
         log(f"{len(result.failed)} run(s) failed: " + ", ".join(result.failed))
