@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import errno
 import importlib
 import os
@@ -11,9 +10,9 @@ import re
 import shlex
 import signal
 import sys
-from typing import Iterator
 
-from .errors import Interrupted, RunFailure
+from .errors import RunFailure
+from .utils.interrupts import stop_signals
 
 # subcommand -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -82,23 +81,6 @@ def continue_command(command: str, argv: list[str], run_started: bool = True) ->
     if command in ("train", "finetune") and run_started and "--resume" not in args:
         args.append("--resume")
     return "mlplab " + " ".join(shlex.quote(a) for a in args)
-
-
-@contextlib.contextmanager
-def _term_as_interrupt() -> Iterator[None]:
-    """SIGTERM (``kill PID``, a cluster's pre-emption) stops a command the way Ctrl-C does."""
-    def handler(signum, frame):
-        raise Interrupted("", signum)
-
-    try:
-        old = signal.signal(signal.SIGTERM, handler)
-    except ValueError:  # not the main thread
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, old)
 
 
 def version() -> str:
@@ -193,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     module = importlib.import_module(COMMANDS[args.command][0])
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
-        with _term_as_interrupt():
+        with stop_signals():
             return int(module.run(args) or 0)
     except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM: what was kept and how to go on, no traceback
         if os.environ.get("MLPLAB_DEBUG"):

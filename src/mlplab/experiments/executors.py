@@ -30,7 +30,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 import traceback
 from collections import Counter
@@ -40,6 +39,7 @@ from typing import Any, Callable, Sequence
 
 from ..errors import BadInput, Interrupted, UnreadableFile
 from ..train.distributed import launch_env
+from ..utils.interrupts import raise_if_interrupted, stop_signals
 from ..utils.io import atomic_write_json, atomic_write_text, folder_lock, read_json
 from ..utils.processes import die_with_parent
 from ..utils.progress import RunTally
@@ -306,6 +306,7 @@ def _error_head(run_dir: Path) -> str:
 def _run_inline(jobs: list[tuple[list[Path], str]], log, out: dict[Path, str], tally: RunTally,
                 names: dict[Path, str]) -> dict[Path, str]:
     for dirs, note in jobs:
+        raise_if_interrupted()  # a stop signal swallowed inside the last run (utils.interrupts)
         log(tally.starting(dirs[0], names[dirs[0]] + note))
         status = {dirs[0]: execute_run(dirs[0])} if len(dirs) == 1 else \
             {Path(d): st for d, st in execute_group(dirs).items()}
@@ -406,6 +407,7 @@ def _run_local(jobs_: list[tuple[list[Path], str]], jobs: int, log, out: dict[Pa
                                      preexec_fn=_owned_by(os.getpid()))
                 running[slot] = (p, dirs, note, logf)
             time.sleep(0.1)
+            raise_if_interrupted()
             for slot, (p, dirs, note, logf) in list(running.items()):
                 rc = p.poll()
                 if rc is None:
@@ -493,6 +495,7 @@ def _run_slurm(dirs: list[Path], jobs: int, folder: Path, log, slurm: dict[str, 
     ex.update_parameters(**params)
     handles = ex.map_array(SlurmRun(), [str(d) for d in dirs])
     for d, h in zip(dirs, handles):
+        raise_if_interrupted()
         try:
             out[d] = h.results()[0]  # rank 0's status (one per task)
         except Exception as e:  # the job died before execute_run could record it
@@ -523,18 +526,6 @@ def _prepare(spec: RunSpec, run_dir: Path) -> None:
                 raise BadInput(f"{run_dir} holds a run with other overrides; use another --out or remove the folder")
             return
     atomic_write_json(p, new)
-
-
-def _term_as_interrupt():
-    """While a sweep runs, SIGTERM (``kill PID``) acts like Ctrl-C: worker processes are stopped
-    and the summary is written. Returns the previous handler (None off the main thread)."""
-    if threading.current_thread() is not threading.main_thread():
-        return None
-
-    def handler(signum, frame):
-        raise Interrupted("", signum)
-
-    return signal.signal(signal.SIGTERM, handler)
 
 
 def _dir_of(s: RunSpec, out_dir: Path) -> Path:
@@ -604,17 +595,17 @@ def _run_specs_locked(specs: Sequence[RunSpec], out_dir: Path, jobs: int, execut
     key_of = {d: k for k, d in result.run_dirs.items()}
     several = len({s.sweep for s in specs}) > 1  # e.g. a sweep and its 2x longer twin: the same run names
     names = {d: k if several else d.name for d, k in key_of.items()}  # in progress lines
-    old_term = _term_as_interrupt()
     try:
-        if executor == "slurm":  # one array task per run
-            _run_slurm(todo, jobs, out_dir, log, slurm, st, tally, names)
-        else:
-            work = _jobs([s for s in specs if result.run_dirs[_key(s)] in set(todo)], result.run_dirs, lockstep)
-            if executor == "inline":
-                _run_inline(work, log, st, tally, names)
+        with stop_signals((signal.SIGTERM,)):  # a sweep called from Python stops on `kill PID` too
+            if executor == "slurm":  # one array task per run
+                _run_slurm(todo, jobs, out_dir, log, slurm, st, tally, names)
             else:
-                est = [sum(tally.estimates.get(key_of[d], 0.0) for d in dirs) for dirs, _ in work]
-                _run_local([work[i] for i in longest_first(est)], jobs, log, st, tally, names)
+                work = _jobs([s for s in specs if result.run_dirs[_key(s)] in set(todo)], result.run_dirs, lockstep)
+                if executor == "inline":
+                    _run_inline(work, log, st, tally, names)
+                else:
+                    est = [sum(tally.estimates.get(key_of[d], 0.0) for d in dirs) for dirs, _ in work]
+                    _run_local([work[i] for i in longest_first(est)], jobs, log, st, tally, names)
     except KeyboardInterrupt as e:
         if isinstance(e, Interrupted) and e.message:
             raise
@@ -622,8 +613,6 @@ def _run_specs_locked(specs: Sequence[RunSpec], out_dir: Path, jobs: int, execut
         raise Interrupted(f"interrupted with {ended} of {len(todo)} run(s) finished in {out_dir}",
                           getattr(e, "signum", None)) from None
     finally:
-        if old_term is not None:
-            signal.signal(signal.SIGTERM, old_term)
         for d, status in st.items():
             result.status[key_of[d]] = status
             if status == "failed":

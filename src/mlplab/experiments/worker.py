@@ -13,23 +13,20 @@ import signal
 import sys
 
 
-def _stop(signum, frame) -> None:
-    """SIGTERM as an exception, so that a file being written is removed, not left half-done
-    (``utils.io.atomic_save`` cleans up on any exception); the run stays unfinished."""
-    raise SystemExit(128 + signum)
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if not argv:
         print("usage: python -m mlplab.experiments.worker RUN_DIR [RUN_DIR ...]", file=sys.stderr)
         return 2
+    from ..utils.interrupts import stop_signals
     from .executors import execute_group, execute_run
 
-    signal.signal(signal.SIGTERM, _stop)  # the executor stops its workers with SIGTERM
     try:
-        status = {argv[0]: execute_run(argv[0])} if len(argv) == 1 else execute_group(argv)
-    except KeyboardInterrupt as e:  # Ctrl-C, or a cluster's stop signal after the checkpoint (train.preemption)
+        # the executor stops its workers with SIGTERM: as an exception, so that a file being written
+        # is removed, not left half-done (utils.io.atomic_save); the run stays unfinished
+        with stop_signals((signal.SIGTERM,)):
+            status = {argv[0]: execute_run(argv[0])} if len(argv) == 1 else execute_group(argv)
+    except KeyboardInterrupt as e:  # SIGTERM, Ctrl-C, or a cluster's stop signal after its checkpoint (preemption)
         print(f"mlplab worker: {getattr(e, 'message', '') or 'interrupted'}", file=sys.stderr, flush=True)
         return 128 + int(getattr(e, "signum", None) or signal.SIGINT)
     for d, st in status.items():

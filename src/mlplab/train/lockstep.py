@@ -51,6 +51,7 @@ from torch.func import functional_call, stack_module_state, vmap
 from ..errors import RunFailure
 from ..layers.common import DropPath
 from ..layers.masked import MaskedLinear
+from ..utils.interrupts import raise_if_interrupted
 from ..utils.io import atomic_write_json
 from ..utils.units import format_count
 from .backend import describe_implementation, implementation_line, keep_freed_memory
@@ -438,6 +439,7 @@ def _train_epoch(members: list[_Member], stack: _Stack, guard: _Guard, epoch: in
             sums = sums[keep]
             if not members:
                 return []
+        raise_if_interrupted()  # Ctrl-C that Python swallowed where it landed (utils.interrupts)
     keep = _check(members, stack, guard)
     sums = sums[keep]
     train_time = time.perf_counter() - t_epoch
@@ -656,7 +658,7 @@ def _train_stacked(plans: list[RunPlan], resume: list[bool], overwrite: bool, on
     with contextlib.ExitStack() as outer:
         for m, res in zip(members, resume):
             outer.enter_context(m.exits)  # closed early when the seed ends
-            m.folder = m.exits.enter_context(open_run_folder(m.run.cfg, dist, res, overwrite))
+            m.folder = m.exits.enter_context(open_run_folder(m.run.cfg, dist, res, overwrite, m.run.dur.total_epochs))
             if m.folder.finished is not None:
                 m.outcome = m.folder.finished
                 m.exits.close()

@@ -69,6 +69,7 @@ import torch.nn.functional as F
 from ..errors import BadInput, RunFailure
 from ..models.counting import count_flops, count_params
 from ..utils.cpu import cpu_has_native_bf16, machine_tag
+from ..utils.interrupts import raise_if_interrupted
 from ..utils.io import atomic_write_json
 from ..utils.machine import device_sync, run_cpu_seconds
 from ..utils.seeds import derive_seed
@@ -440,6 +441,7 @@ def _train_epoch(run: _Run, epoch: int, state: RunState, guard: _Guard, progress
             state.position = i + 1
             state.partial = {"sums": sums.cpu(), "seen": seen, "train_time_s": t_before + time.perf_counter() - t_epoch}
             return None
+        raise_if_interrupted()  # Ctrl-C that Python swallowed where it landed (utils.interrupts)
         if progress.due():  # a TTY only: one sync per 0.5 s to show the running loss
             l_, a_ = sums.tolist()
             progress.update(epoch + 1, dur.total_epochs, i + 1, steps_this_epoch,
@@ -541,7 +543,7 @@ def _train(plan: RunPlan, dist: DistInfo, resume: bool, overwrite: bool,
     r = cfg.run
     run = _prepare(plan, dist)
     dur, data = run.dur, run.data
-    with open_run_folder(cfg, dist, resume, overwrite) as folder:
+    with open_run_folder(cfg, dist, resume, overwrite, dur.total_epochs) as folder:
         if folder.finished is not None:  # finished already: nothing to do (open_run_folder says so)
             return folder.finished
         run_dir = folder.path

@@ -225,18 +225,24 @@ def _last_logged_epoch(run_dir: Path) -> int:
     return 0
 
 
-def _interrupted(run_dir: Path, signum: int | None) -> Interrupted:
-    """Where a stopped run stood: the epoch it was in and the checkpoint a resume starts from."""
+def _interrupted(run_dir: Path, signum: int | None, epochs: int | None = None) -> Interrupted:
+    """Where a stopped run stood: the epoch it was in (or, past its last of ``epochs``, the final
+    test and files) and the checkpoint a resume starts from."""
     epoch = checkpoint_epoch(run_dir)
     now = max(_last_logged_epoch(run_dir), epoch or 0) + 1
     kept = (f"the checkpoint of epoch {epoch} is kept" if epoch is not None
             else "no checkpoint yet, a resume starts it again")
+    if epochs and now > epochs:
+        return Interrupted(f"interrupted after the last epoch ({epochs}) of {run_dir}, before its results were "
+                           f"written ({kept})", signum)
     return Interrupted(f"interrupted at epoch {now} of {run_dir} ({kept})", signum)
 
 
 @contextlib.contextmanager
-def open_run_folder(cfg: RunConfig, dist: DistInfo, resume: bool, overwrite: bool) -> Iterator[RunFolder]:
-    """Lock, check and (for a new run) initialise the run folder; see the module docstring."""
+def open_run_folder(cfg: RunConfig, dist: DistInfo, resume: bool, overwrite: bool,
+                    epochs: int | None = None) -> Iterator[RunFolder]:
+    """Lock, check and (for a new run) initialise the run folder; see the module docstring.
+    ``epochs``: the run's length, for the message of a run interrupted after its last epoch."""
     assert cfg.run.name is not None, "make_config fills run.name"
     run_dir = Path(cfg.run.out_dir) / cfg.run.name
     data = data_identity(cfg)
@@ -260,4 +266,4 @@ def open_run_folder(cfg: RunConfig, dist: DistInfo, resume: bool, overwrite: boo
         except KeyboardInterrupt as e:
             if isinstance(e, Interrupted) and e.message:
                 raise
-            raise _interrupted(run_dir, getattr(e, "signum", None)) from None
+            raise _interrupted(run_dir, getattr(e, "signum", None), epochs) from None

@@ -1,0 +1,60 @@
+"""Ctrl-C and SIGTERM as an exception that is never lost.
+
+Python's own Ctrl-C handler raises ``KeyboardInterrupt`` wherever the main thread happens to be.
+When that is inside a weakref callback or a ``__del__`` (a ``WeakSet`` entry removed while
+matplotlib draws the run's curves, an object torch frees), Python prints "Exception ignored in
+..." and carries on: the signal is gone and the run trains to its end. While :func:`stop_signals`
+is entered, each of its signals raises :class:`~mlplab.errors.Interrupted` where the main thread
+is *and* is remembered; :func:`raise_if_interrupted`, asked after every training step and between
+a sweep's runs, raises it again, so a swallowed signal still stops the work within one step.
+"""
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+from typing import Iterator
+
+from ..errors import Interrupted
+
+__all__ = ["raise_if_interrupted", "stop_signals"]
+
+_received: list[int] = []  # the signals seen while stop_signals is entered, in order of arrival
+_depth = 0  # how many stop_signals are entered (a sweep inside a command enters a second one)
+
+
+def _handler(signum: int, frame: object) -> None:
+    _received.append(signum)
+    raise Interrupted("", signum)
+
+
+@contextlib.contextmanager
+def stop_signals(signals: tuple[int, ...] = (signal.SIGINT, signal.SIGTERM)) -> Iterator[None]:
+    """While entered, each of ``signals`` raises :class:`~mlplab.errors.Interrupted` (its
+    ``signum`` set) and is remembered for :func:`raise_if_interrupted`. A signal the process
+    inherited as ignored stays ignored (a suite or campaign started with ``&`` from a script
+    ignores Ctrl-C, as the shell meant). Off the main thread nothing is installed (Python's rule)."""
+    global _depth
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = {s: signal.getsignal(s) for s in signals}
+    for s, h in old.items():
+        if h is not signal.SIG_IGN:
+            signal.signal(s, _handler)
+    _depth += 1
+    try:
+        yield
+    finally:
+        _depth -= 1
+        for s, h in old.items():
+            signal.signal(s, h if h is not None else signal.SIG_DFL)
+        if _depth == 0:
+            _received.clear()
+
+
+def raise_if_interrupted() -> None:
+    """Raise :class:`~mlplab.errors.Interrupted` for the first stop signal received since the
+    outermost :func:`stop_signals` was entered, if any (a host-side check: no device sync)."""
+    if _received:
+        raise Interrupted("", _received[0])
