@@ -16,7 +16,8 @@ def swallow_signal(monkeypatch):
     """``swallow_signal(sig)`` delivers ``sig`` inside a weakref callback, where the handler's
     exception is "ignored" (Python hands it to ``sys.unraisablehook`` and carries on): a Ctrl-C
     lost the way a real one is lost when it lands while a ``WeakSet`` forgets an object. Returns
-    the exceptions so swallowed, to show the swallowing happened."""
+    the exceptions so swallowed, to show the swallowing happened. Ctrl-C has its terminal
+    disposition for the test (a suite started in the background, or by mutmut, ignores it)."""
     import signal
     import sys
     import weakref
@@ -32,4 +33,7 @@ def swallow_signal(monkeypatch):
         weakref.finalize(obj, signal.raise_signal, sig)
         del obj  # the finalizer runs here; raise_signal runs the handler at once, inside it
         return swallowed
-    return swallow
+
+    inherited = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield swallow
+    signal.signal(signal.SIGINT, inherited)
