@@ -171,7 +171,7 @@ class Scaling:
 
 
 SETTINGS = {
-    "smoke": Scaling(widths=[4, 8], depths=[1], subsets=[32, 64], epochs=[1, 2], bootstrap=50,
+    "smoke": Scaling(widths=[4, 8], depths=[1], subsets=[32, 64], epochs=[1, 2], bootstrap=20,
                      recipe=dict(epochs=1, cpu_epochs=1, extra={"augment.hflip": True}),
                      note="no mixup or label smoothing below paper scale (Scaling MLPs' scaling runs use mixup 0.8): "
                           "with 1–4 epochs they only slow the fit; the lr (AdamW 3e-3, the cpu default) was not tuned"),
