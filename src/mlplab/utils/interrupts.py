@@ -1,9 +1,9 @@
 """Ctrl-C and SIGTERM as an exception that is never lost.
 
 Python's own Ctrl-C handler raises ``KeyboardInterrupt`` wherever the main thread happens to be.
-When that is inside a weakref callback or a ``__del__`` (a ``WeakSet`` entry removed while
-matplotlib draws the run's curves, an object torch frees), Python prints "Exception ignored in
-..." and carries on: the signal is gone and the run trains to its end. While :func:`stop_signals`
+When that is inside a weakref callback or a ``__del__`` (e.g. a ``WeakSet`` entry removed while
+matplotlib draws the run's curves), Python prints "Exception ignored in ..." and carries on: the
+signal is gone and the run trains to its end. While :func:`stop_signals`
 is entered, each of its signals raises :class:`~mlplab.errors.Interrupted` where the main thread
 is *and* is remembered; :func:`raise_if_interrupted`, asked after every training step and between
 a sweep's runs, raises it again, so a swallowed signal still stops the work within one step.
