@@ -1,5 +1,6 @@
 """A Ctrl-C that Python swallowed where it landed (mlplab.utils.interrupts) still stops a run
-within one step: solo and in lockstep, with the last checkpoint kept and no results written."""
+called from Python within one step: solo and in lockstep, with the last checkpoint kept and no
+results written; a caller's own Ctrl-C handler is left in place."""
 import signal
 from pathlib import Path
 
@@ -9,7 +10,6 @@ from mlplab.errors import Interrupted
 from mlplab.train import train
 from mlplab.train.lockstep import train_lockstep
 from mlplab.train.rundir import checkpoint_epoch
-from mlplab.utils.interrupts import stop_signals
 
 
 def _swallow_after_epoch(swallow_signal, epoch):
@@ -21,7 +21,7 @@ def _swallow_after_epoch(swallow_signal, epoch):
 
 def test_a_run_stops_one_step_after_a_swallowed_ctrl_c(tiny, swallow_signal):
     cfg = tiny("solo", **{"schedule.epochs": 3})
-    with stop_signals(), pytest.raises(Interrupted) as e:
+    with pytest.raises(Interrupted) as e:
         train(cfg, on_epoch_end=_swallow_after_epoch(swallow_signal, 1))
     run_dir = Path(cfg.run.out_dir) / cfg.run.name
     assert e.value.signum == signal.SIGINT
@@ -31,7 +31,7 @@ def test_a_run_stops_one_step_after_a_swallowed_ctrl_c(tiny, swallow_signal):
 
 def test_seeds_in_lockstep_stop_one_step_after_a_swallowed_ctrl_c(tiny, swallow_signal):
     cfgs = [tiny(f"seed={s}", **{"schedule.epochs": 3, "run.seed": s, "model.kwargs.seed": s}) for s in (0, 1)]
-    with stop_signals(), pytest.raises(Interrupted) as e:
+    with pytest.raises(Interrupted) as e:
         train_lockstep(cfgs, on_epoch_end=_swallow_after_epoch(swallow_signal, 1))
     assert e.value.signum == signal.SIGINT
     for c in cfgs:
@@ -51,3 +51,15 @@ def test_a_run_interrupted_after_its_last_epoch_says_so(tiny):
     run_dir = Path(cfg.run.out_dir) / cfg.run.name
     assert e.value.message == (f"interrupted after the last epoch (3) of {run_dir}, before its results were written "
                                "(the checkpoint of epoch 3 is kept)")
+
+
+def test_a_callers_own_ctrl_c_handler_is_left_in_place(tiny, swallow_signal):
+    """A notebook or an application that handles SIGINT itself keeps it while the run trains."""
+    seen = []
+
+    def own(signum, frame):
+        seen.append(signum)
+    signal.signal(signal.SIGINT, own)  # swallow_signal puts the previous handler back afterwards
+    res = train(tiny("own", **{"schedule.epochs": 2}),
+                on_epoch_end=lambda rec: seen.append(signal.getsignal(signal.SIGINT) is own))
+    assert seen == [True, True] and res["epochs"] == 2

@@ -75,3 +75,15 @@ def test_a_sweep_stops_before_its_next_run_after_a_swallowed_ctrl_c(tmp_path, ca
     assert rc == 130, err
     assert "interrupted with 1 of 3 run(s) finished" in err and "continue with mlplab sweep" in err, err
     assert len(list(out.rglob("results.json"))) == 1
+
+
+def test_a_sweep_called_from_python_stops_before_its_next_run_after_a_swallowed_ctrl_c(tmp_path, monkeypatch,
+                                                                                      swallow_signal):
+    from mlplab.experiments.executors import run_sweep
+    from mlplab.experiments.sweep import Sweep, product
+
+    monkeypatch.setitem(tasks.TASKS, "swallowing", lambda o, run_dir: (swallow_signal(signal.SIGINT), {})[1])
+    with pytest.raises(Interrupted) as e:
+        run_sweep(Sweep("s", {}, [product(("value", [1, 2, 3]))], task="swallowing"), tmp_path, verbose=False)
+    assert e.value.signum == signal.SIGINT and "interrupted with 1 of 3 run(s) finished" in e.value.message
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the caller's handler is back

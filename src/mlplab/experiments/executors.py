@@ -596,7 +596,8 @@ def _run_specs_locked(specs: Sequence[RunSpec], out_dir: Path, jobs: int, execut
     several = len({s.sweep for s in specs}) > 1  # e.g. a sweep and its 2x longer twin: the same run names
     names = {d: k if several else d.name for d, k in key_of.items()}  # in progress lines
     try:
-        with stop_signals((signal.SIGTERM,)):  # a sweep called from Python stops on `kill PID` too
+        # a sweep called from Python stops on `kill PID` too, and a swallowed Ctrl-C before its next run
+        with stop_signals((signal.SIGTERM,)), stop_signals((signal.SIGINT,), only_default=True):
             if executor == "slurm":  # one array task per run
                 _run_slurm(todo, jobs, out_dir, log, slurm, st, tally, names)
             else:

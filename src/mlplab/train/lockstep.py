@@ -39,6 +39,7 @@ import contextlib
 import copy
 import dataclasses
 import os
+import signal
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
@@ -51,7 +52,7 @@ from torch.func import functional_call, stack_module_state, vmap
 from ..errors import RunFailure
 from ..layers.common import DropPath
 from ..layers.masked import MaskedLinear
-from ..utils.interrupts import raise_if_interrupted
+from ..utils.interrupts import raise_if_interrupted, stop_signals
 from ..utils.io import atomic_write_json
 from ..utils.units import format_count
 from .backend import describe_implementation, implementation_line, keep_freed_memory
@@ -602,13 +603,15 @@ def train_lockstep(cfgs: Sequence[RunConfig | RunPlan], *, resume: bool | Sequen
     ``overwrite`` as for :func:`~mlplab.train.train` (``resume``: for every run, or one per run);
     seeds resumed at different epochs train in one group per epoch, one group after another. Runs that cannot be stacked
     (:func:`lockstep_unsupported`, or models whose state outside their weights differs) train
-    one after another, as :func:`~mlplab.train.train` trains them, after a line saying why."""
+    one after another, as :func:`~mlplab.train.train` trains them, after a line saying why.
+    Ctrl-C as for :func:`~mlplab.train.train`."""
     t_start = time.perf_counter()
     plans = [as_plan(c) for c in cfgs]
     resume = [resume] * len(plans) if isinstance(resume, bool) else list(resume)
     why = _group_unsupported([p.cfg for p in plans])
     if why is None:
-        return _train_stacked(plans, resume, overwrite, on_epoch_end, t_start)
+        with stop_signals((signal.SIGINT,), only_default=True):
+            return _train_stacked(plans, resume, overwrite, on_epoch_end, t_start)
     Progress(plans[0].cfg.run.log).line(f"mlplab: training {len(plans)} seeds one after another, "
                                         f"not in lockstep: {why}")
     return [_solo(p, res, overwrite, on_epoch_end) for p, res in zip(plans, resume)]

@@ -56,6 +56,7 @@ import contextlib
 import hashlib
 import math
 import os
+import signal
 import sys
 import time
 from dataclasses import dataclass, field
@@ -69,7 +70,7 @@ import torch.nn.functional as F
 from ..errors import BadInput, RunFailure
 from ..models.counting import count_flops, count_params
 from ..utils.cpu import cpu_has_native_bf16, machine_tag
-from ..utils.interrupts import raise_if_interrupted
+from ..utils.interrupts import raise_if_interrupted, stop_signals
 from ..utils.io import atomic_write_json
 from ..utils.machine import device_sync, run_cpu_seconds
 from ..utils.seeds import derive_seed
@@ -209,7 +210,9 @@ def train(cfg: RunConfig | RunPlan | str, *, resume: bool = False, overwrite: bo
     ``cfg``: a config, a named config or JSON file (planned here: ``train.runplan``), or the plan
     ``mlplab train`` made. ``resume``: continue the run in ``<out_dir>/<name>`` from its last
     checkpoint (its config must be the same). ``overwrite``: replace an existing run folder. ``on_epoch_end(record)`` is
-    called after each epoch's metrics and checkpoint are written (tests use it)."""
+    called after each epoch's metrics and checkpoint are written (tests use it). Ctrl-C stops the
+    run within a step even where Python swallowed it (:mod:`mlplab.utils.interrupts`), unless the
+    caller handles SIGINT itself."""
     plan = as_plan(cfg)
     cfg = plan.cfg
     if cfg.run.threads:
@@ -217,7 +220,8 @@ def train(cfg: RunConfig | RunPlan | str, *, resume: bool = False, overwrite: bo
     keep_freed_memory()  # no page faults for each step's activations (backend.py)
     dist = init_distributed("cuda" if cfg.run.device != "cpu" and torch.cuda.is_available() else "cpu")
     try:
-        return _train(plan, dist, resume, overwrite, on_epoch_end)
+        with stop_signals((signal.SIGINT,), only_default=True):
+            return _train(plan, dist, resume, overwrite, on_epoch_end)
     finally:
         cleanup(dist)
 

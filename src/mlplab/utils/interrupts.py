@@ -28,19 +28,26 @@ def _handler(signum: int, frame: object) -> None:
     raise Interrupted("", signum)
 
 
+def _is_default(handler: object) -> bool:
+    return handler is signal.default_int_handler or handler is signal.SIG_DFL
+
+
 @contextlib.contextmanager
-def stop_signals(signals: tuple[int, ...] = (signal.SIGINT, signal.SIGTERM)) -> Iterator[None]:
+def stop_signals(signals: tuple[int, ...] = (signal.SIGINT, signal.SIGTERM), only_default: bool = False,
+                 ) -> Iterator[None]:
     """While entered, each of ``signals`` raises :class:`~mlplab.errors.Interrupted` (its
     ``signum`` set) and is remembered for :func:`raise_if_interrupted`. A signal the process
     inherited as ignored stays ignored (a suite or campaign started with ``&`` from a script
-    ignores Ctrl-C, as the shell meant). Off the main thread nothing is installed (Python's rule)."""
+    ignores Ctrl-C, as the shell meant). ``only_default``: take a signal only from Python's own
+    handler, leaving another one in place (a notebook's, an application's, an outer entry's). Off
+    the main thread nothing is installed (Python's rule)."""
     global _depth
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     old = {s: signal.getsignal(s) for s in signals}
     for s, h in old.items():
-        if h is not signal.SIG_IGN:
+        if h is not signal.SIG_IGN and (_is_default(h) or not only_default):
             signal.signal(s, _handler)
     _depth += 1
     try:
