@@ -53,13 +53,16 @@ def test_a_run_interrupted_after_its_last_epoch_says_so(tiny):
                                "(the checkpoint of epoch 3 is kept)")
 
 
-def test_a_callers_own_ctrl_c_handler_is_left_in_place(tiny, swallow_signal):
-    """A notebook or an application that handles SIGINT itself keeps it while the run trains."""
+def test_a_callers_own_ctrl_c_handler_and_sigterm_are_left_in_place(tiny, swallow_signal):
+    """A notebook or an application that handles SIGINT itself keeps it while the run trains, and
+    SIGTERM keeps whatever the caller gave it (only the mlplab commands make it a Ctrl-C)."""
     seen = []
 
     def own(signum, frame):
         seen.append(signum)
     signal.signal(signal.SIGINT, own)  # swallow_signal puts the previous handler back afterwards
+    term = signal.getsignal(signal.SIGTERM)
     res = train(tiny("own", **{"schedule.epochs": 2}),
-                on_epoch_end=lambda rec: seen.append(signal.getsignal(signal.SIGINT) is own))
-    assert seen == [True, True] and res["epochs"] == 2
+                on_epoch_end=lambda rec: seen.append((signal.getsignal(signal.SIGINT) is own,
+                                                      signal.getsignal(signal.SIGTERM) is term)))
+    assert seen == [(True, True), (True, True)] and res["epochs"] == 2
