@@ -39,7 +39,7 @@ from typing import Any, Callable, Sequence
 
 from ..errors import BadInput, Interrupted, UnreadableFile
 from ..train.distributed import launch_env
-from ..utils.interrupts import raise_if_interrupted, stop_signals
+from ..utils.interrupts import library_stop_signals, raise_if_interrupted, stop_signals
 from ..utils.io import atomic_write_json, atomic_write_text, folder_lock, read_json
 from ..utils.processes import die_with_parent
 from ..utils.progress import RunTally
@@ -597,7 +597,7 @@ def _run_specs_locked(specs: Sequence[RunSpec], out_dir: Path, jobs: int, execut
     names = {d: k if several else d.name for d, k in key_of.items()}  # in progress lines
     try:
         # a sweep called from Python stops on `kill PID` too, and a swallowed Ctrl-C before its next run
-        with stop_signals((signal.SIGTERM,)), stop_signals((signal.SIGINT,), only_default=True):
+        with stop_signals((signal.SIGTERM,)), library_stop_signals():
             if executor == "slurm":  # one array task per run
                 _run_slurm(todo, jobs, out_dir, log, slurm, st, tally, names)
             else:

@@ -39,7 +39,6 @@ import contextlib
 import copy
 import dataclasses
 import os
-import signal
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
@@ -52,7 +51,7 @@ from torch.func import functional_call, stack_module_state, vmap
 from ..errors import RunFailure
 from ..layers.common import DropPath
 from ..layers.masked import MaskedLinear
-from ..utils.interrupts import raise_if_interrupted, stop_signals
+from ..utils.interrupts import library_stop_signals, raise_if_interrupted
 from ..utils.io import atomic_write_json
 from ..utils.units import format_count
 from .backend import describe_implementation, implementation_line, keep_freed_memory
@@ -610,7 +609,7 @@ def train_lockstep(cfgs: Sequence[RunConfig | RunPlan], *, resume: bool | Sequen
     resume = [resume] * len(plans) if isinstance(resume, bool) else list(resume)
     why = _group_unsupported([p.cfg for p in plans])
     if why is None:
-        with stop_signals((signal.SIGINT,), only_default=True):
+        with library_stop_signals():
             return _train_stacked(plans, resume, overwrite, on_epoch_end, t_start)
     Progress(plans[0].cfg.run.log).line(f"mlplab: training {len(plans)} seeds one after another, "
                                         f"not in lockstep: {why}")

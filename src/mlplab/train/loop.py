@@ -56,7 +56,6 @@ import contextlib
 import hashlib
 import math
 import os
-import signal
 import sys
 import time
 from dataclasses import dataclass, field
@@ -70,7 +69,7 @@ import torch.nn.functional as F
 from ..errors import BadInput, RunFailure
 from ..models.counting import count_flops, count_params
 from ..utils.cpu import cpu_has_native_bf16, machine_tag
-from ..utils.interrupts import raise_if_interrupted, stop_signals
+from ..utils.interrupts import library_stop_signals, raise_if_interrupted
 from ..utils.io import atomic_write_json
 from ..utils.machine import device_sync, run_cpu_seconds
 from ..utils.seeds import derive_seed
@@ -220,7 +219,7 @@ def train(cfg: RunConfig | RunPlan | str, *, resume: bool = False, overwrite: bo
     keep_freed_memory()  # no page faults for each step's activations (backend.py)
     dist = init_distributed("cuda" if cfg.run.device != "cpu" and torch.cuda.is_available() else "cpu")
     try:
-        with stop_signals((signal.SIGINT,), only_default=True):
+        with library_stop_signals():
             return _train(plan, dist, resume, overwrite, on_epoch_end)
     finally:
         cleanup(dist)

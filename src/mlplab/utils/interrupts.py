@@ -17,7 +17,7 @@ from typing import Iterator
 
 from ..errors import Interrupted
 
-__all__ = ["raise_if_interrupted", "stop_signals"]
+__all__ = ["library_stop_signals", "raise_if_interrupted", "stop_signals"]
 
 _received: list[int] = []  # the signals seen while stop_signals is entered, in order of arrival
 _depth = 0  # how many stop_signals are entered (a sweep inside a command enters a second one)
@@ -58,6 +58,13 @@ def stop_signals(signals: tuple[int, ...] = (signal.SIGINT, signal.SIGTERM), onl
             signal.signal(s, h if h is not None else signal.SIG_DFL)
         if _depth == 0:
             _received.clear()
+
+
+def library_stop_signals() -> contextlib.AbstractContextManager[None]:
+    """What a library call that trains (``train``, ``train_lockstep``, a sweep) enters: Ctrl-C
+    taken from Python's own handler only, so that a caller's handler (a notebook's, an
+    application's, a command's) stays in place and SIGTERM keeps the caller's meaning."""
+    return stop_signals((signal.SIGINT,), only_default=True)
 
 
 def raise_if_interrupted() -> None:
