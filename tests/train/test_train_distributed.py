@@ -65,3 +65,45 @@ def test_two_gloo_processes_match_one_process(tmp_path, subprocess_env):
     for a, b in zip(saved["history"], single["history"]):
         assert a["train_loss"] == pytest.approx(b["train_loss"], rel=1e-4)
     assert saved["test_acc"] == pytest.approx(single["test_acc"], abs=1 / 128 + 1e-9)
+
+
+def test_cleanup_after_a_failure_frees_what_the_failed_frames_held(monkeypatch):
+    """The DDP wrapper a failed run's frames hold (here any object) is freed before the process
+    group is destroyed, through the exception's cause, context and group members (distributed.cleanup)."""
+    import builtins
+    import weakref
+
+    from mlplab.train import distributed
+
+    class Held:
+        pass
+
+    def fail():
+        held = Held()  # a local of the failed frame, in a reference cycle (freed by gc only)
+        held.me = held
+        refs.append(weakref.ref(held))
+        raise RuntimeError("inner")
+
+    def outer(link: str):
+        try:
+            fail()
+        except RuntimeError as inner:
+            if link == "context":
+                raise KeyboardInterrupt from None  # suppressed, but still the context
+            caught = inner
+        if link == "group":
+            raise builtins.BaseExceptionGroup("ranks", [caught, KeyboardInterrupt()])  # the member only
+        raise KeyboardInterrupt from caught  # the cause only: raised outside the handler
+
+    alive_at_destroy = []
+    monkeypatch.setattr(distributed.dist, "is_initialized", lambda: True)
+    monkeypatch.setattr(distributed.dist, "destroy_process_group",
+                        lambda: alive_at_destroy.append([r() is not None for r in refs]))
+    links = ("cause", "context") + (("group",) if sys.version_info >= (3, 11) else ())
+    for link in links:
+        refs: list = []
+        try:
+            outer(link)
+        except BaseException as e:
+            distributed.cleanup(distributed.DistInfo(rank=0, world_size=2), failed=e)
+    assert alive_at_destroy == [[False]] * len(links)

@@ -17,7 +17,7 @@ from mlplab.train.data import train_loader
 from mlplab.train.distributed import DistInfo
 
 CHILD = """
-import hashlib, json, os, sys
+import hashlib, json, os, sys, weakref
 import torch
 from mlplab.layers import common
 from mlplab.train import loop, make_config, runplan, train
@@ -46,8 +46,11 @@ def loader(*args, **kwargs):
 
 make_loader, loop.train_loader = loop.train_loader, loader
 
+ddp = []
+
 def wrap(run):  # count the gradient all-reduces DDP performs (one bucket per synced backward here)
     wrap_ddp(run)
+    ddp.append(weakref.ref(run.ddp))
 
     def count(state, bucket):
         seen["allreduces"] = seen.get("allreduces", 0) + 1
@@ -70,8 +73,11 @@ try:
     res = train(cfg, resume=mode == "resume", on_epoch_end=stop if mode == "stop" else None)
     seen.update(sha=res["weights_sha256"], acc_ema=res["test_acc_ema"], loss_ema=res["test_loss_ema"],
                 steps=res["steps"])
-except Stop:
+except Stop:  # while the exception (and its traceback) is held here
     seen["stopped"] = True
+    seen["ddp_alive"] = ddp[0]() is not None
+    seen["gloo_threads"] = [n for n in (open(f"/proc/self/task/{t}/comm").read().strip()
+                                        for t in os.listdir("/proc/self/task")) if "gloo" in n]
 with open(os.path.join(sys.argv[2], mode + "-rank" + rank + ".json"), "w") as f:
     json.dump(seen, f)
 """
@@ -102,6 +108,9 @@ def test_torchrun_streams_per_rank_and_stop_resume_is_bitwise_identical(tmp_path
     cfg = _config(tmp_path, "rp", {"model.name": "rp_s_mixer", "model.kwargs.drop_path_rate": 0.2})
     stopped = _torchrun(tmp_path, subprocess_env, cfg, "stop")
     assert all(r["stopped"] for r in stopped)
+    # the stopped run's DDP wrapper and process group were freed inside train (distributed.cleanup);
+    # freed later by DDP's reducer, the group joins gloo's threads holding the GIL (a deadlock)
+    assert not any(r["ddp_alive"] or r["gloo_threads"] for r in stopped), stopped
     resumed = _torchrun(tmp_path, subprocess_env, cfg, "resume")
     ranks = _torchrun(tmp_path, subprocess_env, make_config(cfg, {"run.name": "reference"}), "run")
 

@@ -251,7 +251,7 @@ def process(monkeypatch):
     monkeypatch.setattr(loop, "as_plan", lambda cfg: SimpleNamespace(cfg=cfg))
     monkeypatch.setattr(loop, "keep_freed_memory", lambda: calls.append("keep"))
     monkeypatch.setattr(loop, "init_distributed", lambda kind: (calls.append(("init", kind)), DistInfo())[1])
-    monkeypatch.setattr(loop, "cleanup", lambda dist: calls.append(("cleanup", dist)))
+    monkeypatch.setattr(loop, "cleanup", lambda dist, failed=None: calls.append(("cleanup", dist, failed)))
     monkeypatch.setattr(torch, "set_num_threads", lambda n: calls.append(("threads", n)))
     return calls
 
@@ -268,7 +268,7 @@ def test_train_sets_up_the_process_runs_and_cleans_up(process, monkeypatch, devi
     monkeypatch.setattr(loop, "_train", lambda *a: (got.append(a), {"done": 1})[1])
     cfg, hook = _cfg_of(device, threads=1), (lambda rec: None)
     assert loop.train(cfg, resume=True, overwrite=False, on_epoch_end=hook) == {"done": 1}
-    assert process == [("threads", 1), "keep", ("init", kind), ("cleanup", DistInfo())]
+    assert process == [("threads", 1), "keep", ("init", kind), ("cleanup", DistInfo(), None)]
     (plan, dist, resume, overwrite, on_epoch_end), = got
     assert plan.cfg is cfg and dist == DistInfo() and (resume, overwrite, on_epoch_end) == (True, False, hook)
     loop.train(cfg, overwrite=True)
@@ -276,13 +276,16 @@ def test_train_sets_up_the_process_runs_and_cleans_up(process, monkeypatch, devi
 
 
 def test_train_leaves_the_threads_alone_and_cleans_up_after_a_failure(process, monkeypatch):
+    boom = RuntimeError("boom")
+
     def fails(*a):
-        raise RuntimeError("boom")
+        raise boom
 
     monkeypatch.setattr(loop, "_train", fails)
     with pytest.raises(RuntimeError, match="boom"):
         loop.train(_cfg_of(threads=None))
-    assert process == ["keep", ("init", "cpu"), ("cleanup", DistInfo())]
+    # cleanup is given the failure, to free what its frames hold before the process group
+    assert process == ["keep", ("init", "cpu"), ("cleanup", DistInfo(), boom)]
 
 
 # ----------------------------------------------------------------------------- the parts of a run

@@ -20,8 +20,10 @@ from ``SLURM_PROCID``, the world size from ``SLURM_STEP_NUM_TASKS``, the local r
 from __future__ import annotations
 
 import datetime
+import gc
 import os
 import re
+import traceback
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -161,6 +163,32 @@ def barrier(info: DistInfo) -> None:
         dist.barrier()
 
 
-def cleanup(info: DistInfo) -> None:
-    if info.enabled and dist.is_initialized():
-        dist.destroy_process_group()
+def cleanup(info: DistInfo, failed: BaseException | None = None) -> None:
+    """Leave the process group (destroy it), after a run ended or ``failed`` with an exception.
+
+    After a failure the exception's frames still hold the run's DDP wrapper, whose reducer holds
+    the group: freed later by the reducer, the group joins gloo's worker threads while holding the
+    GIL, and a worker that is just freeing a finished collective's tensor waits for the GIL — a
+    deadlock (one rank in 15 here, after a run stopped right after a checkpoint's barrier). So the
+    failed frames' variables are dropped and garbage collected first, and the group is freed here,
+    by ``destroy_process_group``, which releases the GIL while it waits for the workers. The cost:
+    a post-mortem debugger sees those frames without their variables."""
+    if not (info.enabled and dist.is_initialized()):
+        return
+    if failed is not None:
+        _drop_frames(failed)
+        gc.collect()
+    dist.destroy_process_group()
+
+
+def _drop_frames(failed: BaseException) -> None:
+    """Clear the variables of every finished frame in the tracebacks of ``failed``, its cause and
+    context (and theirs), and an exception group's members."""
+    todo, seen = [failed], set()
+    while todo:
+        e = todo.pop()
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        traceback.clear_frames(e.__traceback__)
+        todo += [e.__cause__, e.__context__, *getattr(e, "exceptions", ())]

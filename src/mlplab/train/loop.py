@@ -220,9 +220,12 @@ def train(cfg: RunConfig | RunPlan | str, *, resume: bool = False, overwrite: bo
     dist = init_distributed("cuda" if cfg.run.device != "cpu" and torch.cuda.is_available() else "cpu")
     try:
         with library_stop_signals():
-            return _train(plan, dist, resume, overwrite, on_epoch_end)
-    finally:
-        cleanup(dist)
+            results = _train(plan, dist, resume, overwrite, on_epoch_end)
+    except BaseException as e:
+        cleanup(dist, failed=e)  # frees the DDP wrapper the failed frames hold, then the group
+        raise
+    cleanup(dist)
+    return results
 
 
 
