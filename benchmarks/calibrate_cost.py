@@ -21,7 +21,8 @@ seconds per example against 3F), the start-up per run from each experiment's wal
 or, as ``reproduce --list`` and the campaign's ETA use it, fits each CPU kind's constants to the
 CPU seconds every finished run records (``results.json``: ``cpu_s``, ``machine_tag``) — one thread
 per run, so a run's CPU seconds are its wall time on a quiet core — and writes them into the
-calibration's ``machines`` table, which ``cost.cpu_machine()`` reads for the CPU kind it runs on:
+calibration's ``machines`` table, which ``cost.cpu_machine()`` reads for the CPU kind it runs on,
+and fits the ``linear_eval`` task's units to the wall seconds its runs record (``task_units``):
 
     python benchmarks/calibrate_cost.py --results docs/results runs/experiments --write
 
@@ -93,7 +94,7 @@ def time_run(overrides: dict, examples: int, out: Path) -> dict:
 
 def finished_runs(folder: Path) -> list[dict]:
     """Timing rows of the finished training runs of one ``mlplab reproduce`` folder."""
-    from mlplab.experiments.cost import TEST_SIZES, run_counts
+    from mlplab.experiments.cost import run_counts, split_examples
 
     exp = json.loads((folder / "experiment.json").read_text())
     rows = []
@@ -106,7 +107,7 @@ def finished_runs(folder: Path) -> list[dict]:
         rows.append({"label": f"{folder.name}/{res.parent.name}", "model": o["model.name"], "rp_share": rp_share,
                      "flops": flops, "activations": acts, "examples": r["train_examples"], "epochs": r["epochs"],
                      "epoch_s": r["epoch_time_s"], "us_per_example": 1e6 * r["epoch_time_s"] / r["train_examples"],
-                     "test_examples": o.get("data.test_subset") or TEST_SIZES.get(o.get("data.dataset"), 10000),
+                     "test_examples": r.get("test_examples") or split_examples(o, "test"),
                      "experiment": folder.name, "experiment_wall_s": exp.get("wall_s"), "jobs": exp.get("jobs", 1)})
     return rows
 
@@ -210,7 +211,7 @@ def timed_runs(roots: list[Path]) -> list[dict]:
     """Every finished training run under ``roots`` that recorded its own CPU seconds, with the counts
     the estimate uses (one row per run; lockstep runs, which time several seeds at once, and
     :func:`shared_process_folders` left out)."""
-    from mlplab.experiments.cost import TEST_SIZES, _train_examples, run_counts
+    from mlplab.experiments.cost import _train_examples, run_counts, split_examples
 
     found = sorted(p for root in roots for p in root.rglob("results.json"))
     shared = shared_process_folders(found)
@@ -228,7 +229,7 @@ def timed_runs(roots: list[Path]) -> list[dict]:
         rows.append({"label": f"{res.parent.parent.name}/{res.parent.name}", "tag": r.get("machine_tag", "?"),
                      "flops": flops, "activations": acts, "rp_share": rp_share, "cpu_s": float(r["cpu_s"]),
                      "examples": float(r["epochs"]) * float(r.get("train_examples") or _train_examples(o))
-                     + evals * float(o.get("data.test_subset") or TEST_SIZES.get(o.get("data.dataset"), 10000)) / 3})
+                     + evals * float(r.get("test_examples") or split_examples(o, "test")) / 3})
     return rows
 
 
@@ -277,6 +278,47 @@ def fit_results(roots: list[Path], write: bool) -> dict:
 
 
 CALIBRATION_FILE = Path(__file__).resolve().parents[1] / "src/mlplab/experiments/data/cost_calibration.json"
+
+
+def fit_linear_eval(roots: list[Path], write: bool) -> dict:
+    """The ``linear_eval`` task's units (``cost.linear_eval_task_s``) from the wall seconds its
+    finished runs record (one thread each; start-up not included): seconds per example whose
+    features are extracted and probed, and per few-shot fit (draws × shot counts), by non-negative
+    least squares."""
+    from scipy.optimize import nnls
+
+    rows = []
+    for res in sorted(p for root in roots for p in root.rglob("results.json")):
+        spec = res.parent / "spec.json"
+        if not spec.exists():
+            continue
+        sp, r = json.loads(spec.read_text()), json.loads(res.read_text())
+        if sp.get("task") != "linear_eval" or "wall_s" not in r:
+            continue
+        o = sp["overrides"]
+        rows.append({"examples": float(r["train_examples"] + r["test_examples"]), "wall_s": float(r["wall_s"]),
+                     "fits": float(int(o.get("draws", 5)) * len(o.get("shots") or []))})
+    if len(rows) < 4 or not any(r["fits"] for r in rows) or all(r["fits"] for r in rows):
+        print(f"linear_eval: {len(rows)} runs, too few (or none with and without few-shot fits) to fit")
+        return {}
+    (per_example, per_fit), _ = nnls(np.array([[r["examples"], r["fits"]] for r in rows]),
+                                    np.array([r["wall_s"] for r in rows]))
+    ratios = [r["wall_s"] / (per_example * r["examples"] + per_fit * r["fits"]) for r in rows]
+    where = ", ".join(str(root) for root in roots)
+    out = {"linear_eval": {"s": float(per_example), "per": "example whose features are extracted (training + test "
+                           "split) and probed", "measured": f"{len(rows)} runs under {where}: wall seconds (one "
+                           f"thread, start-up not included) per run / fit: median {np.median(ratios):.2f}, "
+                           f"{min(ratios):.2f}-{max(ratios):.2f}"},
+           "linear_eval_fit": {"s": float(per_fit), "per": "few-shot logistic fit (draws x shot counts)",
+                               "measured": "fitted with linear_eval (its 'measured')"}}
+    print(f"linear_eval: {len(rows)} runs; {per_example * 1e6:.1f} µs per example, {per_fit * 1e3:.1f} ms per "
+          f"few-shot fit; measured / fit per run: median {np.median(ratios):.2f}, {min(ratios):.2f}-{max(ratios):.2f}")
+    if write:
+        data = json.loads(CALIBRATION_FILE.read_text())
+        data["task_units"].update(out)
+        CALIBRATION_FILE.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n")
+        print(f"wrote the linear_eval units into {CALIBRATION_FILE}")
+    return out
 
 
 def lockstep_table(results: list[Path]) -> dict:
@@ -343,6 +385,7 @@ def main() -> None:
     args = ap.parse_args()
     if args.results:
         fit_results(args.results, args.write)
+        fit_linear_eval(args.results, args.write)
         return
     if args.lockstep:
         write_lockstep(args.lockstep, args.write)

@@ -363,10 +363,55 @@ def test_scale_settings_picks_the_named_entry_and_quick_falls_back_to_cpu():
 def test_a_cpu_kind_with_fitted_constants_uses_them_and_others_the_module_constants(monkeypatch):
     from mlplab.experiments import cost
 
-    fitted = {"rate": 2e11, "kappa": 1e-9, "tau": 3e-6, "rp_slowdown": 1.5, "runs": 40}
+    fitted = {"rate": 2e11, "kappa": 1e-9, "tau": 3e-6, "rp_slowdown": 1.5, "runs": 40, "overhead_s": 3.5}
     monkeypatch.setattr(cost, "calibration", lambda: {"machines": {"kind-a": fitted}})
     a, other = cost.cpu_machine("kind-a"), cost.cpu_machine("kind-b")
-    assert (a.rate, a.kappa, a.tau, a.rp_slowdown) == (2e11, 1e-9, 3e-6, 1.5) and "40 runs" in a.name
-    assert (other.rate, other.kappa, other.tau, other.rp_slowdown) == (cost.RATE, cost.KAPPA_S, cost.TAU_S,
-                                                                       cost.RP_SLOWDOWN)
+    assert (a.rate, a.kappa, a.tau, a.rp_slowdown, a.startup_s) == (2e11, 1e-9, 3e-6, 1.5, 3.5) and "40 runs" in a.name
+    assert (other.rate, other.kappa, other.tau, other.rp_slowdown, other.startup_s) == (
+        cost.RATE, cost.KAPPA_S, cost.TAU_S, cost.RP_SLOWDOWN, cost.RUN_OVERHEAD_S["cpu"])
     assert cost.cpu_machine().rate == cost.RATE  # tests run as a host without a fit (tests/conftest.py)
+
+
+def test_split_examples_takes_the_subset_else_the_share_of_the_classes():
+    from mlplab.experiments.cost import split_examples
+
+    o = {"data.dataset": "fashion_mnist", "data.classes": [5, 6, 7, 8, 9]}
+    assert (split_examples(o, "train"), split_examples(o, "test")) == (30000, 5000)
+    assert split_examples({**o, "data.train_subset": 3000}, "train") == 3000
+    assert split_examples({**o, "data.test_subset": 700}, "test") == 700
+    assert split_examples({"data.dataset": "cifar10"}, "test") == 10000
+    assert split_examples({"data.classes": [0, 1]}, "train", "fashion_mnist") == 12000  # an analysis task's data
+
+
+def test_linear_eval_is_estimated_from_its_examples_and_few_shot_fits(monkeypatch):
+    from mlplab.experiments import cost
+
+    units = {"linear_eval": {"s": 1e-4}, "linear_eval_fit": {"s": 2e-3}}
+    monkeypatch.setattr(cost, "calibration", lambda: {"task_units": units})
+    m = cost.cpu_machine("kind-a")
+    probe = {"probe": True, "data.train_subset": 5000, "data.classes": [5, 6, 7, 8, 9]}
+    assert cost.linear_eval_task_s(probe, m) == pytest.approx(1e-4 * (5000 + 5000))
+    few = {"shots": [1, 5, 10, 25], "draws": 20, "data.classes": [5, 6, 7, 8, 9]}
+    assert cost.linear_eval_task_s(few, m) == pytest.approx(1e-4 * (30000 + 5000) + 2e-3 * 80)
+    default_draws = {"shots": [1], "data.classes": [5, 6, 7, 8, 9]}  # the task draws 5 unless told
+    assert cost.linear_eval_task_s(default_draws, m) == pytest.approx(1e-4 * 35000 + 2e-3 * 5)
+
+
+def test_a_fitted_cpu_kind_starts_its_runs_in_its_fitted_start_up(monkeypatch):
+    """A CPU kind with fitted constants estimates every run's start-up at its fitted intercept; the
+    smoke scale (runs in-process) keeps its own, and an analysis task takes the same."""
+    from mlplab.experiments import cost
+    from mlplab.experiments.sweep import RunSpec
+
+    fitted = {"rate": 2e11, "kappa": 1e-9, "tau": 3e-6, "rp_slowdown": 1.0, "runs": 40, "overhead_s": 3.5}
+    monkeypatch.setattr(cost, "host_tag", lambda: "kind-a")
+    monkeypatch.setattr(cost, "calibration", lambda: {"machines": {"kind-a": fitted},
+                                                      "task_units": {"pictures": {"s": 0.01}}})
+    o = {"model.name": "mlp", "model.kwargs.width": 8, "model.kwargs.depth": 1, "data.dataset": "fashion_mnist",
+         "data.train_subset": 100, "data.test_subset": 10, "schedule.epochs": 1}
+    train = RunSpec("r", o, task="train")
+    f, a, _ = cost.run_counts(o)
+    work = cost.run_s(f, a, 100, 1, 10, overhead=0.0, machine=cost.cpu_machine())
+    assert cost.spec_s(train, "cpu") == pytest.approx(3.5 + work)
+    assert cost.spec_s(train, "smoke") == pytest.approx(cost.RUN_OVERHEAD_S["smoke"] + work)
+    assert cost.spec_s(RunSpec("p", {}, task="pictures"), "cpu") == pytest.approx(3.5 + 0.01)

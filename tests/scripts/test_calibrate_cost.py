@@ -86,3 +86,40 @@ def test_lockstep_results_of_two_cpu_kinds_are_refused(calibrate, tmp_path, monk
     files = [_lockstep_result(tmp_path / "a.json"), _lockstep_result(tmp_path / "b.json", machine="kind-b")]
     with pytest.raises(SystemExit, match="2 CPU kinds"):
         calibrate.lockstep_table(files)
+
+
+def test_fit_linear_eval_recovers_its_units_and_writes_them(calibrate, tmp_path, monkeypatch):
+    """``--results`` also fits the ``linear_eval`` task's units (per example, per few-shot fit) to
+    its runs' wall seconds, from the examples they recorded and the fits their spec asks for."""
+    import json
+
+    per_example, per_fit = 1e-4, 2e-3
+
+    def write(name, train, test, shots=None, draws=None):
+        d = tmp_path / "exp" / "runs" / "probe" / name
+        d.mkdir(parents=True)
+        o = {"probe": True, **({"shots": shots} if shots else {}), **({"draws": draws} if draws else {})}
+        fits = (draws or 5) * len(shots or [])
+        (d / "spec.json").write_text(json.dumps({"name": name, "task": "linear_eval", "overrides": o}))
+        (d / "results.json").write_text(json.dumps({"train_examples": train, "test_examples": test,
+                                                    "wall_s": per_example * (train + test) + per_fit * fits}))
+
+    write("a", 5000, 5000)
+    write("b", 3000, 5000)
+    write("c", 30000, 5000, shots=[1, 5, 10, 25], draws=20)
+    write("d", 30000, 5000, shots=[1, 5])  # draws: the task's default, 5
+    other = tmp_path / "exp" / "runs" / "pretrain" / "x"  # a training run: not a probe
+    other.mkdir(parents=True)
+    (other / "spec.json").write_text(json.dumps({"name": "x", "task": "train", "overrides": {}}))
+    (other / "results.json").write_text(json.dumps({"wall_s": 99.0, "train_examples": 1, "test_examples": 1}))
+    calib = tmp_path / "cost_calibration.json"
+    calib.write_text(json.dumps({"task_units": {"spectrum": {"s": 0.5}}}))
+    monkeypatch.setattr(calibrate, "CALIBRATION_FILE", calib)
+
+    out = calibrate.fit_linear_eval([tmp_path], write=True)
+    assert out["linear_eval"]["s"] == pytest.approx(per_example, rel=1e-9)
+    assert out["linear_eval_fit"]["s"] == pytest.approx(per_fit, rel=1e-9)
+    assert "4 runs" in out["linear_eval"]["measured"]
+    written = json.loads(calib.read_text())["task_units"]
+    assert written["spectrum"] == {"s": 0.5} and written["linear_eval"]["s"] == pytest.approx(per_example, rel=1e-9)
+    assert calibrate.fit_linear_eval([tmp_path / "exp" / "runs" / "pretrain"], write=False) == {}

@@ -13,11 +13,13 @@ forward matmul FLOPs per example, :func:`mlplab.analysis.cost.config_flops`; 3F 
 backward, as nanoGPT's ``estimate_mfu``), κ·A the memory-bound elementwise work (A the activation
 elements the forward pass writes, :func:`mlplab.analysis.cost.config_activations`), τ0 the rest
 per example (augmentation, optimiser step, Python). ``slowdown`` is 1 + (RP slowdown − 1) × the
-share of random-permuted blocks; ``overhead`` the start-up of one run.
+share of random-permuted blocks; ``overhead`` the start-up of one run (the machine's
+``startup_s``; in-process at the smoke scale).
 
 Two machines carry constants: the CPU machine of the ``cpu``, ``quick`` and ``smoke`` scales (2
-cores, ``--jobs 2``, one thread per run; R, κ, τ0 fitted to timed runs and whole experiments,
-``data/cost_calibration.json`` ``rows``: every measured experiment is estimated at or above its
+cores, ``--jobs 2``, one thread per run; R, κ, τ0 and the start-up fitted to each CPU kind's
+committed runs, ``data/cost_calibration.json`` ``machines``; elsewhere the module constants, fitted
+to timed runs and whole experiments, ``rows``: every measured experiment is estimated at or above its
 time), and the ``paper`` scale's one V100, whose R, τ0 and RP slowdown follow from the paper's own
 Table S.3 timings (``paper_machine``: the SW-MLP and the MLP-Mixer write the same activations, so
 their difference gives R and the Mixer then τ0; κ is not identified and taken as 0).
@@ -40,8 +42,8 @@ from .sweep import RunSpec, Sweep, expand, nest_overrides, seed_groups
 
 __all__ = ["RATE", "KAPPA_S", "TAU_S", "RUN_OVERHEAD_S", "RP_SLOWDOWN", "CPU_JOBS", "Machine", "cpu_machine",
            "paper_machine", "host_tag", "calibration", "TRAIN_SIZES", "TEST_SIZES", "task_unit_s", "TASK_S",
-           "example_s", "run_s", "run_counts", "spec_s", "makespan", "longest_first", "estimate_cost", "planned_epochs",
-           "lockstep_factor"]
+           "example_s", "run_s", "run_counts", "split_examples", "spec_s", "makespan", "longest_first", "estimate_cost",
+           "planned_epochs", "lockstep_factor"]
 
 # ---------------------------------------------------------------------------------- constants
 # The CPU machine: a 2-core AMD EPYC (AVX2), torch 2.13.0, fp32, eager, batch 256, 1 thread per
@@ -67,6 +69,7 @@ class Machine:
     kappa: float  # κ, s per activation element
     tau: float  # τ0, s per example
     rp_slowdown: float
+    startup_s: float = RUN_OVERHEAD_S["cpu"]  # a run's start-up: process, imports, data, model
 
     def example_s(self, flops: float, activations: float, slowdown: float = 1.0) -> float:
         return (3.0 * flops / self.rate + self.kappa * activations + self.tau) * slowdown
@@ -102,7 +105,7 @@ def cpu_machine(tag: str | None = None) -> Machine:
     fit = calibration().get("machines", {}).get(tag)
     if fit:
         return Machine(f"2 CPU cores ({tag}: fitted to {fit['runs']} runs)", fit["rate"], fit["kappa"], fit["tau"],
-                       fit["rp_slowdown"])
+                       fit["rp_slowdown"], fit["overhead_s"])
     return Machine("2 CPU cores", RATE, KAPPA_S, TAU_S, RP_SLOWDOWN)
 
 
@@ -114,7 +117,8 @@ def paper_machine() -> Machine:
     per = {k: t[k]["s_per_epoch"] / t["examples"] for k in ("mixer", "rp_mixer", "sw_mlp")}
     rate = 3.0 * (t["sw_mlp"]["flops"] - t["mixer"]["flops"]) / (per["sw_mlp"] - per["mixer"])
     tau = per["mixer"] - 3.0 * t["mixer"]["flops"] / rate
-    return Machine("1 V100 (the paper's Table S.3)", rate, 0.0, tau, per["rp_mixer"] / per["mixer"])
+    return Machine("1 V100 (the paper's Table S.3)", rate, 0.0, tau, per["rp_mixer"] / per["mixer"],
+                   RUN_OVERHEAD_S["paper"])
 
 
 # training/test-set sizes for runs that do not name a subset
@@ -187,12 +191,23 @@ def planned_epochs(o: dict[str, Any]) -> float:
 
 
 def _train_examples(o: dict[str, Any]) -> float:
-    n = float(o.get("data.train_subset") or TRAIN_SIZES.get(str(o.get("data.dataset")), 50000))
-    if o.get("data.classes") and not o.get("data.train_subset"):  # balanced classes: their share of the set
+    return split_examples(o, "train") * (1.0 - float(o.get("data.val_fraction") or 0.0))
+
+
+def split_examples(o: dict[str, Any], split: str, dataset: str | None = None) -> float:
+    """Examples in a run's ``split`` ("train" or "test", before a validation fraction is held out):
+    ``data.<split>_subset`` when given, else the split's size (:data:`TRAIN_SIZES`,
+    :data:`TEST_SIZES`) times the share of the dataset's classes that ``data.classes`` keeps
+    (balanced classes). ``dataset``: when the overrides do not name it (an analysis task's data)."""
+    if o.get(f"data.{split}_subset"):
+        return float(o[f"data.{split}_subset"])
+    ds = dataset or str(o.get("data.dataset"))
+    n = float(TRAIN_SIZES.get(ds, 50000) if split == "train" else TEST_SIZES.get(ds, 10000))
+    if o.get("data.classes"):
         from ..data.table import get_info
 
-        n *= len(o["data.classes"]) / (get_info(str(o["data.dataset"])).num_classes or len(o["data.classes"]))
-    return n * (1.0 - float(o.get("data.val_fraction") or 0.0))
+        n *= len(o["data.classes"]) / (get_info(ds).num_classes or len(o["data.classes"]))
+    return n
 
 
 def run_counts(o: dict[str, Any]) -> tuple[int, int, float]:
@@ -211,18 +226,16 @@ def spec_s(spec: RunSpec, scale: str, est_epoch_s: float = 0.0, epochs: float = 
     file (``"module:function"``) takes its sweep's ``est_epoch_s`` × ``epochs``."""
     o = spec.overrides
     machine = paper_machine() if scale == "paper" else cpu_machine()
-    overhead = RUN_OVERHEAD_S.get(scale, RUN_OVERHEAD_S["cpu"])
+    overhead = RUN_OVERHEAD_S["smoke"] if scale == "smoke" else machine.startup_s
     if spec.task != "train":  # an analysis process: a CPU run's start-up at every scale but smoke
         task_s = TASK_S.get(spec.task)
-        return min(overhead, RUN_OVERHEAD_S["cpu"]) + (task_s(o, machine) if task_s else est_epoch_s * epochs)
+        return min(overhead, cpu_machine().startup_s) + (task_s(o, machine) if task_s else est_epoch_s * epochs)
     flops, acts, rp_share = run_counts(o)
     slow = 1.0 + (machine.rp_slowdown - 1.0) * rp_share
-    ds = str(o.get("data.dataset"))
     epochs = planned_epochs(o)
     every = int(o.get("run.eval_every") or 0)
     evals = 1 + (int(epochs // every) if every > 0 else 0)
-    return run_s(flops, acts, _train_examples(o), epochs,
-                 evals * (o.get("data.test_subset") or TEST_SIZES.get(ds, 10000)), slow, overhead, machine)
+    return run_s(flops, acts, _train_examples(o), epochs, evals * split_examples(o, "test"), slow, overhead, machine)
 
 
 # ---------------------------------------------------------------------------------- analysis tasks
@@ -244,12 +257,14 @@ def cka_task_s(o: dict[str, Any], machine: Machine) -> float:
 
 
 def linear_eval_task_s(o: dict[str, Any], machine: Machine) -> float:
-    """``linear_eval``: the features of every training and test example of the evaluated data
-    (``data.train_subset`` / ``data.test_subset`` when given, else the dataset's split sizes)."""
-    ds = str(o.get("data.dataset", "fashion_mnist"))
-    n = (int(o.get("data.train_subset") or TRAIN_SIZES.get(ds, 60000))
-         + int(o.get("data.test_subset") or TEST_SIZES.get(ds, 10000)))
-    return task_unit_s("linear_eval") * n
+    """``linear_eval``: the frozen features of every training and test example of the evaluated
+    data and the ridge probe on them (``linear_eval`` per example: :func:`split_examples`, the
+    dataset Fashion-MNIST unless named), and one logistic fit per few-shot draw of each k
+    (``linear_eval_fit``: ``draws`` × ``len(shots)``)."""
+    ds = str(o.get("data.dataset") or "fashion_mnist")
+    n = split_examples(o, "train", ds) + split_examples(o, "test", ds)
+    fits = int(o.get("draws", 5)) * len(o.get("shots") or [])
+    return task_unit_s("linear_eval") * n + task_unit_s("linear_eval_fit") * fits
 
 
 def pictures_task_s(o: dict[str, Any], machine: Machine) -> float:
