@@ -24,7 +24,7 @@ per run, so a run's CPU seconds are its wall time on a quiet core — and writes
 calibration's ``machines`` table, which ``cost.cpu_machine()`` reads for the CPU kind it runs on,
 and fits the ``linear_eval`` task's units to the wall seconds its runs record (``task_units``):
 
-    python benchmarks/calibrate_cost.py --results docs/results runs/experiments --write
+    python benchmarks/calibrate_cost.py --results docs/results benchmarks/results --write
 
 or writes the calibration's ``lockstep`` table, which ``cost.lockstep_factor`` (and so ``reproduce
 --lockstep auto``) reads, from a whole-process ``bench_lockstep.py`` result: per model, the
@@ -228,30 +228,33 @@ def timed_runs(roots: list[Path]) -> list[dict]:
         evals = 1 + (int(r["epochs"] // int(o["run.eval_every"])) if o.get("run.eval_every") else 0)
         rows.append({"label": f"{res.parent.parent.name}/{res.parent.name}", "tag": r.get("machine_tag", "?"),
                      "flops": flops, "activations": acts, "rp_share": rp_share, "cpu_s": float(r["cpu_s"]),
+                     "steps": float(r["steps"]),
                      "examples": float(r["epochs"]) * float(r.get("train_examples") or _train_examples(o))
                      + evals * float(r.get("test_examples") or split_examples(o, "test")) / 3})
     return rows
 
 
 def fit_machine(rows: list[dict]) -> dict:
-    """One CPU kind's constants: cpu_s ≈ overhead + examples·(3F/R + κ·A + τ0), by non-negative
-    least squares over the runs without random permutations; the RP slowdown is the median ratio
-    of the RP runs' time to that prediction."""
+    """One CPU kind's constants: cpu_s ≈ overhead + examples·(3F/R + κ·A + τ0) + steps·τs, by
+    non-negative least squares over the runs without random permutations (τs is told apart from τ0
+    by runs at other batch sizes); the RP slowdown is the median ratio of the RP runs' time beyond
+    their start-up and steps to that prediction."""
     from scipy.optimize import nnls
 
     normal = [r for r in rows if r["rp_share"] == 0]
-    A = np.array([[r["examples"] * 3.0 * r["flops"], r["examples"] * r["activations"], r["examples"], 1.0]
-                  for r in normal])
-    (inv_rate, kappa, tau, overhead), _ = nnls(A, np.array([r["cpu_s"] for r in normal]))
+    A = np.array([[r["examples"] * 3.0 * r["flops"], r["examples"] * r["activations"], r["examples"], 1.0,
+                   r["steps"]] for r in normal])
+    (inv_rate, kappa, tau, overhead, step), _ = nnls(A, np.array([r["cpu_s"] for r in normal]))
 
-    def pred(r: dict, slow: float = 1.0) -> float:
-        return overhead + r["examples"] * (3.0 * r["flops"] * inv_rate + kappa * r["activations"] + tau) * slow
+    def examples_s(r: dict) -> float:
+        return r["examples"] * (3.0 * r["flops"] * inv_rate + kappa * r["activations"] + tau)
 
-    rp = [(r["cpu_s"] - overhead) / (pred(r) - overhead) for r in rows if r["rp_share"] == 1]
+    rp = [(r["cpu_s"] - overhead - r["steps"] * step) / examples_s(r) for r in rows if r["rp_share"] == 1]
     slow = float(np.median(rp)) if rp else 1.0
-    ratios = [r["cpu_s"] / pred(r, 1 + (slow - 1) * r["rp_share"]) for r in rows]
+    ratios = [r["cpu_s"] / (overhead + r["steps"] * step + examples_s(r) * (1 + (slow - 1) * r["rp_share"]))
+              for r in rows]
     return {"rate": 1.0 / inv_rate if inv_rate > 0 else float("inf"), "kappa": float(kappa), "tau": float(tau),
-            "overhead_s": float(overhead), "rp_slowdown": slow, "runs": len(rows),
+            "step_s": float(step), "overhead_s": float(overhead), "rp_slowdown": slow, "runs": len(rows),
             "measured_over_estimated": {"median": float(np.median(ratios)), "min": float(min(ratios)),
                                         "max": float(max(ratios))}}
 
@@ -267,7 +270,8 @@ def fit_results(roots: list[Path], write: bool) -> dict:
         out[tag] = fit = fit_machine(mine)
         m = fit["measured_over_estimated"]
         print(f"{tag}: {fit['runs']} runs; R = {fit['rate'] / 1e9:.1f} GFLOP/s, κ = {fit['kappa'] * 1e9:.2f} ns, "
-              f"τ0 = {fit['tau'] * 1e6:.1f} µs, start-up {fit['overhead_s']:.1f} s, RP ×{fit['rp_slowdown']:.2f}; "
+              f"τ0 = {fit['tau'] * 1e6:.1f} µs, τs = {fit['step_s'] * 1e3:.2f} ms, start-up {fit['overhead_s']:.1f} s, "
+              f"RP ×{fit['rp_slowdown']:.2f}; "
               f"measured / estimated per run: median {m['median']:.2f}, {m['min']:.2f}–{m['max']:.2f}")
     if write and out:
         data = json.loads(CALIBRATION_FILE.read_text())

@@ -318,11 +318,11 @@ def cost_fit_section(calibration: Path = CALIBRATION) -> str:
     if not kinds:
         return "No CPU kind has fitted constants: every estimate uses the fallback constants.\n"
     rows = [[f"`{tag}`", f["runs"], f"{f['rate'] / 1e9:.1f}", f"{f['kappa'] * 1e9:.2f}", f"{f['tau'] * 1e6:.1f}",
-             f"{f['overhead_s']:.1f}", f"{f['rp_slowdown']:.2f}",
+             f"{f.get('step_s', 0.0) * 1e3:.2f}", f"{f['overhead_s']:.1f}", f"{f['rp_slowdown']:.2f}",
              "{median:.2f} ({min:.2f}–{max:.2f})".format(**f["measured_over_estimated"])]
             for tag, f in sorted(kinds.items())]
-    columns = ["CPU kind", "runs", "R, GFLOP/s", "κ, ns per activation", "τ0, µs per example", "start-up, s",
-               "RP slowdown", "measured / estimated CPU s per run: median (range)"]
+    columns = ["CPU kind", "runs", "R, GFLOP/s", "κ, ns per activation", "τ0, µs per example", "τs, ms per step",
+               "start-up, s", "RP slowdown", "measured / estimated CPU s per run: median (range)"]
     return _md_table({"columns": columns, "rows": rows})
 
 

@@ -172,12 +172,13 @@ def test_the_lockstep_section_says_where_auto_stacks(tmp_path):
 
 
 def test_the_cost_fit_section_shows_each_cpu_kinds_constants_and_spread(tmp_path):
-    fit = {"rate": 1.5e11, "kappa": 1.25e-9, "tau": 3e-5, "overhead_s": 16.75, "rp_slowdown": 1.125, "runs": 202,
-           "measured_over_estimated": {"median": 0.995, "min": 0.666, "max": 1.504}}
-    (tmp_path / "c.json").write_text(json.dumps({"machines": {"kind-b": fit, "kind-a": {**fit, "runs": 7}}}))
+    fit = {"rate": 1.5e11, "kappa": 1.25e-9, "tau": 3e-5, "step_s": 2.125e-3, "overhead_s": 16.75,
+           "rp_slowdown": 1.125, "runs": 202, "measured_over_estimated": {"median": 0.995, "min": 0.666, "max": 1.504}}
+    older = {k: v for k, v in fit.items() if k != "step_s"}  # fitted before τs: none
+    (tmp_path / "c.json").write_text(json.dumps({"machines": {"kind-b": fit, "kind-a": {**older, "runs": 7}}}))
     rows = gen_docs.cost_fit_section(tmp_path / "c.json").splitlines()[2:]
-    assert rows == ["| `kind-a` | 7 | 150.0 | 1.25 | 30.0 | 16.8 | 1.12 | 0.99 (0.67–1.50) |",
-                    "| `kind-b` | 202 | 150.0 | 1.25 | 30.0 | 16.8 | 1.12 | 0.99 (0.67–1.50) |"]
+    assert rows == ["| `kind-a` | 7 | 150.0 | 1.25 | 30.0 | 0.00 | 16.8 | 1.12 | 0.99 (0.67–1.50) |",
+                    "| `kind-b` | 202 | 150.0 | 1.25 | 30.0 | 2.12 | 16.8 | 1.12 | 0.99 (0.67–1.50) |"]
     (tmp_path / "c.json").write_text(json.dumps({}))
     assert "fallback constants" in gen_docs.cost_fit_section(tmp_path / "c.json")
 

@@ -398,12 +398,14 @@ def test_linear_eval_is_estimated_from_its_examples_and_few_shot_fits(monkeypatc
 
 
 def test_a_fitted_cpu_kind_starts_its_runs_in_its_fitted_start_up(monkeypatch):
-    """A CPU kind with fitted constants estimates every run's start-up at its fitted intercept; the
-    smoke scale (runs in-process) keeps its own, and an analysis task takes the same."""
+    """A CPU kind with fitted constants estimates every run's start-up at its fitted intercept (the
+    smoke scale, in-process, keeps its own; an analysis task takes the same) and every optimiser
+    step at its fitted τs."""
     from mlplab.experiments import cost
     from mlplab.experiments.sweep import RunSpec
 
-    fitted = {"rate": 2e11, "kappa": 1e-9, "tau": 3e-6, "rp_slowdown": 1.0, "runs": 40, "overhead_s": 3.5}
+    fitted = {"rate": 2e11, "kappa": 1e-9, "tau": 3e-6, "rp_slowdown": 1.0, "runs": 40, "overhead_s": 3.5,
+              "step_s": 2e-3}
     monkeypatch.setattr(cost, "host_tag", lambda: "kind-a")
     monkeypatch.setattr(cost, "calibration", lambda: {"machines": {"kind-a": fitted},
                                                       "task_units": {"pictures": {"s": 0.01}}})
@@ -411,7 +413,10 @@ def test_a_fitted_cpu_kind_starts_its_runs_in_its_fitted_start_up(monkeypatch):
          "data.train_subset": 100, "data.test_subset": 10, "schedule.epochs": 1}
     train = RunSpec("r", o, task="train")
     f, a, _ = cost.run_counts(o)
-    work = cost.run_s(f, a, 100, 1, 10, overhead=0.0, machine=cost.cpu_machine())
+    work = cost.run_s(f, a, 100, 1, 10, overhead=0.0, machine=cost.cpu_machine(), steps=1)  # 100 examples, batch 128
+    assert work == pytest.approx(100 * cost.cpu_machine().example_s(f, a) + 2e-3 + 10 * cost.example_s(f, a) / 3)
     assert cost.spec_s(train, "cpu") == pytest.approx(3.5 + work)
+    small = RunSpec("r", {**o, "run.batch_size": 16}, task="train")  # 7 steps: 6 of 16, one of 4
+    assert cost.spec_s(small, "cpu") - cost.spec_s(train, "cpu") == pytest.approx(6 * 2e-3)
     assert cost.spec_s(train, "smoke") == pytest.approx(cost.RUN_OVERHEAD_S["smoke"] + work)
     assert cost.spec_s(RunSpec("p", {}, task="pictures"), "cpu") == pytest.approx(3.5 + 0.01)

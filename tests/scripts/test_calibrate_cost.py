@@ -19,19 +19,22 @@ def calibrate():
 
 
 def test_fit_machine_recovers_the_constants_and_the_rp_slowdown(calibrate):
-    rate, kappa, tau, overhead, slow = 1.2e11, 2e-9, 4e-6, 7.0, 1.8
+    rate, kappa, tau, step, overhead, slow = 1.2e11, 2e-9, 4e-6, 3e-3, 7.0, 1.8
 
-    def run(flops, acts, examples, rp):
+    def run(flops, acts, examples, batch, rp):
         per = 3 * flops / rate + kappa * acts + tau
-        return {"flops": flops, "activations": acts, "examples": examples, "rp_share": rp,
-                "cpu_s": overhead + examples * per * (slow if rp else 1.0)}
+        return {"flops": flops, "activations": acts, "examples": examples, "rp_share": rp, "steps": examples / batch,
+                "cpu_s": overhead + examples / batch * step + examples * per * (slow if rp else 1.0)}
 
-    rows = [run(f, a, n, 0) for f, a, n in [(1e6, 1e4, 6e5), (4e6, 2e4, 6e5), (2e6, 8e4, 3e5), (8e6, 5e3, 1.2e6),
-                                           (5e5, 3e4, 9e5)]] + [run(2e6, 2e4, 6e5, 1), run(3e6, 1e4, 6e5, 1)]
+    rows = [run(f, a, n, b, 0) for f, a, n, b in [(1e6, 1e4, 6e5, 256), (4e6, 2e4, 6e5, 256), (2e6, 8e4, 3e5, 256),
+                                                 (8e6, 5e3, 1.2e6, 256), (5e5, 3e4, 9e5, 256), (5e5, 3e4, 9e4, 16),
+                                                 (5e5, 3e4, 9e4, 64)]] + [run(2e6, 2e4, 6e5, 256, 1),
+                                                                          run(3e6, 1e4, 6e5, 32, 1)]
     fit = calibrate.fit_machine(rows)
     assert fit["rate"] == pytest.approx(rate, rel=1e-6) and fit["kappa"] == pytest.approx(kappa, rel=1e-6)
     assert fit["tau"] == pytest.approx(tau, rel=1e-6) and fit["overhead_s"] == pytest.approx(overhead, rel=1e-6)
-    assert fit["rp_slowdown"] == pytest.approx(slow, rel=1e-6) and fit["runs"] == 7
+    assert fit["step_s"] == pytest.approx(step, rel=1e-6)
+    assert fit["rp_slowdown"] == pytest.approx(slow, rel=1e-6) and fit["runs"] == 9
     assert fit["measured_over_estimated"]["median"] == pytest.approx(1.0, rel=1e-6)
 
 

@@ -3,7 +3,7 @@
 
 A training run takes
 
-    run_s   = epochs · N · t(F, A)  +  evals · N_test · t(F, A) / 3  +  overhead
+    run_s   = epochs · N · t(F, A)  +  steps · τs  +  evals · N_test · t(F, A) / 3  +  overhead
     t(F, A) = (3F / R + κ·A + τ0) · slowdown(model)
 
 with N training examples per epoch, N_test test examples (an evaluation is a forward pass: a
@@ -12,7 +12,9 @@ epochs). t(F, A) is a two-term roofline model of a training example: 3F / R the 
 forward matmul FLOPs per example, :func:`mlplab.analysis.cost.config_flops`; 3F = forward +
 backward, as nanoGPT's ``estimate_mfu``), κ·A the memory-bound elementwise work (A the activation
 elements the forward pass writes, :func:`mlplab.analysis.cost.config_activations`), τ0 the rest
-per example (augmentation, optimiser step, Python). ``slowdown`` is 1 + (RP slowdown − 1) × the
+per example (augmentation, Python), τs the rest per optimiser step (the step's dispatch and
+optimiser update: what makes a small batch slow per example; ``steps`` = epochs · ⌈N / batch⌉).
+``slowdown`` is 1 + (RP slowdown − 1) × the
 share of random-permuted blocks; ``overhead`` the start-up of one run (the machine's
 ``startup_s``; in-process at the smoke scale).
 
@@ -33,6 +35,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any, Sequence
@@ -70,6 +73,7 @@ class Machine:
     tau: float  # τ0, s per example
     rp_slowdown: float
     startup_s: float = RUN_OVERHEAD_S["cpu"]  # a run's start-up: process, imports, data, model
+    step_s: float = 0.0  # τs, s per optimiser step beyond its examples' (0: folded into τ0)
 
     def example_s(self, flops: float, activations: float, slowdown: float = 1.0) -> float:
         return (3.0 * flops / self.rate + self.kappa * activations + self.tau) * slowdown
@@ -105,7 +109,7 @@ def cpu_machine(tag: str | None = None) -> Machine:
     fit = calibration().get("machines", {}).get(tag)
     if fit:
         return Machine(f"2 CPU cores ({tag}: fitted to {fit['runs']} runs)", fit["rate"], fit["kappa"], fit["tau"],
-                       fit["rp_slowdown"], fit["overhead_s"])
+                       fit["rp_slowdown"], fit["overhead_s"], fit.get("step_s", 0.0))
     return Machine("2 CPU cores", RATE, KAPPA_S, TAU_S, RP_SLOWDOWN)
 
 
@@ -139,10 +143,12 @@ def example_s(flops: float, activations: float, slowdown: float = 1.0, machine: 
 
 
 def run_s(flops: float, activations: float, examples: float, epochs: float, test_examples: float = 0.0,
-          slowdown: float = 1.0, overhead: float = RUN_OVERHEAD_S["cpu"], machine: Machine | None = None) -> float:
-    """Seconds of one training run (see the module docstring)."""
-    t = example_s(flops, activations, slowdown, machine)
-    return epochs * examples * t + test_examples * t / 3.0 + overhead
+          slowdown: float = 1.0, overhead: float = RUN_OVERHEAD_S["cpu"], machine: Machine | None = None,
+          steps: float = 0.0) -> float:
+    """Seconds of one training run of ``steps`` optimiser steps (see the module docstring)."""
+    machine = machine or cpu_machine()
+    t = machine.example_s(flops, activations, slowdown)
+    return epochs * examples * t + steps * machine.step_s + test_examples * t / 3.0 + overhead
 
 
 @functools.lru_cache(maxsize=None)
@@ -184,10 +190,17 @@ def planned_epochs(o: dict[str, Any]) -> float:
         return float(o["schedule.epochs"])
     n = _train_examples(o)
     if o.get("schedule.steps") is not None:
-        return float(o["schedule.steps"]) * float(o.get("run.batch_size") or 128) / n
+        return float(o["schedule.steps"]) * _batch_size(o) / n
     if o.get("schedule.examples") is not None:
         return float(o["schedule.examples"]) / n
     return 1.0
+
+
+def _batch_size(o: dict[str, Any]) -> int:
+    """A run's ``run.batch_size``, or the config's default."""
+    from ..train.config import RunSection
+
+    return int(o.get("run.batch_size") or RunSection.batch_size)
 
 
 def _train_examples(o: dict[str, Any]) -> float:
@@ -235,7 +248,9 @@ def spec_s(spec: RunSpec, scale: str, est_epoch_s: float = 0.0, epochs: float = 
     epochs = planned_epochs(o)
     every = int(o.get("run.eval_every") or 0)
     evals = 1 + (int(epochs // every) if every > 0 else 0)
-    return run_s(flops, acts, _train_examples(o), epochs, evals * split_examples(o, "test"), slow, overhead, machine)
+    n = _train_examples(o)
+    steps = epochs * math.ceil(n / _batch_size(o))
+    return run_s(flops, acts, n, epochs, evals * split_examples(o, "test"), slow, overhead, machine, steps)
 
 
 # ---------------------------------------------------------------------------------- analysis tasks
@@ -290,7 +305,7 @@ def cost_task_s(o: dict[str, Any], machine: Machine) -> float:
         rp = 1.0 + (machine.rp_slowdown - 1.0) * _rp_share(name, kw)
         steps = int(o.get("steps", 20)) + 1
         total += (task_unit_s("cost_build") * flops / 2
-                  + steps * int(o.get("batch", 128)) * machine.example_s(flops, acts, rp))
+                  + steps * (int(o.get("batch", 128)) * machine.example_s(flops, acts, rp) + machine.step_s))
     return total
 
 
