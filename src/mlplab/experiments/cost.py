@@ -14,12 +14,11 @@ backward, as nanoGPT's ``estimate_mfu``), κ·A the memory-bound elementwise wor
 elements the forward pass writes, :func:`mlplab.analysis.cost.config_activations`), τ0 the rest
 per example (augmentation, Python), τs the rest per optimiser step (the step's dispatch and
 optimiser update: what makes a small batch slow per example; ``steps`` = epochs · ⌈N / batch⌉).
-``slowdown`` is 1 + (RP slowdown − 1) × the
-share of random-permuted blocks; ``overhead`` the start-up of one run (the machine's
-``startup_s``; in-process at the smoke scale).
+``slowdown`` is 1 + (RP slowdown − 1) × the share of random-permuted blocks; ``overhead`` the
+start-up of one run (the machine's ``startup_s``; in-process at the smoke scale).
 
 Two machines carry constants: the CPU machine of the ``cpu``, ``quick`` and ``smoke`` scales (2
-cores, ``--jobs 2``, one thread per run; R, κ, τ0 and the start-up fitted to each CPU kind's
+cores, ``--jobs 2``, one thread per run; R, κ, τ0, τs and the start-up fitted to each CPU kind's
 committed runs, ``data/cost_calibration.json`` ``machines``; elsewhere the module constants, fitted
 to timed runs and whole experiments, ``rows``: every measured experiment is estimated at or above its
 time), and the ``paper`` scale's one V100, whose R, τ0 and RP slowdown follow from the paper's own
