@@ -57,8 +57,9 @@ TAU_S = 15e-6  # τ0: seconds per example outside the matmuls and the activation
 # per step of an S-Mixer S = C = 64 (fp32 eager, 1 thread) is 1.33–1.46; the upper end, scaled by
 # the share of RP blocks.
 RP_SLOWDOWN = 1.46
-# per run: process start, imports, data load, model build (smoke runs in-process: seconds)
-RUN_OVERHEAD_S = {"smoke": 2.0, "quick": 8.0, "cpu": 8.0, "paper": 60.0}
+# per run: process start, imports, data load, model build (smoke runs in-process: seconds); "cpu"
+# where a CPU kind has no fitted start-up (Machine.startup_s)
+RUN_OVERHEAD_S = {"smoke": 2.0, "cpu": 8.0, "paper": 60.0}
 CPU_JOBS = 2  # runs side by side on the 2-core machine (``--jobs 2``), one thread each
 
 
@@ -142,12 +143,14 @@ def example_s(flops: float, activations: float, slowdown: float = 1.0, machine: 
 
 
 def run_s(flops: float, activations: float, examples: float, epochs: float, test_examples: float = 0.0,
-          slowdown: float = 1.0, overhead: float = RUN_OVERHEAD_S["cpu"], machine: Machine | None = None,
+          slowdown: float = 1.0, overhead: float | None = None, machine: Machine | None = None,
           steps: float = 0.0) -> float:
-    """Seconds of one training run of ``steps`` optimiser steps (see the module docstring)."""
+    """Seconds of one training run of ``steps`` optimiser steps (see the module docstring);
+    ``overhead``: its start-up, the machine's unless given."""
     machine = machine or cpu_machine()
     t = machine.example_s(flops, activations, slowdown)
-    return epochs * examples * t + steps * machine.step_s + test_examples * t / 3.0 + overhead
+    start = machine.startup_s if overhead is None else overhead
+    return epochs * examples * t + steps * machine.step_s + test_examples * t / 3.0 + start
 
 
 @functools.lru_cache(maxsize=None)
